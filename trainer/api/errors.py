@@ -1,0 +1,81 @@
+"""Field errors shaped like Kubernetes' ``field.Error``.
+
+Every error a user can cause names the field (a dotted path with ``[i]`` indexes and
+``[key]`` map keys), the kind of problem, the offending value where it helps, and what is
+accepted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+# The error types of k8s.io/apimachinery/pkg/util/validation/field, with their wire text.
+INVALID = "Invalid value"
+REQUIRED = "Required value"
+UNSUPPORTED = "Unsupported value"
+DUPLICATE = "Duplicate value"
+FORBIDDEN = "Forbidden"
+TOO_LONG = "Too long"
+TOO_MANY = "Too many"
+NOT_FOUND = "Not found"
+INTERNAL = "Internal error"
+TYPE_INVALID = "Invalid value"
+
+_NO_VALUE: Any = object()
+
+
+def format_value(value: Any) -> str:
+    """Render a value the way Kubernetes prints it inside a field error."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return '"object"'
+    if isinstance(value, list):
+        return '"array"'
+    return json.dumps(str(value))
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem with one field of an object."""
+
+    path: str
+    type: str
+    message: str = ""
+    value: Any = field(default=_NO_VALUE, compare=False)
+
+    @property
+    def has_value(self) -> bool:
+        return self.value is not _NO_VALUE
+
+    def __str__(self) -> str:
+        parts = [f"{self.path}: {self.type}"]
+        if self.has_value and self.type in (INVALID, UNSUPPORTED, DUPLICATE, NOT_FOUND):
+            parts.append(format_value(self.value))
+        if self.message:
+            parts.append(self.message)
+        return ": ".join(parts)
+
+
+def join_path(base: str, key: str | int) -> str:
+    """Append a child to a field path: a property name, a list index or a map key."""
+    if isinstance(key, int):
+        return f"{base}[{key}]"
+    if not base:
+        return key
+    return f"{base}.{key}"
+
+
+def format_errors(errors: list[FieldError]) -> str:
+    """Join errors the way Kubernetes aggregates them: ``[a, b]`` for several, bare for one."""
+    if len(errors) == 1:
+        return str(errors[0])
+    return "[" + ", ".join(str(e) for e in errors) + "]"
