@@ -1,0 +1,119 @@
+"""Tiny DistributedDataParallel training on CPU (gloo), for examples/torch-ddp-cpu.
+
+Fits a noisy linear function y = X @ w_true + b_true with a small MLP. Every
+rank generates its own shard of synthetic data from a per-rank seed (manual
+sharding, no data files), DDP all-reduces the gradients, and rank 0 prints the
+global mean loss after every epoch and ``final loss: <x>`` at the end.
+
+Launch it with torchrun, which reads the PET_* env that the controller injects
+(PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR,
+PET_MASTER_PORT) and sets RANK / WORLD_SIZE / MASTER_ADDR for each worker::
+
+    torchrun examples/torch-ddp-cpu/train.py
+
+Run as a plain ``python`` script it falls back to a single-process group.
+
+Knobs (env): EPOCHS (default 3), SAMPLES_PER_RANK (default 512),
+BATCH_SIZE (default 32), LR (default 0.05), SEED (default 1234).
+
+torch is imported inside main() only, so this module can be byte-compiled and
+imported without torch installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+IN_FEATURES = 8
+HIDDEN = 16
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    return float(value) if value.strip() else default
+
+
+def main() -> int:
+    import torch  # noqa: PLC0415 - torch is optional; see the module docstring
+    import torch.distributed as dist  # noqa: PLC0415
+    from torch import nn  # noqa: PLC0415
+    from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415
+
+    epochs = _env_int("EPOCHS", 3)
+    samples = _env_int("SAMPLES_PER_RANK", 512)
+    batch_size = _env_int("BATCH_SIZE", 32)
+    lr = _env_float("LR", 0.05)
+    seed = _env_int("SEED", 1234)
+
+    # Single-process fallback when not started by torchrun.
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+
+    dist.init_process_group(backend="gloo")
+    rank = dist.get_rank()
+    world = dist.get_world_size()
+    started = time.monotonic()
+
+    try:
+        if rank == 0:
+            print(
+                f"world_size={world} epochs={epochs} samples_per_rank={samples} "
+                f"batch_size={batch_size} lr={lr}",
+                flush=True,
+            )
+
+        # The target function is shared by all ranks (same seed) ...
+        shared = torch.Generator().manual_seed(seed)
+        w_true = torch.randn(IN_FEATURES, 1, generator=shared)
+        b_true = torch.randn(1, generator=shared)
+
+        # ... while each rank draws its own shard of inputs and noise.
+        local = torch.Generator().manual_seed(seed + 1 + rank)
+        x = torch.randn(samples, IN_FEATURES, generator=local)
+        y = x @ w_true + b_true + 0.01 * torch.randn(samples, 1, generator=local)
+
+        # Identical initial weights everywhere (DDP also broadcasts rank 0's).
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(IN_FEATURES, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, 1))
+        ddp = DistributedDataParallel(model)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
+        loss_fn = nn.MSELoss()
+
+        # Every rank must run the same number of steps for DDP's all-reduce.
+        steps = max(1, samples // batch_size)
+        shuffle = torch.Generator().manual_seed(seed + 1 + rank)
+        mean_loss = float("nan")
+        for epoch in range(1, epochs + 1):
+            order = torch.randperm(samples, generator=shuffle)
+            total = torch.zeros(2)  # [sum of batch losses, number of batches]
+            for step in range(steps):
+                idx = order[step * batch_size : (step + 1) * batch_size]
+                optimizer.zero_grad()
+                loss = loss_fn(ddp(x[idx]), y[idx])
+                loss.backward()  # gradients are all-reduced here
+                optimizer.step()
+                total += torch.tensor([loss.item(), 1.0])
+            dist.all_reduce(total, op=dist.ReduceOp.SUM)
+            mean_loss = (total[0] / total[1]).item()
+            if rank == 0:
+                print(f"epoch {epoch}/{epochs} loss: {mean_loss:.6f}", flush=True)
+
+        if rank == 0:
+            print(f"elapsed: {time.monotonic() - started:.2f}s", flush=True)
+            print(f"final loss: {mean_loss:.6f}", flush=True)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

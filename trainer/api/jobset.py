@@ -1,0 +1,237 @@
+"""JobSet ``jobset.x-k8s.io/v1alpha2``: the types the Trainer builds and reads.
+
+Defaults are the CRD's own (``replicas: 1``, ``groupName: default``); the ones JobSet's
+mutating webhook applies on create (successPolicy All, startupPolicy AnyOrder, Indexed
+completion, network DNS hostnames) are not CRD defaults and are not applied here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from trainer.api.base import K8sModel, Rule, Schema
+from trainer.api.core import (
+    Condition,
+    Int32,
+    JobTemplateSpec,
+    ObjectMeta,
+    PersistentVolumeClaimTemplate,
+)
+
+GROUP = "jobset.x-k8s.io"
+VERSION = "v1alpha2"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "JobSet"
+
+FAILURE_ACTIONS = (
+    "FailJobSet",
+    "RestartJobSet",
+    "RestartJobSetAndIgnoreMaxRestarts",
+    "RestartJob",
+    "RestartJobAndIgnoreMaxRestarts",
+)
+JOB_FAILURE_REASONS = (
+    "BackoffLimitExceeded",
+    "DeadlineExceeded",
+    "FailedIndexes",
+    "MaxFailedIndexesExceeded",
+    "PodFailurePolicy",
+)
+
+
+class DependsOn(K8sModel):
+    """Start this replicated job only once another one reached a status."""
+
+    name: Annotated[str, Schema(required=True)]
+    """Name of an earlier replicated job."""
+    status: Annotated[str, Schema(required=True, enum=("Ready", "Complete"))]
+    """``Ready``: every Job of the dependency is ready or finished; ``Complete``: all succeeded."""
+
+
+class ReplicatedJob(K8sModel):
+    """A Job template and how many Jobs to make from it."""
+
+    name: Annotated[str, Schema(required=True)]
+    """Name of the replicated job; the suffix of its Jobs' names."""
+    group_name: Annotated[str, Schema(max_length=63)] = "default"
+    """Group of replicated jobs, used for group-index labels."""
+    template: Annotated[JobTemplateSpec, Schema(required=True)]
+    """The Job template."""
+    replicas: Annotated[Int32, Schema(minimum=0)] = 1
+    """Number of Jobs made from the template."""
+    depends_on: Annotated[
+        list[DependsOn] | None,
+        Schema(
+            max_items=5,
+            list_type="map",
+            list_map_keys=("name",),
+            rules=(Rule("self == oldSelf", "Value is immutable"),),
+        ),
+    ] = None
+    """Replicated jobs that must reach a status before this one starts."""
+
+
+class Network(K8sModel):
+    """Pod DNS for the JobSet."""
+
+    enable_dns_hostnames: Annotated[bool | None, Field(alias="enableDNSHostnames")] = None
+    """Give pods stable DNS hostnames (JobSet's webhook defaults this to true)."""
+    subdomain: str | None = None
+    """Subdomain and headless Service name; the JobSet name when unset."""
+    publish_not_ready_addresses: bool | None = None
+    """Publish DNS records of pods that are not ready (JobSet's webhook defaults to true)."""
+
+
+class SuccessPolicy(K8sModel):
+    """When the JobSet counts as Completed."""
+
+    operator: Annotated[str, Schema(required=True, enum=("All", "Any"))]
+    """``All``: every Job of the targets succeeded; ``Any``: one did."""
+    target_replicated_jobs: Annotated[list[str] | None, Schema(list_type="atomic")] = None
+    """Replicated jobs the operator applies to; all when empty."""
+
+
+class FailurePolicyRule(K8sModel):
+    """What to do when a child Job fails in a given way."""
+
+    name: Annotated[
+        str,
+        Schema(
+            required=True,
+            min_length=1,
+            max_length=128,
+            pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        ),
+    ]
+    action: Annotated[str, Schema(required=True, enum=FAILURE_ACTIONS)]
+    on_job_failure_reasons: Annotated[
+        list[str] | None,
+        Schema(list_type="atomic", item_enum=JOB_FAILURE_REASONS),
+    ] = None
+    on_job_failure_message_patterns: Annotated[list[str] | None, Schema(list_type="atomic")] = (
+        None
+    )
+    target_replicated_jobs: Annotated[list[str] | None, Schema(list_type="atomic")] = None
+
+
+class FailurePolicy(K8sModel):
+    """Restart and failure behaviour of the JobSet."""
+
+    max_restarts: Int32 | None = None
+    """How many times the whole JobSet may be recreated before it fails."""
+    restart_strategy: Annotated[
+        str | None, Schema(enum=("Recreate", "BlockingRecreate", "InPlaceRestart"))
+    ] = None
+    rules: Annotated[list[FailurePolicyRule] | None, Schema(list_type="atomic")] = None
+
+
+class StartupPolicy(K8sModel):
+    """Deprecated start order of replicated jobs (use dependsOn)."""
+
+    startup_policy_order: Annotated[str, Schema(required=True, enum=("AnyOrder", "InOrder"))]
+
+
+class Coordinator(K8sModel):
+    """The pod published as the JobSet's coordinator."""
+
+    replicated_job: Annotated[str, Schema(required=True)]
+    job_index: Int32 | None = None
+    pod_index: Int32 | None = None
+
+
+class RetentionPolicy(K8sModel):
+    """What happens to volume claims when the JobSet is deleted."""
+
+    when_deleted: Annotated[str | None, Schema(enum=("Delete", "Retain"))] = None
+
+
+class VolumeClaimPolicy(K8sModel):
+    """PersistentVolumeClaims shared by the JobSet's pods."""
+
+    templates: Annotated[
+        list[PersistentVolumeClaimTemplate] | None, Schema(list_type="atomic")
+    ] = None
+    retention_policy: RetentionPolicy | None = None
+
+
+STARTUP_DEPENDS_ON_RULE = Rule(
+    "!(has(self.startupPolicy) && self.startupPolicy.startupPolicyOrder == 'InOrder' && "
+    "self.replicatedJobs.exists(x, has(x.dependsOn)))",
+    "StartupPolicy and DependsOn APIs are mutually exclusive",
+)
+
+
+class JobSetSpec(K8sModel):
+    """The desired state of a JobSet."""
+
+    crd_rules: ClassVar[tuple[Rule, ...]] = (STARTUP_DEPENDS_ON_RULE,)
+
+    replicated_jobs: Annotated[
+        list[ReplicatedJob] | None, Schema(list_type="map", list_map_keys=("name",))
+    ] = None
+    """The Job templates of the JobSet."""
+    network: Annotated[
+        Network | None, Schema(rules=(Rule("self == oldSelf", "Value is immutable"),))
+    ] = None
+    success_policy: Annotated[
+        SuccessPolicy | None, Schema(rules=(Rule("self == oldSelf", "Value is immutable"),))
+    ] = None
+    failure_policy: Annotated[
+        FailurePolicy | None, Schema(rules=(Rule("self == oldSelf", "Value is immutable"),))
+    ] = None
+    startup_policy: Annotated[
+        StartupPolicy | None, Schema(rules=(Rule("self == oldSelf", "Value is immutable"),))
+    ] = None
+    suspend: bool | None = None
+    """Suspend every child Job."""
+    coordinator: Coordinator | None = None
+    managed_by: Annotated[str | None, Schema(max_length=63)] = None
+    """The controller that manages this JobSet; others skip it."""
+    ttl_seconds_after_finished: Annotated[Int32 | None, Schema(minimum=0)] = None
+    """Delete the JobSet this many seconds after it finished."""
+    volume_claim_policies: Annotated[
+        list[VolumeClaimPolicy] | None,
+        Schema(
+            max_items=50,
+            list_type="atomic",
+            rules=(Rule("self == oldSelf", "Value is immutable"),),
+        ),
+    ] = None
+
+
+class ReplicatedJobStatus(K8sModel):
+    """Counts of the Jobs of one replicated job (Jobs, not pods)."""
+
+    name: Annotated[str, Schema(required=True)]
+    ready: Annotated[Int32, Schema(required=True)]
+    succeeded: Annotated[Int32, Schema(required=True)]
+    failed: Annotated[Int32, Schema(required=True)]
+    active: Annotated[Int32, Schema(required=True)]
+    suspended: Annotated[Int32, Schema(required=True)]
+
+
+class JobSetStatus(K8sModel):
+    """The observed state of a JobSet."""
+
+    conditions: Annotated[
+        list[Condition] | None, Schema(list_type="map", list_map_keys=("type",))
+    ] = None
+    restarts: Int32 | None = None
+    restarts_count_towards_max: Int32 | None = None
+    terminal_state: str | None = None
+    replicated_jobs_status: Annotated[
+        list[ReplicatedJobStatus] | None, Schema(list_type="map", list_map_keys=("name",))
+    ] = None
+
+
+class JobSet(K8sModel):
+    """A set of Jobs run and restarted together."""
+
+    api_version: str = API_VERSION
+    kind: str = KIND
+    metadata: ObjectMeta | None = None
+    spec: JobSetSpec | None = None
+    status: JobSetStatus | None = None
+
