@@ -117,3 +117,16 @@ class K8sModel(BaseModel):
     def extras(self) -> dict[str, Any]:
         """Fields present on the wire that this model does not declare."""
         return dict(self.__pydantic_extra__ or {})
+
+
+class TopLevel(K8sModel):
+    """An API object: apiVersion and kind are always written, even when defaulted."""
+
+    def to_wire(self) -> dict[str, Any]:
+        data = super().to_wire()
+        fields = type(self).model_fields
+        head = {
+            "apiVersion": data.pop("apiVersion", fields["api_version"].default),
+            "kind": data.pop("kind", fields["kind"].default),
+        }
+        return {**head, **data}

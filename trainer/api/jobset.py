@@ -11,7 +11,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from trainer.api.base import K8sModel, Rule, Schema
+from trainer.api.base import K8sModel, Rule, Schema, TopLevel
 from trainer.api.core import (
     Condition,
     Int32,
@@ -226,7 +226,7 @@ class JobSetStatus(K8sModel):
     ] = None
 
 
-class JobSet(K8sModel):
+class JobSet(TopLevel):
     """A set of Jobs run and restarted together."""
 
     api_version: str = API_VERSION

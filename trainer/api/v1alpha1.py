@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any, ClassVar
 
 from trainer.api import constants as c
-from trainer.api.base import IMMUTABLE, K8sModel, Rule, Schema
+from trainer.api.base import IMMUTABLE, K8sModel, Rule, Schema, TopLevel
 from trainer.api.core import (
     Condition,
     Container,
@@ -34,17 +34,6 @@ VERSION = c.VERSION
 API_VERSION = c.API_VERSION
 
 ENV_LIST = Schema(list_type="map", list_map_keys=("name",), max_items=128)
-
-
-class TopLevel(K8sModel):
-    """An API object: apiVersion and kind are always written, even when defaulted."""
-
-    def to_wire(self) -> dict[str, Any]:
-        data = super().to_wire()
-        head = {"apiVersion": data.pop("apiVersion", None), "kind": data.pop("kind", None)}
-        head["apiVersion"] = head["apiVersion"] or self.model_fields["api_version"].default
-        head["kind"] = head["kind"] or self.model_fields["kind"].default
-        return {**head, **data}
 
 
 # ---------------------------------------------------------------------------------------------

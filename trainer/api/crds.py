@@ -1,0 +1,472 @@
+"""Generate CustomResourceDefinitions from the API models.
+
+The models are the single source of truth: their Python types give the structural schema and
+their :class:`~trainer.api.base.Schema` markers give the validation rules, defaults and list
+types. ``python -m trainer.api.crds`` writes ``manifests/base/crds/`` (the Trainer CRDs) and
+``manifests/local/`` (a JobSet CRD for the embedded control plane); ``--check`` fails when the
+committed files differ from what the models generate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import functools
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from trainer.api import constants as c
+from trainer.api import jobset as js
+from trainer.api import v1alpha1 as v1
+from trainer.api.base import K8sModel, Schema
+from trainer.api.core import ObjectMeta
+
+GENERATED_BY = "trainer.kubeflow.org/generated-by"
+GENERATOR = "python -m trainer.api.crds"
+
+_SCALARS: dict[type, str] = {str: "string", bool: "boolean", int: "integer", float: "number"}
+
+
+def _merge(markers: list[Schema]) -> Schema | None:
+    """Later markers (outer annotations) win field by field over earlier (inner) ones."""
+    if not markers:
+        return None
+    out: dict[str, Any] = {}
+    for m in markers:
+        for name in Schema.__dataclass_fields__:
+            value = getattr(m, name)
+            default = Schema.__dataclass_fields__[name].default
+            if name == "extra":
+                out.setdefault("extra", {}).update(value)
+            elif name == "rules":
+                out["rules"] = (*out.get("rules", ()), *value)
+            elif value is not None and value != default:
+                out[name] = value
+    return Schema(**out)
+
+
+def _unwrap(tp: Any) -> tuple[Any, list[Schema]]:
+    """Strip Optional and Annotated layers, collecting Schema markers (inner first)."""
+    markers: list[Schema] = []
+    while True:
+        origin = get_origin(tp)
+        if origin is Annotated:
+            args = get_args(tp)
+            inner, meta = args[0], args[1:]
+            tp, inner_markers = _unwrap(inner)
+            markers = inner_markers + [m for m in meta if isinstance(m, Schema)] + markers
+            continue
+        if origin in (Union, types.UnionType):
+            args = [a for a in get_args(tp) if a is not type(None)]
+            if len(args) == 1:
+                tp = args[0]
+                continue
+            # A genuine union (int | str, int | float | str): report its members.
+            flat: list[Any] = []
+            for a in args:
+                inner, ms = _unwrap(a)
+                markers = ms + markers
+                flat.append(inner)
+            return tuple(flat), markers
+        return tp, markers
+
+
+def _description(text: str | None) -> str | None:
+    if not text:
+        return None
+    return " ".join(text.split())
+
+
+class Generator:
+    """Turns a model class into an openAPIV3Schema."""
+
+    def schema_for_type(self, tp: Any, marker: Schema | None) -> dict[str, Any]:
+        node: dict[str, Any] = {}
+        if marker is not None and marker.int_or_string:
+            node = {
+                "anyOf": [{"type": "integer"}, {"type": "string"}],
+                "x-kubernetes-int-or-string": True,
+            }
+        elif marker is not None and marker.type:
+            node = {"type": marker.type}
+        elif isinstance(tp, tuple):
+            raise TypeError(f"union {tp} needs a Schema(type=...) or int_or_string marker")
+        elif tp is Any:
+            node = {"x-kubernetes-preserve-unknown-fields": True}
+        elif isinstance(tp, type) and issubclass(tp, BaseModel):
+            node = self.model_schema(tp)
+        elif tp in _SCALARS:
+            node = {"type": _SCALARS[tp]}
+        else:
+            origin = get_origin(tp)
+            args = get_args(tp)
+            if origin is list:
+                item_tp, item_markers = _unwrap(args[0])
+                items = self.schema_for_type(item_tp, _merge(item_markers))
+                if marker is not None:
+                    self._apply_item_marker(items, marker)
+                node = {"type": "array", "items": items}
+            elif origin is dict:
+                value_tp, value_markers = _unwrap(args[1])
+                if value_tp is Any:
+                    node = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                else:
+                    node = {
+                        "type": "object",
+                        "additionalProperties": self.schema_for_type(
+                            value_tp, _merge(value_markers)
+                        ),
+                    }
+            else:
+                raise TypeError(f"no schema for type {tp!r}")
+        if marker is not None:
+            self._apply_marker(node, marker)
+        return node
+
+    @staticmethod
+    def _apply_item_marker(items: dict[str, Any], marker: Schema) -> None:
+        if marker.item_max_length is not None:
+            items["maxLength"] = marker.item_max_length
+        if marker.item_min_length is not None:
+            items["minLength"] = marker.item_min_length
+        if marker.item_enum is not None:
+            items["enum"] = list(marker.item_enum)
+        if marker.item_rules:
+            items.setdefault("x-kubernetes-validations", []).extend(
+                r.to_schema() for r in marker.item_rules
+            )
+
+    @staticmethod
+    def _apply_marker(node: dict[str, Any], m: Schema) -> None:
+        if m.format:
+            node["format"] = m.format
+        for key, value in (
+            ("enum", list(m.enum) if m.enum is not None else None),
+            ("minimum", m.minimum),
+            ("maximum", m.maximum),
+            ("minLength", m.min_length),
+            ("maxLength", m.max_length),
+            ("minItems", m.min_items),
+            ("maxItems", m.max_items),
+            ("minProperties", m.min_properties),
+            ("pattern", m.pattern),
+            ("x-kubernetes-list-type", m.list_type),
+            ("x-kubernetes-map-type", m.map_type),
+        ):
+            if value is not None:
+                node[key] = value
+        if m.list_map_keys:
+            node["x-kubernetes-list-map-keys"] = list(m.list_map_keys)
+        if m.preserve_unknown:
+            node["x-kubernetes-preserve-unknown-fields"] = True
+        if m.embedded_resource:
+            node["x-kubernetes-embedded-resource"] = True
+        if m.rules:
+            node.setdefault("x-kubernetes-validations", []).extend(
+                r.to_schema() for r in m.rules
+            )
+        node.update(m.extra)
+
+    def field_schema(self, info: FieldInfo) -> dict[str, Any]:
+        tp, markers = _unwrap(info.annotation)
+        markers += [m for m in info.metadata if isinstance(m, Schema)]
+        marker = _merge(markers)
+        if tp is ObjectMeta:
+            node = self.embedded_meta()
+        else:
+            node = self.schema_for_type(tp, marker)
+        description = _description(info.description)
+        if description is None and isinstance(tp, type) and issubclass(tp, BaseModel):
+            description = _description(tp.__doc__)
+        if (
+            not info.is_required()
+            and info.default is not None
+            and isinstance(info.default, str | int | float | bool)
+        ):
+            node["default"] = info.default
+        ordered: dict[str, Any] = {}
+        if description:
+            ordered["description"] = description
+        ordered.update(node)
+        return ordered
+
+    @staticmethod
+    def embedded_meta() -> dict[str, Any]:
+        string_map = {"type": "object", "additionalProperties": {"type": "string"}}
+        return {
+            "type": "object",
+            "properties": {
+                "annotations": string_map,
+                "finalizers": {"type": "array", "items": {"type": "string"}},
+                "labels": string_map,
+                "name": {"type": "string"},
+                "namespace": {"type": "string"},
+            },
+        }
+
+    def model_schema(self, cls: type[BaseModel]) -> dict[str, Any]:
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        for name, info in cls.model_fields.items():
+            wire = info.serialization_alias or info.alias or name
+            properties[wire] = self.field_schema(info)
+            markers = [m for m in info.metadata if isinstance(m, Schema)]
+            if info.is_required() or any(m.required for m in markers):
+                required.append(wire)
+        node: dict[str, Any] = {"type": "object"}
+        if properties:
+            node["properties"] = properties
+        if required:
+            node["required"] = required
+        if issubclass(cls, K8sModel):
+            if cls.crd_preserve_unknown:
+                node["x-kubernetes-preserve-unknown-fields"] = True
+            if cls.crd_min_properties is not None:
+                node["minProperties"] = cls.crd_min_properties
+            if cls.crd_rules:
+                node["x-kubernetes-validations"] = [r.to_schema() for r in cls.crd_rules]
+        return node
+
+    def root_schema(self, cls: type[BaseModel]) -> dict[str, Any]:
+        node = self.model_schema(cls)
+        props = node["properties"]
+        props["apiVersion"] = {
+            "description": "APIVersion defines the versioned schema of this representation "
+            "of an object.",
+            "type": "string",
+        }
+        props["kind"] = {
+            "description": "Kind is a string value representing the REST resource this "
+            "object represents.",
+            "type": "string",
+        }
+        props["metadata"] = {"type": "object"}
+        node.pop("required", None)
+        out: dict[str, Any] = {}
+        doc = _description(cls.__doc__)
+        if doc:
+            out["description"] = doc
+        out.update(node)
+        return out
+
+
+def _crd(
+    *,
+    group: str,
+    kind: str,
+    plural: str,
+    scope: str,
+    version: str,
+    model: type[BaseModel],
+    status: bool,
+    columns: list[dict[str, Any]],
+    short_names: list[str] | None = None,
+    categories: list[str] | None = None,
+) -> dict[str, Any]:
+    names: dict[str, Any] = {
+        "kind": kind,
+        "listKind": f"{kind}List",
+        "plural": plural,
+        "singular": kind.lower(),
+    }
+    if short_names:
+        names["shortNames"] = short_names
+    if categories:
+        names["categories"] = categories
+    ver: dict[str, Any] = {"name": version, "served": True, "storage": True}
+    if columns:
+        ver["additionalPrinterColumns"] = columns
+    ver["schema"] = {"openAPIV3Schema": Generator().root_schema(model)}
+    if status:
+        ver["subresources"] = {"status": {}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{group}",
+            "annotations": {GENERATED_BY: GENERATOR},
+        },
+        "spec": {"group": group, "names": names, "scope": scope, "versions": [ver]},
+    }
+
+
+AGE_COLUMN = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+TRAINJOB_COLUMNS = [
+    {
+        "name": "State",
+        "type": "string",
+        "description": "The active state: the first condition that is True (Suspended, "
+        "Complete, Failed); empty while the TrainJob runs",
+        "jsonPath": '.status.conditions[?(@.status=="True")].type',
+    },
+    {
+        "name": "Runtime",
+        "type": "string",
+        "description": "The runtime the TrainJob runs on",
+        "jsonPath": ".spec.runtimeRef.name",
+    },
+    {
+        "name": "Nodes",
+        "type": "integer",
+        "description": "Training nodes requested by the TrainJob (the runtime's when empty)",
+        "jsonPath": ".spec.trainer.numNodes",
+    },
+    AGE_COLUMN,
+]
+
+
+def trainjob_crd() -> dict[str, Any]:
+    return _crd(
+        group=c.GROUP,
+        kind=c.KIND_TRAINJOB,
+        plural=c.PLURAL_TRAINJOBS,
+        scope="Namespaced",
+        version=c.VERSION,
+        model=v1.TrainJob,
+        status=True,
+        columns=TRAINJOB_COLUMNS,
+    )
+
+
+def training_runtime_crd() -> dict[str, Any]:
+    return _crd(
+        group=c.GROUP,
+        kind=c.KIND_TRAINING_RUNTIME,
+        plural=c.PLURAL_TRAINING_RUNTIMES,
+        scope="Namespaced",
+        version=c.VERSION,
+        model=v1.TrainingRuntime,
+        status=False,
+        columns=[AGE_COLUMN],
+    )
+
+
+def cluster_training_runtime_crd() -> dict[str, Any]:
+    return _crd(
+        group=c.GROUP,
+        kind=c.KIND_CLUSTER_TRAINING_RUNTIME,
+        plural=c.PLURAL_CLUSTER_TRAINING_RUNTIMES,
+        scope="Cluster",
+        version=c.VERSION,
+        model=v1.ClusterTrainingRuntime,
+        status=False,
+        columns=[AGE_COLUMN],
+    )
+
+
+def jobset_crd() -> dict[str, Any]:
+    return _crd(
+        group=js.GROUP,
+        kind=js.KIND,
+        plural="jobsets",
+        scope="Namespaced",
+        version=js.VERSION,
+        model=js.JobSet,
+        status=True,
+        columns=[
+            {"name": "TerminalState", "type": "string", "jsonPath": ".status.terminalState"},
+            {"name": "Restarts", "type": "string", "jsonPath": ".status.restarts"},
+            {
+                "name": "Completed",
+                "type": "string",
+                "jsonPath": '.status.conditions[?(@.type=="Completed")].status',
+            },
+            {"name": "Suspended", "type": "string", "jsonPath": ".spec.suspend"},
+            AGE_COLUMN,
+        ],
+    )
+
+
+def trainer_crds() -> list[dict[str, Any]]:
+    """The three Trainer CRDs, in install order."""
+    return [cluster_training_runtime_crd(), training_runtime_crd(), trainjob_crd()]
+
+
+def crd_schema(crd: dict[str, Any]) -> dict[str, Any]:
+    """The openAPIV3Schema of a single-version CRD."""
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+@functools.cache
+def _schemas() -> dict[str, dict[str, Any]]:
+    crds = [*trainer_crds(), jobset_crd()]
+    return {crd["spec"]["names"]["kind"]: crd_schema(crd) for crd in crds}
+
+
+def schema_for_kind(kind: str) -> dict[str, Any]:
+    """The openAPIV3Schema of a Trainer or JobSet kind (built once; do not mutate)."""
+    return _schemas()[kind]
+
+
+HEADER = (
+    "# Generated by `python -m trainer.api.crds` from the models in trainer/api; do not edit.\n"
+)
+
+
+def to_yaml(obj: Any) -> str:
+    return HEADER + yaml.safe_dump(obj, sort_keys=False, width=100, allow_unicode=True)
+
+
+def rendered_files() -> Iterator[tuple[str, str]]:
+    """(relative path, content) of every generated file."""
+    names = []
+    for crd in trainer_crds():
+        fname = f"{crd['spec']['group']}_{crd['spec']['names']['plural']}.yaml"
+        names.append(fname)
+        yield f"manifests/base/crds/{fname}", to_yaml(crd)
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": names,
+    }
+    yield "manifests/base/crds/kustomization.yaml", to_yaml(kustomization)
+    yield "manifests/local/jobset.x-k8s.io_jobsets.yaml", to_yaml(jobset_crd())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.api.crds", description=__doc__)
+    parser.add_argument("--root", type=Path, default=Path.cwd(), help="project root")
+    parser.add_argument(
+        "--check", action="store_true", help="fail if the files differ from the models"
+    )
+    args = parser.parse_args(argv)
+    stale = []
+    for rel, content in rendered_files():
+        path = args.root / rel
+        current = path.read_text() if path.exists() else ""
+        if current == content:
+            continue
+        if args.check:
+            stale.append(rel)
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    current.splitlines(keepends=True),
+                    content.splitlines(keepends=True),
+                    f"a/{rel}",
+                    f"b/{rel}",
+                )
+            )
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+            print(f"wrote {rel}")
+    if stale:
+        print(
+            f"\n{len(stale)} generated file(s) are stale; run `python -m trainer.api.crds`",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

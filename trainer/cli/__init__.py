@@ -1,0 +1,1 @@
+"""The ``trainer`` command line: one module per verb."""

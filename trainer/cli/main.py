@@ -1,0 +1,33 @@
+"""Entry point of the ``trainer`` command."""
+
+from __future__ import annotations
+
+import typer
+
+from trainer import __version__
+from trainer.cli import crds as crds_cmd
+from trainer.cli import validate as validate_cmd
+
+app = typer.Typer(
+    name="trainer",
+    help="Kubeflow Trainer v2.3, reimplemented in Python on JobSet.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command(name="validate")(validate_cmd.validate)
+app.command(name="crds")(crds_cmd.crds)
+
+
+@app.command()
+def version() -> None:
+    """Print the version of this tool and the Trainer API it serves."""
+    typer.echo(f"trainer {__version__} (API trainer.kubeflow.org/v1alpha1, Kubeflow Trainer v2.3)")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

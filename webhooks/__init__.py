@@ -1,0 +1,1 @@
+"""The FastAPI admission webhook (AdmissionReview v1) for TrainJobs and runtimes."""
