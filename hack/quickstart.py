@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from trainer.api.load import check_object
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -23,13 +25,13 @@ def main() -> int:
     if rc != 0:
         return rc
 
-    from trainer.api.load import check_object
-
     example = ROOT / "examples" / "torch-ddp-cpu" / "trainjob.yaml"
     result = check_object(yaml.safe_load(example.read_text()))
     print(f"\n==> {example.relative_to(ROOT)} as the API server stores it (defaults applied):")
     print(yaml.safe_dump(result.stored, sort_keys=False), end="")
-    print("\nquickstart: OK (offline checks; the end-to-end run arrives with the local control plane)")
+    print(
+        "\nquickstart: OK (offline checks; the end-to-end run arrives with the local control plane)"
+    )
     return 0
 
 

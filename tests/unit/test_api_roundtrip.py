@@ -16,11 +16,7 @@ from trainer.api.load import load_documents, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 
 ROOT = Path(__file__).resolve().parents[2]
-REPO_YAML = sorted(
-    p
-    for d in ("runtimes", "examples")
-    for p in (ROOT / d).rglob("*.yaml")
-)
+REPO_YAML = sorted(p for d in ("runtimes", "examples") for p in (ROOT / d).rglob("*.yaml"))
 
 
 def roundtrip(data: dict[str, Any]) -> dict[str, Any]:
@@ -68,7 +64,8 @@ apiVersion: trainer.kubeflow.org/v1alpha1
 kind: TrainJob
 metadata: {name: fine-tune, namespace: team-a}
 spec:
-  runtimeRef: {apiGroup: trainer.kubeflow.org, kind: ClusterTrainingRuntime, name: torch-distributed}
+  runtimeRef:
+    {apiGroup: trainer.kubeflow.org, kind: ClusterTrainingRuntime, name: torch-distributed}
   trainer:
     numNodes: 4
     numProcPerNode: 2
@@ -86,7 +83,9 @@ metadata: {name: patched}
 spec:
   runtimeRef: {name: torch-distributed}
   trainer:
-    env: [{name: CUSTOM, value: "1"}, {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]
+    env:
+    - {name: CUSTOM, value: "1"}
+    - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
   runtimePatches:
   - manager: platform.example.com/defaults
     time: "2026-01-02T03:04:05Z"
@@ -305,9 +304,7 @@ def test_unset_fields_read_their_crd_defaults() -> None:
     assert (rjob.replicas, rjob.group_name) == (1, "default")
 
 
-GENERATED = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+GENERATED = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.parametrize(

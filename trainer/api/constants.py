@@ -172,6 +172,5 @@ EVENT_ACTION_RECONCILING = "Reconciling"
 
 # --- Runtime deprecation --------------------------------------------------------------------
 RUNTIME_DEPRECATION_POLICY_URL = (
-    "https://trainer.kubeflow.org/en/latest/operator-guides/runtime.html"
-    "#runtime-deprecation-policy"
+    "https://trainer.kubeflow.org/en/latest/operator-guides/runtime.html#runtime-deprecation-policy"
 )

@@ -112,7 +112,7 @@ class LocalObjectReference(K8sModel):
 
     crd_preserve_unknown: ClassVar[bool] = True
 
-    name: str | None = None
+    name: str = ""
 
 
 class EnvFromSource(K8sModel):
@@ -274,9 +274,7 @@ class PodSpec(K8sModel):
     init_containers: Annotated[
         list[Container] | None, Schema(list_type="map", list_map_keys=("name",))
     ] = None
-    volumes: Annotated[
-        list[Volume] | None, Schema(list_type="map", list_map_keys=("name",))
-    ] = None
+    volumes: Annotated[list[Volume] | None, Schema(list_type="map", list_map_keys=("name",))] = None
     node_selector: StringMap | None = None
     tolerations: Annotated[list[Toleration] | None, Schema(list_type="atomic")] = None
     affinity: dict[str, Any] | None = None

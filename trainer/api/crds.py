@@ -64,13 +64,13 @@ def _unwrap(tp: Any) -> tuple[Any, list[Schema]]:
             markers = inner_markers + [m for m in meta if isinstance(m, Schema)] + markers
             continue
         if origin in (Union, types.UnionType):
-            args = [a for a in get_args(tp) if a is not type(None)]
-            if len(args) == 1:
-                tp = args[0]
+            members = [a for a in get_args(tp) if a is not type(None)]
+            if len(members) == 1:
+                tp = members[0]
                 continue
             # A genuine union (int | str, int | float | str): report its members.
             flat: list[Any] = []
-            for a in args:
+            for a in members:
                 inner, ms = _unwrap(a)
                 markers = ms + markers
                 flat.append(inner)
@@ -169,19 +169,14 @@ class Generator:
         if m.embedded_resource:
             node["x-kubernetes-embedded-resource"] = True
         if m.rules:
-            node.setdefault("x-kubernetes-validations", []).extend(
-                r.to_schema() for r in m.rules
-            )
+            node.setdefault("x-kubernetes-validations", []).extend(r.to_schema() for r in m.rules)
         node.update(m.extra)
 
     def field_schema(self, info: FieldInfo) -> dict[str, Any]:
         tp, markers = _unwrap(info.annotation)
         markers += [m for m in info.metadata if isinstance(m, Schema)]
         marker = _merge(markers)
-        if tp is ObjectMeta:
-            node = self.embedded_meta()
-        else:
-            node = self.schema_for_type(tp, marker)
+        node = self.embedded_meta() if tp is ObjectMeta else self.schema_for_type(tp, marker)
         description = _description(info.description)
         if description is None and isinstance(tp, type) and issubclass(tp, BaseModel):
             description = _description(tp.__doc__)

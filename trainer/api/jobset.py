@@ -110,9 +110,7 @@ class FailurePolicyRule(K8sModel):
         list[str] | None,
         Schema(list_type="atomic", item_enum=JOB_FAILURE_REASONS),
     ] = None
-    on_job_failure_message_patterns: Annotated[list[str] | None, Schema(list_type="atomic")] = (
-        None
-    )
+    on_job_failure_message_patterns: Annotated[list[str] | None, Schema(list_type="atomic")] = None
     target_replicated_jobs: Annotated[list[str] | None, Schema(list_type="atomic")] = None
 
 
@@ -150,9 +148,9 @@ class RetentionPolicy(K8sModel):
 class VolumeClaimPolicy(K8sModel):
     """PersistentVolumeClaims shared by the JobSet's pods."""
 
-    templates: Annotated[
-        list[PersistentVolumeClaimTemplate] | None, Schema(list_type="atomic")
-    ] = None
+    templates: Annotated[list[PersistentVolumeClaimTemplate] | None, Schema(list_type="atomic")] = (
+        None
+    )
     retention_policy: RetentionPolicy | None = None
 
 
@@ -234,4 +232,3 @@ class JobSet(TopLevel):
     metadata: ObjectMeta | None = None
     spec: JobSetSpec | None = None
     status: JobSetStatus | None = None
-

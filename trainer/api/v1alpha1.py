@@ -143,9 +143,9 @@ class PodSpecPatch(K8sModel):
     service_account_name: Annotated[str | None, Schema(max_length=253, rules=(IMMUTABLE,))] = None
     node_selector: dict[str, str] | None = None
     affinity: dict[str, Any] | None = None
-    tolerations: Annotated[
-        list[Toleration] | None, Schema(list_type="atomic", max_items=128)
-    ] = None
+    tolerations: Annotated[list[Toleration] | None, Schema(list_type="atomic", max_items=128)] = (
+        None
+    )
     volumes: Annotated[
         list[Volume] | None,
         Schema(list_type="map", list_map_keys=("name",), max_items=128, rules=(IMMUTABLE,)),
@@ -284,7 +284,9 @@ class TrainerStatus(K8sModel):
     """Progress reported by the training code (alpha, feature gate TrainJobStatus)."""
 
     crd_rules: ClassVar[tuple[Rule, ...]] = (
-        Rule("has(self.lastUpdatedTime)", "lastUpdatedTime is required when trainerStatus is present"),
+        Rule(
+            "has(self.lastUpdatedTime)", "lastUpdatedTime is required when trainerStatus is present"
+        ),
     )
 
     progress_percentage: Annotated[Int32 | None, Schema(minimum=0, maximum=100)] = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -12,7 +12,7 @@ from trainer.api.load import CheckResult, ObjectError, check_object
 from trainer.cli.files import read_documents
 
 
-class Output(str, Enum):
+class Output(StrEnum):
     text = "text"
     json = "json"
 

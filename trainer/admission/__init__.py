@@ -1,0 +1,1 @@
+"""Pure validation and defaulting of TrainJobs and runtimes."""

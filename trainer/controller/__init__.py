@@ -1,0 +1,1 @@
+"""The asyncio reconciler: watch caches, work queue, reconcile, status, leader election."""

@@ -1,0 +1,1 @@
+"""The embedded local control plane: an in-memory API server and a JobSet executor."""

@@ -1,0 +1,1 @@
+"""One module per plugin of the build: ML policies, gang scheduling, the JobSet builder, data cache, status."""

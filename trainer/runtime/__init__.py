@@ -1,0 +1,1 @@
+"""The pure build: the intermediate representation, runtimePatches merge, the plugin framework and naming."""
