@@ -57,7 +57,8 @@ class FieldError:
         return self.value is not _NO_VALUE
 
     def __str__(self) -> str:
-        parts = [f"{self.path}: {self.type}"]
+        # An error about the whole object (a root-level rule) has no path to show.
+        parts = [f"{self.path}: {self.type}" if self.path else self.type]
         if self.has_value and self.type in (INVALID, UNSUPPORTED, DUPLICATE, NOT_FOUND):
             parts.append(format_value(self.value))
         if self.message:

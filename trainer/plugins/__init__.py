@@ -1,1 +1,2 @@
-"""One module per plugin of the build: ML policies, gang scheduling, the JobSet builder, data cache, status."""
+"""One module per plugin of the build: ML policies, gang scheduling, the JobSet builder,
+data cache and status."""

@@ -1,1 +1,2 @@
-"""The pure build: the intermediate representation, runtimePatches merge, the plugin framework and naming."""
+"""The pure build: the intermediate representation, runtimePatches merge, the plugin
+framework and naming."""

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import copy
 import enum
+import functools
+import importlib
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -154,6 +157,27 @@ def map_key_identity(key_values: Mapping[str, Any]) -> Any:
     return tuple(
         (k, "<unspecified>" if v is UNSPECIFIED else canonical(v)) for k, v in key_values.items()
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_regex(pattern: str) -> tuple[Any, str]:
+    """Compile with RE2 (Go's regexp syntax, as the apiserver and CEL), else Python ``re``.
+
+    Returns the compiled pattern (with ``search``/``finditer``) or None and the error text.
+    """
+    try:
+        re2: Any = importlib.import_module("re2")
+    except ImportError:  # pragma: no cover - google-re2 comes with cel-python
+        re2 = None
+    try:
+        if re2 is not None:
+            return re2.compile(pattern), ""
+        return re.compile(pattern), ""  # pragma: no cover
+    except Exception as exc:
+        text = exc.args[0] if exc.args else exc
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        return None, str(text)
 
 
 # --- defaulting -----------------------------------------------------------------------------
