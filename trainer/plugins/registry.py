@@ -1,0 +1,54 @@
+"""The plugins of the build, in their declared order, and :func:`render`: the pure function
+from a TrainJob and its runtime to every object the controller applies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from trainer.api.v1alpha1 import TrainJob
+from trainer.plugins.jobset import JobSetPlugin
+from trainer.plugins.plainml import PlainMLPlugin
+from trainer.runtime.assemble import new_info
+from trainer.runtime.framework import Framework, Plugin
+from trainer.runtime.info import BuildContext, Observed, Runtime
+from trainer.runtime.snapshot import build_snapshot, snapshot_name
+
+
+def default_plugins() -> list[Plugin]:
+    """Every plugin, in the order they run within each phase."""
+    return [
+        PlainMLPlugin(),
+        JobSetPlugin(),
+    ]
+
+
+def default_framework() -> Framework:
+    return Framework(default_plugins())
+
+
+def render(
+    trainjob: TrainJob,
+    runtime: Runtime,
+    *,
+    observed: Observed | None = None,
+    ctx: BuildContext | None = None,
+    framework: Framework | None = None,
+    plugins: Sequence[Plugin] | None = None,
+) -> list[dict[str, Any]]:
+    """Every object to apply for ``trainjob``, in apply order: the runtime snapshot (unless
+    one exists), the side objects, then the JobSet. Pure: same input, same output."""
+    observed = observed or Observed()
+    ctx = ctx or BuildContext()
+    if framework is None:
+        framework = Framework(list(plugins)) if plugins is not None else default_framework()
+    info = new_info(trainjob, runtime, observed)
+    objects = framework.run(info, ctx)
+    name = info.name
+    out: list[dict[str, Any]] = []
+    if snapshot_name(name) not in observed.config_maps:
+        out.append(build_snapshot(trainjob, runtime))
+    # The JobSet goes last: everything its pods mount exists before they start.
+    out.extend(o for o in objects if o.get("kind") != "JobSet")
+    out.extend(o for o in objects if o.get("kind") == "JobSet")
+    return out

@@ -1,0 +1,197 @@
+"""Merge a TrainJob onto its runtime: the :class:`~trainer.runtime.info.Info` every plugin
+starts from (spec section 2.3, plus the TrainJob-field steps of the JobSet builder, 2.4).
+
+1. JobSet labels/annotations: the runtime template's, then each runtimePatch's, in order.
+2. runtimePatches strategic-merged onto the runtime's JobSet spec, in order; the runtime's
+   replicated-job order is kept.
+3. One pod set per replicated job; count = parallelism (default 1), or ``mlPolicy.numNodes``
+   (default 1) for the trainer step when there is an ML policy; clamped to at least 1.
+4. ``trainer.resourcesPerNode`` merged into container ``node`` of the trainer step (only with
+   an ML policy) and, for MPI with runLauncherAsNode, of the replicated job ``node``.
+5. The TrainJob's trainer image/command/args replace the runtime's in container ``node`` of
+   the trainer step; its env is upserted there (and into job ``node`` for MPI
+   runLauncherAsNode).
+6. Initializers: ``STORAGE_URI`` then the initializer env into the initializer container of
+   the same name, and the secretRef as envFrom; a ``cache://`` dataset goes to this project's
+   ``cache-initializer`` when the runtime has one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.api import constants as c
+from trainer.api.core import EnvFromSource, LocalObjectReference
+from trainer.api.jobset import JobSetSpec, ReplicatedJob
+from trainer.api.v1alpha1 import DatasetInitializer, ModelInitializer, TrainJob
+from trainer.runtime import apply
+from trainer.runtime.info import BuildError, Info, Observed, PodSet, Runtime
+from trainer.runtime.merge import merge_string_maps, strategic_merge
+from trainer.runtime.resources import merge_resources
+
+CACHE_SCHEME = "cache://"
+
+
+def ancestor_of(job: ReplicatedJob) -> str | None:
+    meta = job.template.metadata
+    return ((meta.labels if meta else None) or {}).get(c.LABEL_ANCESTOR)
+
+
+def merged_spec(runtime: Runtime, trainjob: TrainJob) -> JobSetSpec:
+    """The runtime's JobSet spec with every runtimePatch merged in, runtime job order kept."""
+    if runtime.spec is None:
+        raise BuildError(f"runtime {runtime_label(runtime)} has no spec")
+    template = runtime.spec.template
+    base: dict[str, Any] = template.spec.to_wire() if template.spec is not None else {}
+    order = [j.get("name") for j in base.get("replicatedJobs") or []]
+    for patch in (trainjob.spec.runtime_patches if trainjob.spec else None) or []:
+        rt = patch.training_runtime_spec
+        if rt is None or rt.template is None or rt.template.spec is None:
+            continue
+        base = strategic_merge(base, rt.template.spec.to_wire())
+    jobs = base.get("replicatedJobs")
+    if jobs:
+        rank = {name: i for i, name in enumerate(order)}
+        base["replicatedJobs"] = sorted(jobs, key=lambda j: rank.get(j.get("name"), len(rank)))
+    return JobSetSpec.from_wire(base)
+
+
+def runtime_label(runtime: Runtime) -> str:
+    name = runtime.metadata.name if runtime.metadata else None
+    return f"{runtime.kind}/{name or '?'}"
+
+
+def merged_metadata(runtime: Runtime, trainjob: TrainJob) -> tuple[dict[str, str], dict[str, str]]:
+    meta = runtime.spec.template.metadata if runtime.spec else None
+    labels = [meta.labels if meta else None]
+    annotations = [meta.annotations if meta else None]
+    for patch in (trainjob.spec.runtime_patches if trainjob.spec else None) or []:
+        rt = patch.training_runtime_spec
+        pmeta = rt.template.metadata if rt is not None and rt.template is not None else None
+        if pmeta is not None:
+            labels.append(pmeta.labels)
+            annotations.append(pmeta.annotations)
+    return merge_string_maps(*labels), merge_string_maps(*annotations)
+
+
+def new_info(trainjob: TrainJob, runtime: Runtime, observed: Observed | None = None) -> Info:
+    """The TrainJob merged onto the runtime, before any plugin ran."""
+    if trainjob.spec is None:
+        raise BuildError("TrainJob has no spec")
+    spec = merged_spec(runtime, trainjob)
+    labels, annotations = merged_metadata(runtime, trainjob)
+    runtime_spec = runtime.spec
+    assert runtime_spec is not None  # merged_spec checked it
+    ml_policy = runtime_spec.ml_policy
+    pod_sets: list[PodSet] = []
+    for job in spec.replicated_jobs or []:
+        ancestor = ancestor_of(job)
+        job_spec = job.template.spec
+        count = (job_spec.parallelism if job_spec else None) or 1
+        if ancestor == c.ANCESTOR_TRAINER and ml_policy is not None:
+            count = ml_policy.num_nodes if ml_policy.num_nodes is not None else 1
+        pod_sets.append(PodSet(job.name, ancestor, max(count, 1), job))
+    info = Info(
+        trainjob=trainjob,
+        runtime=runtime,
+        ml_policy=ml_policy,
+        pod_group_policy=runtime_spec.pod_group_policy,
+        labels=labels,
+        annotations=annotations,
+        spec=spec,
+        pod_sets=pod_sets,
+        observed=observed or Observed(),
+    )
+    _merge_resources_per_node(info)
+    _apply_trainer(info)
+    _apply_initializers(info)
+    return info
+
+
+def _run_launcher_as_node(info: Info) -> bool:
+    mpi = info.ml_policy.mpi if info.ml_policy else None
+    return bool(mpi and mpi.run_launcher_as_node)
+
+
+def node_pod_sets(info: Info) -> list[PodSet]:
+    """The trainer step's pod sets, plus job ``node`` for MPI with runLauncherAsNode."""
+    targets = info.pod_sets_with_ancestor(c.ANCESTOR_TRAINER)
+    if _run_launcher_as_node(info):
+        node = info.pod_set(c.JOB_NODE)
+        if node is not None and node not in targets:
+            targets.append(node)
+    return targets
+
+
+def _merge_resources_per_node(info: Info) -> None:
+    trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
+    if info.ml_policy is None or trainer is None or trainer.resources_per_node is None:
+        return
+    for ps in node_pod_sets(info):
+        ctr = ps.container(c.CONTAINER_NODE)
+        if ctr is not None:
+            ctr.resources = merge_resources(ctr.resources, trainer.resources_per_node)
+
+
+def _apply_trainer(info: Info) -> None:
+    trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
+    if trainer is None:
+        return
+    for ps in info.pod_sets_with_ancestor(c.ANCESTOR_TRAINER):
+        ctr = ps.container(c.CONTAINER_NODE)
+        if ctr is None:
+            continue
+        if trainer.image is not None:
+            ctr.image = trainer.image
+        if trainer.command is not None:
+            ctr.command = list(trainer.command)
+        if trainer.args is not None:
+            ctr.args = list(trainer.args)
+    if trainer.env:
+        for ps in node_pod_sets(info):
+            ctr = ps.container(c.CONTAINER_NODE)
+            if ctr is not None:
+                apply.upsert_env(ctr, trainer.env)
+
+
+def dataset_goes_to_cache(info: Info) -> bool:
+    """A ``cache://`` dataset on a runtime with a cache-initializer step."""
+    init = info.trainjob.spec.initializer if info.trainjob.spec else None
+    uri = init.dataset.storage_uri if init is not None and init.dataset is not None else None
+    return bool(
+        uri
+        and uri.startswith(CACHE_SCHEME)
+        and info.pod_sets_with_ancestor(c.ANCESTOR_CACHE_INITIALIZER)
+    )
+
+
+def _apply_initializers(info: Info) -> None:
+    init = info.trainjob.spec.initializer if info.trainjob.spec else None
+    if init is None:
+        return
+    if init.dataset is not None:
+        if dataset_goes_to_cache(info):
+            _inject(info, c.ANCESTOR_CACHE_INITIALIZER, c.CONTAINER_CACHE_INITIALIZER, init.dataset)
+        else:
+            _inject(
+                info, c.ANCESTOR_DATASET_INITIALIZER, c.CONTAINER_DATASET_INITIALIZER, init.dataset
+            )
+    if init.model is not None:
+        _inject(info, c.ANCESTOR_MODEL_INITIALIZER, c.CONTAINER_MODEL_INITIALIZER, init.model)
+
+
+def _inject(
+    info: Info, ancestor: str, container: str, src: DatasetInitializer | ModelInitializer
+) -> None:
+    for ps in info.pod_sets_with_ancestor(ancestor):
+        ctr = ps.container(container)
+        if ctr is None:
+            continue
+        if src.storage_uri is not None:
+            apply.upsert_env(ctr, [apply.env(c.ENV_STORAGE_URI, src.storage_uri)])
+        if src.env:
+            apply.upsert_env(ctr, src.env)
+        if src.secret_ref is not None:
+            apply.append_env_from(
+                ctr, EnvFromSource(secret_ref=LocalObjectReference(name=src.secret_ref.name))
+            )

@@ -1,0 +1,155 @@
+"""The intermediate representation of a build: a TrainJob merged onto its runtime.
+
+:class:`Info` holds a *working copy* of the runtime's JobSet spec, with the TrainJob's
+runtimePatches already merged in, and one :class:`PodSet` per replicated job. Plugins mutate
+the pod templates of the working copy through their pod sets (env, ports, volumes, commands)
+and set pod-set counts; the JobSet builder then turns the working copy into the JobSet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.api import constants as c
+from trainer.api.core import Container, JobSpec, PodSpec, PodTemplateSpec
+from trainer.api.jobset import JobSet, JobSetSpec, ReplicatedJob
+from trainer.api.v1alpha1 import (
+    ClusterTrainingRuntime,
+    MLPolicy,
+    PodGroupPolicy,
+    TrainingRuntime,
+    TrainJob,
+)
+from trainer.runtime.apply import find_container, regular_container
+from trainer.runtime.quantity import Quantity
+from trainer.runtime.resources import pod_requests
+
+Runtime = TrainingRuntime | ClusterTrainingRuntime
+
+
+class BuildError(Exception):
+    """A TrainJob cannot be built on its runtime; the message says why, for the user."""
+
+
+@dataclass(frozen=True)
+class SSHKeyPair:
+    """An SSH key pair as it goes into the MPI Secret."""
+
+    private_pem: bytes
+    public_authorized_key: bytes
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Objects that already exist in the cluster, passed in so the build stays pure."""
+
+    jobset: JobSet | None = None
+    pod_group: Mapping[str, Any] | None = None
+    secrets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    config_maps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What the build may not make up itself: randomness and configuration."""
+
+    ssh_keygen: Callable[[], SSHKeyPair] | None = None
+    """Makes a fresh key pair for an MPI job (only called when no Secret exists)."""
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    status_server_url: str | None = None
+    """Base URL of the TrainJob status server (TrainJobStatus gate)."""
+
+
+@dataclass
+class PodSet:
+    """The pods of one replicated job: how many, and their template (a live reference into
+    the working JobSet spec)."""
+
+    name: str
+    ancestor: str | None
+    count: int
+    job: ReplicatedJob
+
+    @property
+    def replicas(self) -> int:
+        return self.job.replicas
+
+    @property
+    def pod_spec(self) -> PodSpec:
+        tmpl = self.job.template
+        if tmpl.spec is None:
+            tmpl.spec = JobSpec(template=PodTemplateSpec())
+        if tmpl.spec.template.spec is None:
+            tmpl.spec.template.spec = PodSpec()
+        return tmpl.spec.template.spec
+
+    def container(self, name: str) -> Container | None:
+        """The regular container ``name``."""
+        return regular_container(self.pod_spec, name)
+
+    def any_container(self, name: str) -> Container | None:
+        """The regular container ``name``, else the init container of that name."""
+        return find_container(self.pod_spec, name)
+
+    def endpoints(self, jobset_name: str, subdomain: str) -> list[str]:
+        """Pod DNS names, ``<jobset>-<rjob>-<replica>-<pod>.<subdomain>``, replica-major."""
+        return [
+            f"{jobset_name}-{self.name}-{r}-{p}.{subdomain}"
+            for r in range(self.replicas)
+            for p in range(self.count)
+        ]
+
+    def single_pod_requests(self) -> dict[str, Quantity]:
+        return pod_requests(self.pod_spec)
+
+
+@dataclass
+class Info:
+    """A TrainJob merged onto its runtime, as the plugins see and change it."""
+
+    trainjob: TrainJob
+    runtime: Runtime
+    ml_policy: MLPolicy | None
+    pod_group_policy: PodGroupPolicy | None
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    spec: JobSetSpec
+    pod_sets: list[PodSet]
+    observed: Observed
+    pod_labels: dict[str, str] = field(default_factory=dict)
+    pod_annotations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        meta = self.trainjob.metadata
+        return (meta.name if meta else None) or ""
+
+    @property
+    def namespace(self) -> str:
+        meta = self.trainjob.metadata
+        return (meta.namespace if meta else None) or "default"
+
+    @property
+    def subdomain(self) -> str:
+        network = self.spec.network
+        return (network.subdomain if network else None) or self.name
+
+    def pod_set(self, name: str) -> PodSet | None:
+        for ps in self.pod_sets:
+            if ps.name == name:
+                return ps
+        return None
+
+    def pod_sets_with_ancestor(self, ancestor: str) -> list[PodSet]:
+        return [ps for ps in self.pod_sets if ps.ancestor == ancestor]
+
+    def trainer_pod_set(self) -> PodSet | None:
+        found = self.pod_sets_with_ancestor(c.ANCESTOR_TRAINER)
+        return found[0] if found else None
+
+    def first_endpoint(self, job: str = c.JOB_NODE) -> str:
+        """``<job>-node-0-0.<job>``: the address upstream hard-codes for rendezvous (it ignores
+        ``network.subdomain`` and the trainer job's real name)."""
+        return f"{self.name}-{job}-0-0.{self.name}"

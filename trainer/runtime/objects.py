@@ -1,0 +1,34 @@
+"""Metadata shared by every object made for a TrainJob."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.api import constants as c
+from trainer.api.core import ObjectMeta, OwnerReference
+from trainer.api.v1alpha1 import TrainJob
+
+
+def owner_reference(trainjob: TrainJob) -> OwnerReference:
+    """The controller ownerReference every object made for a TrainJob carries."""
+    meta = trainjob.metadata or ObjectMeta()
+    return OwnerReference(
+        api_version=c.API_VERSION,
+        kind=c.KIND_TRAINJOB,
+        name=meta.name or "",
+        uid=meta.uid or "",
+        controller=True,
+        block_owner_deletion=True,
+    )
+
+
+def object_meta(trainjob: TrainJob, name: str, **extra: Any) -> dict[str, Any]:
+    """Wire metadata of a side object: name, the TrainJob's namespace, any ``extra`` fields
+    (labels, annotations) and the controller ownerReference."""
+    meta = trainjob.metadata or ObjectMeta()
+    return {
+        "name": name,
+        "namespace": meta.namespace or "default",
+        **extra,
+        "ownerReferences": [owner_reference(trainjob).to_wire()],
+    }
