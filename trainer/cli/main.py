@@ -6,6 +6,7 @@ import typer
 
 from trainer import __version__
 from trainer.cli import crds as crds_cmd
+from trainer.cli import render as render_cmd
 from trainer.cli import validate as validate_cmd
 
 app = typer.Typer(
@@ -15,6 +16,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command(name="render")(render_cmd.render)
 app.command(name="validate")(validate_cmd.validate)
 app.command(name="crds")(crds_cmd.crds)
 

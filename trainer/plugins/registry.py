@@ -7,8 +7,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainer.api.v1alpha1 import TrainJob
+from trainer.plugins.datacache import DataCachePlugin
+from trainer.plugins.jax import JAXPlugin
 from trainer.plugins.jobset import JobSetPlugin
 from trainer.plugins.plainml import PlainMLPlugin
+from trainer.plugins.torch import TorchPlugin
+from trainer.plugins.xgboost import XGBoostPlugin
 from trainer.runtime.assemble import new_info
 from trainer.runtime.framework import Framework, Plugin
 from trainer.runtime.info import BuildContext, Observed, Runtime
@@ -18,7 +22,14 @@ from trainer.runtime.snapshot import build_snapshot, snapshot_name
 def default_plugins() -> list[Plugin]:
     """Every plugin, in the order they run within each phase."""
     return [
+        # EnforceMLPolicy: PlainML first, so XGBoost and Flux see the node count it sets.
         PlainMLPlugin(),
+        TorchPlugin(),
+        JAXPlugin(),
+        XGBoostPlugin(),
+        # EnforcePodSpec
+        DataCachePlugin(),
+        # PreBuild and Build; the JobSet goes last.
         JobSetPlugin(),
     ]
 

@@ -1,0 +1,169 @@
+"""``trainer render``: every object the controller would apply for a TrainJob, offline."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from trainer.api import constants as c
+from trainer.api.errors import format_errors
+from trainer.api.load import ObjectError, check_object, parse_object
+from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.builtin import builtin_runtime_documents
+from trainer.cli.files import read_documents
+from trainer.plugins.registry import render as render_objects
+from trainer.runtime.info import BuildContext, BuildError, Runtime
+from trainer.runtime.sshkeys import generate_ssh_keypair
+
+
+class Output(StrEnum):
+    yaml = "yaml"
+    json = "json"
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for multi-line strings (scripts, hostfiles, snapshots)."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def to_yaml_stream(objects: list[dict[str, Any]]) -> str:
+    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=100)
+
+
+def fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+RuntimeKey = tuple[str, str, str]  # kind, namespace ("" for cluster scope), name
+
+
+def _runtime_key(runtime: Runtime) -> RuntimeKey:
+    meta = runtime.metadata
+    name = (meta.name if meta else None) or ""
+    if isinstance(runtime, TrainingRuntime):
+        return (c.KIND_TRAINING_RUNTIME, (meta.namespace if meta else None) or "default", name)
+    return (c.KIND_CLUSTER_TRAINING_RUNTIME, "", name)
+
+
+def _checked(data: Any, label: str) -> Any:
+    result = check_object(data, strict_fields=False)
+    if not result.ok:
+        raise fail(
+            f"{label}: {result.kind}/{result.name} is invalid: {format_errors(result.errors)}"
+        )
+    return parse_object(result.stored)
+
+
+def render(
+    files: Annotated[
+        list[str],
+        typer.Option(
+            "--filename",
+            "-f",
+            help="TrainJob YAML/JSON (a file, a directory or - for stdin). Runtimes in the same "
+            "files are used too. Repeat for several.",
+        ),
+    ],
+    runtimes: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--runtime",
+            "-r",
+            help="A TrainingRuntime or ClusterTrainingRuntime file or directory; repeatable. "
+            "Without it the built-in runtimes are used.",
+        ),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            help="Namespace for TrainJobs that do not set one (default: default).",
+        ),
+    ] = None,
+    output: Annotated[
+        Output, typer.Option("--output", "-o", help="yaml (a multi-document stream) or json.")
+    ] = Output.yaml,
+) -> None:
+    """Print every object the controller would apply for each TrainJob, in apply order: the
+    runtime snapshot ConfigMap, side objects (MPI Secret and hostfile, PodGroup, Flux
+    ConfigMap and Secret), then the JobSet.
+
+    Same input, same output, byte for byte, except freshly generated MPI SSH keys. Exits 2
+    with a one-line error (and nothing on stdout) for unreadable or invalid input or an
+    unknown runtime, 1 when a TrainJob cannot be built on its runtime.
+    """
+    try:
+        docs = read_documents(files)
+        runtime_docs = read_documents(runtimes) if runtimes else []
+    except ObjectError as exc:
+        raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"cannot read {exc.filename}: {exc.strerror}") from None
+
+    available: dict[RuntimeKey, Runtime] = {}
+    builtin = not runtimes
+    sources = [(d.data, d.label) for d in runtime_docs]
+    if builtin:
+        sources = [(d, "built-in runtimes") for d in builtin_runtime_documents()]
+    for data, label in sources:
+        runtime = _checked(data, label)
+        if not isinstance(runtime, TrainingRuntime | ClusterTrainingRuntime):
+            raise fail(f"{label}: expected a TrainingRuntime or ClusterTrainingRuntime")
+        available[_runtime_key(runtime)] = runtime
+    trainjobs: list[TrainJob] = []
+    for doc in docs:
+        obj = _checked(doc.data, doc.label)
+        if isinstance(obj, TrainingRuntime | ClusterTrainingRuntime):
+            available[_runtime_key(obj)] = obj
+        elif isinstance(obj, TrainJob):
+            trainjobs.append(obj)
+        else:
+            raise fail(f"{doc.label}: expected a TrainJob, got {obj.to_wire().get('kind')}")
+    if not trainjobs:
+        raise fail("no TrainJob found in " + ", ".join(files))
+
+    objects: list[dict[str, Any]] = []
+    ctx = BuildContext(ssh_keygen=generate_ssh_keypair)
+    for job in trainjobs:
+        meta = job.metadata
+        assert meta is not None and job.spec is not None
+        if not meta.namespace:
+            meta.namespace = namespace or "default"
+        ref = job.spec.runtime_ref
+        if ref.api_group != c.GROUP or ref.kind not in (
+            c.KIND_TRAINING_RUNTIME,
+            c.KIND_CLUSTER_TRAINING_RUNTIME,
+        ):
+            raise fail(f"TrainJob {meta.name}: unsupported runtime: {ref.kind}.{ref.api_group}")
+        scope = meta.namespace if ref.kind == c.KIND_TRAINING_RUNTIME else ""
+        runtime = available.get((ref.kind, scope, ref.name))
+        if runtime is None:
+            known = sorted(f"{k}/{n}" if not ns else f"{k}/{ns}/{n}" for k, ns, n in available)
+            where = "built in" if builtin else "given with --runtime or -f"
+            raise fail(
+                f"TrainJob {meta.name} references {ref.kind} {ref.name!r}"
+                + (f" in namespace {scope}" if scope else "")
+                + f", which is not among the runtimes {where}: {', '.join(known)}"
+            )
+        try:
+            objects.extend(render_objects(job, runtime, ctx=ctx))
+        except BuildError as exc:
+            typer.echo(f"error: TrainJob {meta.name}: {exc}", err=True)
+            raise typer.Exit(1) from None
+    if output is Output.json:
+        typer.echo(json.dumps(objects, indent=2))
+    else:
+        typer.echo(to_yaml_stream(objects), nl=False)

@@ -1,0 +1,38 @@
+"""The JAX plugin (spec 2.8): multi-controller JAX env on the trainer step's ``node``
+container. GPUs do not change ``JAX_NUM_PROCESSES`` (one process per node)."""
+
+from __future__ import annotations
+
+from trainer.api import constants as c
+from trainer.api.core import ContainerPort
+from trainer.plugins.plainml import set_trainer_count
+from trainer.runtime import apply
+from trainer.runtime.info import Info
+
+
+class JAXPlugin:
+    name = "JAX"
+
+    def enforce_ml_policy(self, info: Info) -> None:
+        if info.ml_policy is None or info.ml_policy.jax is None:
+            return
+        set_trainer_count(info)
+        trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
+        ps = info.trainer_pod_set()
+        if ps is None or trainer is None:
+            return
+        node = ps.container(c.CONTAINER_NODE)
+        if node is None:
+            return
+        apply.upsert_env(
+            node,
+            [
+                apply.env(c.ENV_JAX_NUM_PROCESSES, str(ps.count)),
+                apply.env_from_field(c.ENV_JAX_PROCESS_ID, c.FIELD_PATH_COMPLETION_INDEX),
+                apply.env(
+                    c.ENV_JAX_COORDINATOR_ADDRESS,
+                    f"{info.first_endpoint()}:{c.CONTAINER_TRAINER_PORT}",
+                ),
+            ],
+        )
+        apply.upsert_port(node, ContainerPort(container_port=c.CONTAINER_TRAINER_PORT))

@@ -1,0 +1,75 @@
+"""The name budget of a rendered JobSet (jobset-kueue A.6).
+
+JobSet's webhook rejects a JobSet whose generated names are not DNS-1035 labels of at most 63
+characters: the longest Job name ``<jobset>-<rjob>-<replicas-1>``, the longest pod name
+``<jobset>-<rjob>-<replicas-1>-<completions-1>-abcde`` (the Job controller's 5-character
+random suffix), the pod hostname (the pod name without the suffix), the subdomain / Service
+name, and PVC names ``<claim>-<jobset>``. Upstream admits a TrainJob whose name breaks these
+and fails later inside JobSet (trainer#2735); admission uses this module to say so up front.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainer.api.jobset import JobSetSpec
+
+MAX_NAME = 63
+POD_SUFFIX = "-abcde"
+
+
+@dataclass(frozen=True)
+class GeneratedName:
+    """One name the JobSet will generate, and where it comes from."""
+
+    kind: str  # "Job", "Pod", "hostname", "subdomain", "PersistentVolumeClaim"
+    name: str
+    replicated_job: str | None = None
+
+    @property
+    def too_long(self) -> bool:
+        return len(self.name) > MAX_NAME
+
+
+def generated_names(jobset_name: str, spec: JobSetSpec) -> list[GeneratedName]:
+    """The longest name of each kind per replicated job, plus subdomain and PVC names."""
+    out: list[GeneratedName] = []
+    for job in spec.replicated_jobs or []:
+        last_job = max(job.replicas - 1, 0)
+        job_name = f"{jobset_name}-{job.name}-{last_job}"
+        out.append(GeneratedName("Job", job_name, job.name))
+        job_spec = job.template.spec
+        completions = job_spec.completions if job_spec else None
+        if completions is None and job_spec is not None:
+            completions = job_spec.parallelism
+        if completions is not None:
+            hostname = f"{job_name}-{max(completions - 1, 0)}"
+            out.append(GeneratedName("hostname", hostname, job.name))
+            out.append(GeneratedName("Pod", hostname + POD_SUFFIX, job.name))
+    subdomain = (spec.network.subdomain if spec.network else None) or jobset_name
+    out.append(GeneratedName("subdomain", subdomain))
+    for policy in spec.volume_claim_policies or []:
+        for tmpl in policy.templates or []:
+            claim = tmpl.metadata.name if tmpl.metadata else None
+            if claim:
+                out.append(GeneratedName("PersistentVolumeClaim", f"{claim}-{jobset_name}"))
+    return out
+
+
+def max_name_length(jobset_name: str, spec: JobSetSpec) -> int:
+    """The longest JobSet (TrainJob) name whose generated names all fit in 63 characters."""
+    budget = MAX_NAME
+    for gen in generated_names(jobset_name, spec):
+        if gen.kind == "subdomain" and spec.network is not None and spec.network.subdomain:
+            continue  # a fixed subdomain does not grow with the name
+        overhead = len(gen.name) - len(jobset_name)
+        budget = min(budget, MAX_NAME - overhead)
+    return budget
+
+
+def too_long(jobset_name: str, spec: JobSetSpec) -> list[GeneratedName]:
+    """The generated names longer than 63 characters, longest first."""
+    return sorted(
+        (g for g in generated_names(jobset_name, spec) if g.too_long),
+        key=lambda g: -len(g.name),
+    )
