@@ -22,6 +22,11 @@ JOBSET_GROUP = "jobset.x-k8s.io"
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND_JOBSET = "JobSet"
 
+# PodGroups of the gang schedulers (scheduler-plugins coscheduling and Volcano).
+COSCHEDULING_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
+VOLCANO_API_VERSION = "scheduling.volcano.sh/v1beta1"
+KIND_POD_GROUP = "PodGroup"
+
 # --- managedBy ------------------------------------------------------------------------------
 MANAGED_BY_TRAINER = "trainer.kubeflow.org/trainjob-controller"
 MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"

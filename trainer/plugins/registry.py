@@ -7,11 +7,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainer.api.v1alpha1 import TrainJob
+from trainer.plugins.coscheduling import CoschedulingPlugin
 from trainer.plugins.datacache import DataCachePlugin
 from trainer.plugins.jax import JAXPlugin
 from trainer.plugins.jobset import JobSetPlugin
+from trainer.plugins.mpi import MPIPlugin
 from trainer.plugins.plainml import PlainMLPlugin
 from trainer.plugins.torch import TorchPlugin
+from trainer.plugins.volcano import VolcanoPlugin
 from trainer.plugins.xgboost import XGBoostPlugin
 from trainer.runtime.assemble import new_info
 from trainer.runtime.framework import Framework, Plugin
@@ -25,8 +28,12 @@ def default_plugins() -> list[Plugin]:
         # EnforceMLPolicy: PlainML first, so XGBoost and Flux see the node count it sets.
         PlainMLPlugin(),
         TorchPlugin(),
+        MPIPlugin(),
         JAXPlugin(),
         XGBoostPlugin(),
+        # EnforcePodGroupPolicy (and Build: the PodGroup)
+        CoschedulingPlugin(),
+        VolcanoPlugin(),
         # EnforcePodSpec
         DataCachePlugin(),
         # PreBuild and Build; the JobSet goes last.

@@ -1,0 +1,316 @@
+"""The MPI plugin (spec section 2.7): SSH keys, a hostfile and launcher env for
+``mlPolicy.mpi`` runtimes.
+
+EnforceMLPolicy
+  - the pod set **named** ``node`` gets ``trainer.numNodes`` pods (when the TrainJob sets it),
+    or ``max(numNodes - 1, 1)`` with ``runLauncherAsNode`` (the launcher is one of the nodes);
+    the launcher keeps the count it got from the runtime;
+  - slots per node: ``trainer.numProcPerNode``; else the GPU count when the runtime says 1 and
+    a node has more than one GPU; else the runtime's ``numProcPerNode``;
+  - pod sets ``node`` and ``launcher`` get the SSH Secret volume (``defaultMode`` 0400, per-file
+    modes so ssh and sshd accept the key, users.md #29) mounted at ``sshAuthMountPath`` in their
+    ``node`` container; the launcher also gets the hostfile ConfigMap at ``/etc/mpi`` and the
+    env that points its MPI implementation at it.
+
+Build
+  - Secret ``<job>-mpi-ssh-auth`` (``kubernetes.io/ssh-auth``, immutable) only when none is
+    observed: an existing key is reused, never rotated. The key comes from
+    ``BuildContext.ssh_keygen`` so the build stays pure;
+  - ConfigMap ``<job>-mpi-hostfile``, rebuilt on every build (even for a running JobSet, like
+    upstream): one line per pod of the ``node`` job (and of ``launcher`` with
+    runLauncherAsNode), in runtime template order, addressed through ``network.subdomain``.
+
+Beyond upstream (users.md #30, kubeflow/trainer#3712): upstream writes OpenMPI only and its CRD
+enum rejects ``MPICH`` and ``Intel``. The CRD enum here stays upstream's, but the plugin fully
+supports both for objects that reach it without the CRD (``trainer render --no-strict``, a
+future CRD): mpi-operator's hostfile format ``<host>:<slots>`` and launcher env. ``""`` means
+OpenMPI. Anything else is a :class:`BuildError`.
+
+The launcher env is injected whether or not the TrainJob has ``spec.trainer``: upstream's MPI
+plugin does so unconditionally (the spec's correction about ``spec.trainer`` gating names the
+Torch, JAX and XGBoost env only).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from trainer.api import constants as c
+from trainer.api.core import (
+    ConfigMapVolumeSource,
+    Container,
+    EnvVar,
+    KeyToPath,
+    ResourceRequirements,
+    SecretVolumeSource,
+    Volume,
+    VolumeMount,
+)
+from trainer.api.v1alpha1 import MPIMLPolicySource
+from trainer.plugins.jobset import FORCED_SINGLE_REPLICA
+from trainer.runtime import apply
+from trainer.runtime.info import BuildContext, BuildError, Info, PodSet
+from trainer.runtime.objects import object_meta
+from trainer.runtime.resources import gpu_count
+
+# --- Wire names of the MPI side objects, volumes and files -----------------------------------
+VOLUME_SSH_AUTH = "mpi-ssh-auth"
+VOLUME_HOSTFILE = "mpi-hostfile"
+HOSTFILE_DIR = "/etc/mpi"
+HOSTFILE_KEY = "hostfile"
+HOSTFILE_PATH = f"{HOSTFILE_DIR}/{HOSTFILE_KEY}"
+
+SECRET_TYPE_SSH_AUTH = "kubernetes.io/ssh-auth"
+SSH_PRIVATE_KEY = "ssh-privatekey"  # corev1.SSHAuthPrivateKey
+SSH_PUBLIC_KEY = "ssh-publickey"
+SSH_PRIVATE_KEY_FILE = "id_rsa"
+SSH_PUBLIC_KEY_FILE = "id_rsa.pub"
+SSH_AUTHORIZED_KEYS_FILE = "authorized_keys"
+
+# File modes (decimal on the wire: 256, 416, 420, 292).
+SSH_DEFAULT_MODE = 0o400
+SSH_PRIVATE_KEY_MODE = 0o640
+SSH_PUBLIC_KEY_MODE = 0o644
+HOSTFILE_MODE = 0o444
+
+RSH_ARGS = "-o ConnectionAttempts=10"
+
+# --- Implementations ---------------------------------------------------------------------------
+OPENMPI = "OpenMPI"
+MPICH = "MPICH"
+INTEL = "Intel"
+IMPLEMENTATIONS = (OPENMPI, MPICH, INTEL)
+
+ENV_HYDRA_HOST_FILE = "HYDRA_HOST_FILE"
+ENV_HYDRA_LAUNCH_EXTRA_ARGS = "HYDRA_LAUNCH_EXTRA_ARGS"
+ENV_I_MPI_HYDRA_HOST_FILE = "I_MPI_HYDRA_HOST_FILE"
+ENV_I_MPI_BOOTSTRAP_EXTRA_ARGS = "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS"
+ENV_I_MPI_PERHOST = "I_MPI_PERHOST"
+
+FIELD_IMPLEMENTATION = "spec.mlPolicy.mpi.mpiImplementation"
+FIELD_NUM_PROC_PER_NODE = "spec.trainer.numProcPerNode"
+
+
+def ssh_auth_secret_name(trainjob_name: str) -> str:
+    return f"{trainjob_name}{c.MPI_SSH_AUTH_SUFFIX}"
+
+
+def hostfile_config_map_name(trainjob_name: str) -> str:
+    return f"{trainjob_name}{c.MPI_HOSTFILE_SUFFIX}"
+
+
+def implementation(policy: MPIMLPolicySource) -> str:
+    """The MPI implementation the runtime asks for: ``""`` means OpenMPI; OpenMPI, MPICH and
+    Intel are supported; anything else is a :class:`BuildError` naming the field."""
+    value = policy.mpi_implementation
+    if value == "":
+        return OPENMPI
+    if value not in IMPLEMENTATIONS:
+        raise BuildError(
+            f'{FIELD_IMPLEMENTATION}: MPI implementation "{value}" is not supported; '
+            f"supported: {', '.join(IMPLEMENTATIONS)}"
+        )
+    return value
+
+
+def resources_per_node(info: Info) -> ResourceRequirements | None:
+    """What one node has, for counting GPUs: the TrainJob's ``resourcesPerNode`` when set
+    (wholesale), else the resources of container ``node`` in the first job, in template order,
+    that is named ``node`` or has the trainer ancestor and whose ``node`` container declares
+    resources (upstream's ``ExtractResourcePerNodeFromRuntime``)."""
+    trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
+    if trainer is not None and trainer.resources_per_node is not None:
+        return trainer.resources_per_node
+    for ps in info.pod_sets:
+        if ps.name == c.JOB_NODE or ps.ancestor == c.ANCESTOR_TRAINER:
+            ctr = ps.container(c.CONTAINER_NODE)
+            if ctr is not None and ctr.resources is not None:
+                return ctr.resources
+    return None
+
+
+def slots(info: Info, policy: MPIMLPolicySource) -> int:
+    """Processes per node (the hostfile's slots): ``trainer.numProcPerNode`` if set; else, when
+    the runtime says 1 and a node has more than one GPU, the GPU count; else the runtime's
+    ``numProcPerNode``. Pure, so Build recomputes exactly what EnforceMLPolicy used."""
+    trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
+    requested = trainer.num_proc_per_node if trainer is not None else None
+    if requested is not None:
+        if isinstance(requested, int):
+            return requested
+        if requested.isdigit():
+            return int(requested)
+        raise BuildError(
+            f'{FIELD_NUM_PROC_PER_NODE}: "{requested}" is not valid for an MPI runtime; '
+            "it must be an integer >= 1 (the slots per node in the MPI hostfile)"
+        )
+    if policy.num_proc_per_node == 1:
+        gpus = gpu_count(resources_per_node(info))
+        if gpus > 1:
+            return gpus
+    return policy.num_proc_per_node
+
+
+def _ssh_auth_volume(info: Info) -> Volume:
+    return Volume(
+        name=VOLUME_SSH_AUTH,
+        secret=SecretVolumeSource(
+            secret_name=ssh_auth_secret_name(info.name),
+            default_mode=SSH_DEFAULT_MODE,
+            items=[
+                KeyToPath(
+                    key=SSH_PRIVATE_KEY, path=SSH_PRIVATE_KEY_FILE, mode=SSH_PRIVATE_KEY_MODE
+                ),
+                KeyToPath(key=SSH_PUBLIC_KEY, path=SSH_PUBLIC_KEY_FILE, mode=SSH_PUBLIC_KEY_MODE),
+                KeyToPath(
+                    key=SSH_PUBLIC_KEY, path=SSH_AUTHORIZED_KEYS_FILE, mode=SSH_PUBLIC_KEY_MODE
+                ),
+            ],
+        ),
+    )
+
+
+def _hostfile_volume(info: Info) -> Volume:
+    return Volume(
+        name=VOLUME_HOSTFILE,
+        config_map=ConfigMapVolumeSource(
+            name=hostfile_config_map_name(info.name),
+            items=[KeyToPath(key=HOSTFILE_KEY, path=HOSTFILE_KEY, mode=HOSTFILE_MODE)],
+        ),
+    )
+
+
+def launcher_env(impl: str, n_slots: int) -> list[EnvVar]:
+    """What points the launcher's ``mpirun`` at the hostfile and makes ssh retry while the
+    worker pods come up, per implementation (OpenMPI as upstream; MPICH and Intel as
+    mpi-operator)."""
+    if impl == MPICH:
+        return [
+            apply.env(ENV_HYDRA_HOST_FILE, HOSTFILE_PATH),
+            apply.env(ENV_HYDRA_LAUNCH_EXTRA_ARGS, RSH_ARGS),
+        ]
+    if impl == INTEL:
+        return [
+            apply.env(ENV_I_MPI_HYDRA_HOST_FILE, HOSTFILE_PATH),
+            apply.env(ENV_I_MPI_BOOTSTRAP_EXTRA_ARGS, RSH_ARGS),
+            apply.env(ENV_I_MPI_PERHOST, str(n_slots)),
+        ]
+    return [
+        apply.env(c.ENV_OMPI_HOSTFILE, HOSTFILE_PATH),
+        apply.env(c.ENV_OMPI_KEEP_FQDN, "true"),
+        apply.env(c.ENV_OMPI_DEFAULT_SLOTS, str(n_slots)),
+        apply.env(c.ENV_OMPI_RSH_ARGS, RSH_ARGS),
+    ]
+
+
+def hostfile_line(impl: str, host: str, n_slots: int) -> str:
+    """One hostfile line: ``<host> slots=<n>`` for OpenMPI, ``<host>:<n>`` for MPICH/Intel."""
+    if impl == OPENMPI:
+        return f"{host} slots={n_slots}\n"
+    return f"{host}:{n_slots}\n"
+
+
+def is_mpi_node(ps: PodSet, run_launcher_as_node: bool) -> bool:
+    """Pods that run ranks: job ``node``, and job ``launcher`` with runLauncherAsNode."""
+    return ps.name == c.JOB_NODE or (run_launcher_as_node and ps.name == c.JOB_LAUNCHER)
+
+
+def hosts(info: Info, ps: PodSet) -> list[str]:
+    """Pod DNS names of ``ps`` (through ``network.subdomain``). The JobSet builder forces one
+    replica on initializer and trainer steps; honour that here too, so the hostfile does not
+    depend on whether this plugin builds before or after the JobSet plugin."""
+    endpoints = ps.endpoints(info.name, info.subdomain)
+    if ps.ancestor in FORCED_SINGLE_REPLICA:
+        return endpoints[: ps.count]  # replica-major: the first ``count`` are replica 0
+    return endpoints
+
+
+def hostfile(info: Info, policy: MPIMLPolicySource) -> str:
+    impl = implementation(policy)
+    n_slots = slots(info, policy)
+    lines = [
+        hostfile_line(impl, host, n_slots)
+        for ps in info.pod_sets
+        if is_mpi_node(ps, policy.run_launcher_as_node)
+        for host in hosts(info, ps)
+    ]
+    return "".join(lines)
+
+
+def _node_container(ps: PodSet) -> Container | None:
+    return ps.container(c.CONTAINER_NODE)
+
+
+class MPIPlugin:
+    """SSH keys, hostfile and launcher env for ``mlPolicy.mpi`` runtimes (spec 2.7)."""
+
+    name = "MPI"
+
+    def enforce_ml_policy(self, info: Info) -> None:
+        policy = info.ml_policy.mpi if info.ml_policy else None
+        if policy is None:
+            return
+        impl = implementation(policy)
+        trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
+        node = info.pod_set(c.JOB_NODE)
+        if node is not None and trainer is not None and trainer.num_nodes is not None:
+            if policy.run_launcher_as_node:
+                node.count = max(trainer.num_nodes - 1, 1)
+            else:
+                node.count = trainer.num_nodes
+        n_slots = slots(info, policy)
+        for ps in info.pod_sets:
+            if ps.name not in (c.JOB_NODE, c.JOB_LAUNCHER):
+                continue
+            launcher = ps.name == c.JOB_LAUNCHER
+            apply.upsert_volume(ps.pod_spec, _ssh_auth_volume(info))
+            if launcher:
+                apply.upsert_volume(ps.pod_spec, _hostfile_volume(info))
+            ctr = _node_container(ps)
+            if ctr is None:
+                continue
+            apply.upsert_volume_mount(
+                ctr, VolumeMount(name=VOLUME_SSH_AUTH, mount_path=policy.ssh_auth_mount_path)
+            )
+            if launcher:
+                apply.upsert_volume_mount(
+                    ctr, VolumeMount(name=VOLUME_HOSTFILE, mount_path=HOSTFILE_DIR)
+                )
+                apply.upsert_env(ctr, launcher_env(impl, n_slots))
+
+    def build(self, info: Info, ctx: BuildContext) -> list[dict[str, Any]]:
+        policy = info.ml_policy.mpi if info.ml_policy else None
+        if policy is None:
+            return []
+        objects: list[dict[str, Any]] = []
+        secret_name = ssh_auth_secret_name(info.name)
+        if secret_name not in info.observed.secrets:
+            objects.append(self._ssh_auth_secret(info, ctx))
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": object_meta(info.trainjob, hostfile_config_map_name(info.name)),
+                "data": {HOSTFILE_KEY: hostfile(info, policy)},
+            }
+        )
+        return objects
+
+    @staticmethod
+    def _ssh_auth_secret(info: Info, ctx: BuildContext) -> dict[str, Any]:
+        """A new SSH key Secret. Immutable: once made, later builds leave it alone."""
+        if ctx.ssh_keygen is None:
+            raise BuildError("MPI needs an SSH key generator")
+        keys = ctx.ssh_keygen()
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": object_meta(info.trainjob, ssh_auth_secret_name(info.name)),
+            "type": SECRET_TYPE_SSH_AUTH,
+            "immutable": True,
+            "data": {
+                SSH_PRIVATE_KEY: base64.b64encode(keys.private_pem).decode("ascii"),
+                SSH_PUBLIC_KEY: base64.b64encode(keys.public_authorized_key).decode("ascii"),
+            },
+        }

@@ -1,0 +1,99 @@
+"""What the two gang-scheduling plugins (CoScheduling, Volcano) share: the size of the gang
+(``minMember``), the resources it needs at once (``minResources``), when a PodGroup is
+(re)applied, and the PodGroup object itself (spec sections 2.3, 2.9, 2.11, 2.12).
+
+Counting pods: one pod set is one replicated job, which JobSet turns into ``replicas`` Jobs of
+``count`` pods each. Upstream sums ``count`` only, ignoring ``replicas``; that is exact for the
+trainer and initializer steps (the JobSet builder forces them to one replica) but undercounts
+any other replicated job with ``replicas > 1``, and a gang smaller than the pods it must place
+lets the scheduler start part of the job. This project counts ``count x replicas``, with the
+replicas the JobSet will really have (1 for the forced steps, whatever the runtime says).
+For every runtime upstream ships, and for any job with one replica, the result is the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.api import constants as c
+from trainer.plugins.jobset import FORCED_SINGLE_REPLICA
+from trainer.runtime.info import Info, PodSet
+from trainer.runtime.objects import object_meta
+from trainer.runtime.quantity import Quantity
+
+
+def effective_replicas(ps: PodSet) -> int:
+    """How many Jobs the JobSet makes from ``ps``: 1 for the trainer and initializer steps
+    (the JobSet builder forces ``replicas: 1`` there), else the replicated job's ``replicas``.
+    """
+    return 1 if ps.ancestor in FORCED_SINGLE_REPLICA else ps.replicas
+
+
+def pod_count(ps: PodSet) -> int:
+    """Pods the JobSet makes for ``ps``: pods per Job times Jobs."""
+    return ps.count * effective_replicas(ps)
+
+
+def min_member(info: Info) -> int:
+    """The gang size: every pod of every replicated job (initializers and launcher too),
+    since all of them must be placed for the TrainJob to make progress."""
+    return sum(pod_count(ps) for ps in info.pod_sets)
+
+
+def _add(total: Quantity | None, addend: Quantity) -> Quantity:
+    """``total + addend``, keeping the format of the first non-zero operand (Go's
+    ``Quantity.Add`` on a zero value adopts the addend's format)."""
+    if total is None or total.is_zero():
+        return addend
+    return total + addend
+
+
+def min_resources(info: Info) -> dict[str, Quantity]:
+    """Σ over pod sets of (single-pod requests x pods), per resource name, sorted by name.
+
+    Single-pod requests follow Kubernetes' ``PodRequests``: max(sum of containers, largest
+    init container) plus the pod overhead. Resources totalling zero are kept, as upstream does.
+    """
+    totals: dict[str, Quantity] = {}
+    for ps in info.pod_sets:
+        pods = pod_count(ps)
+        for name, q in ps.single_pod_requests().items():
+            totals[name] = _add(totals.get(name), q * pods)
+    return {name: totals[name] for name in sorted(totals)}
+
+
+def min_resources_wire(info: Info) -> dict[str, str]:
+    """:func:`min_resources` printed as canonical Kubernetes quantities ("102", "408Gi")."""
+    return {name: str(q) for name, q in min_resources(info).items()}
+
+
+def trainjob_suspended(info: Info) -> bool:
+    return bool(info.trainjob.spec and info.trainjob.spec.suspend)
+
+
+def should_apply(info: Info) -> bool:
+    """Whether to (re)apply the PodGroup: only when none exists yet, or while the TrainJob is
+    suspended (so changes made while queued, e.g. by Kueue, reach it). A running TrainJob's
+    PodGroup is left alone; whether the JobSet is suspended does not matter here."""
+    return info.observed.pod_group is None or trainjob_suspended(info)
+
+
+def pod_group(info: Info, api_version: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A PodGroup named like the TrainJob, in its namespace, with the controller
+    ownerReference, as a wire dict."""
+    return {
+        "apiVersion": api_version,
+        "kind": c.KIND_POD_GROUP,
+        "metadata": object_meta(info.trainjob, info.name),
+        "spec": spec,
+    }
+
+
+def gang_spec(info: Info) -> dict[str, Any]:
+    """The part both PodGroup kinds share: ``minMember`` and (when any pod requests
+    something) ``minResources``."""
+    spec: dict[str, Any] = {"minMember": min_member(info)}
+    resources = min_resources_wire(info)
+    if resources:
+        spec["minResources"] = resources
+    return spec
