@@ -9,6 +9,7 @@ from typing import Any
 from trainer.api.v1alpha1 import TrainJob
 from trainer.plugins.coscheduling import CoschedulingPlugin
 from trainer.plugins.datacache import DataCachePlugin
+from trainer.plugins.flux import FluxPlugin
 from trainer.plugins.jax import JAXPlugin
 from trainer.plugins.jobset import JobSetPlugin
 from trainer.plugins.mpi import MPIPlugin
@@ -31,6 +32,7 @@ def default_plugins() -> list[Plugin]:
         MPIPlugin(),
         JAXPlugin(),
         XGBoostPlugin(),
+        FluxPlugin(),
         # EnforcePodGroupPolicy (and Build: the PodGroup)
         CoschedulingPlugin(),
         VolcanoPlugin(),
