@@ -3,6 +3,8 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY trainer ./trainer
+# trainer/data/runtimes is a link to runtimes/: both are needed to build the wheel.
+COPY runtimes ./runtimes
 COPY webhooks ./webhooks
 RUN pip install --no-cache-dir --prefix=/install .
 

@@ -21,6 +21,9 @@ from trainer.runtime.objects import object_meta
 
 PREFIX = "invalid runtime snapshot: "
 
+# libyaml's emitter when PyYAML was built with it (it is ~10x faster); same output.
+_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 
 def snapshot_name(trainjob_name: str) -> str:
     return f"{trainjob_name}{c.RUNTIME_SNAPSHOT_SUFFIX}"
@@ -43,8 +46,8 @@ def build_snapshot(trainjob: TrainJob, runtime: Runtime) -> dict[str, Any]:
         "kind": "ConfigMap",
         "metadata": object_meta(trainjob, snapshot_name(name)),
         "data": {
-            c.RUNTIME_SNAPSHOT_KEY: yaml.safe_dump(
-                runtime_document(runtime), sort_keys=False, width=100
+            c.RUNTIME_SNAPSHOT_KEY: yaml.dump(
+                runtime_document(runtime), Dumper=_Dumper, sort_keys=False, width=100
             )
         },
     }
