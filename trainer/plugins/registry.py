@@ -14,6 +14,7 @@ from trainer.plugins.jax import JAXPlugin
 from trainer.plugins.jobset import JobSetPlugin
 from trainer.plugins.mpi import MPIPlugin
 from trainer.plugins.plainml import PlainMLPlugin
+from trainer.plugins.status import JobSetStatusPlugin
 from trainer.plugins.torch import TorchPlugin
 from trainer.plugins.volcano import VolcanoPlugin
 from trainer.plugins.xgboost import XGBoostPlugin
@@ -40,6 +41,8 @@ def default_plugins() -> list[Plugin]:
         DataCachePlugin(),
         # PreBuild and Build; the JobSet goes last.
         JobSetPlugin(),
+        # Status
+        JobSetStatusPlugin(),
     ]
 
 

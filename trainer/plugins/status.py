@@ -56,3 +56,12 @@ def status_from_jobset(trainjob: TrainJob, jobset: JobSet) -> TrainJobStatus:
             for r in js_status.replicated_jobs_status
         ]
     return status
+
+
+class JobSetStatusPlugin:
+    """The Status hook: TrainJob status from the JobSet."""
+
+    name = "JobSetStatus"
+
+    def status(self, trainjob: TrainJob, jobset: JobSet) -> TrainJobStatus | None:
+        return status_from_jobset(trainjob, jobset)

@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from trainer.api.errors import FieldError
+from trainer.api.jobset import JobSet
+from trainer.api.v1alpha1 import TrainJob, TrainJobStatus
 from trainer.runtime.info import BuildContext, Info
 
 
@@ -47,6 +50,21 @@ class Builder(Plugin, Protocol):
         ...
 
 
+@runtime_checkable
+class Validator(Plugin, Protocol):
+    def validate(self, info: Info, old: TrainJob | None) -> tuple[list[str], list[FieldError]]:
+        """Admission checks of the TrainJob in ``info`` (``old`` on update): warnings and
+        field errors. Runs on the Info before any other phase."""
+        ...
+
+
+@runtime_checkable
+class StatusPlugin(Plugin, Protocol):
+    def status(self, trainjob: TrainJob, jobset: JobSet) -> TrainJobStatus | None:
+        """The TrainJob's status derived from its JobSet, or None to leave it."""
+        ...
+
+
 @dataclass
 class Framework:
     """Runs plugins phase by phase in their declared order."""
@@ -57,6 +75,8 @@ class Framework:
     _pod_spec: list[EnforcePodSpec] = field(init=False)
     _pre_build: list[PreBuild] = field(init=False)
     _builders: list[Builder] = field(init=False)
+    _validators: list[Validator] = field(init=False)
+    _status: list[StatusPlugin] = field(init=False)
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.plugins]
@@ -67,6 +87,8 @@ class Framework:
         self._pod_spec = [p for p in self.plugins if isinstance(p, EnforcePodSpec)]
         self._pre_build = [p for p in self.plugins if isinstance(p, PreBuild)]
         self._builders = [p for p in self.plugins if isinstance(p, Builder)]
+        self._validators = [p for p in self.plugins if isinstance(p, Validator)]
+        self._status = [p for p in self.plugins if isinstance(p, StatusPlugin)]
 
     def phases(self) -> dict[str, list[str]]:
         """Plugin names per phase, in run order (for docs and tests)."""
@@ -76,6 +98,8 @@ class Framework:
             "EnforcePodSpec": [p.name for p in self._pod_spec],
             "PreBuild": [p.name for p in self._pre_build],
             "Build": [p.name for p in self._builders],
+            "Validate": [p.name for p in self._validators],
+            "Status": [p.name for p in self._status],
         }
 
     def run(self, info: Info, ctx: BuildContext) -> list[dict[str, Any]]:
@@ -91,3 +115,20 @@ class Framework:
         for builder in self._builders:
             objects.extend(builder.build(info, ctx))
         return objects
+
+    def validate(self, info: Info, old: TrainJob | None) -> tuple[list[str], list[FieldError]]:
+        """Every validator's warnings and errors, all collected (not just the first)."""
+        warnings: list[str] = []
+        errors: list[FieldError] = []
+        for v in self._validators:
+            w, e = v.validate(info, old)
+            warnings.extend(w)
+            errors.extend(e)
+        return warnings, errors
+
+    def status(self, trainjob: TrainJob, jobset: JobSet) -> TrainJobStatus | None:
+        """The status from the last status plugin that has one."""
+        result: TrainJobStatus | None = None
+        for plugin in self._status:
+            result = plugin.status(trainjob, jobset) or result
+        return result

@@ -1,0 +1,109 @@
+"""The plugin order, and the numeric rules of the JAX and XGBoost plugins."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
+from trainer.plugins.registry import default_framework, render
+
+
+def test_plugins_run_in_a_fixed_declared_order() -> None:
+    assert default_framework().phases() == {
+        "EnforceMLPolicy": ["PlainML", "Torch", "MPI", "JAX", "XGBoost", "Flux"],
+        "EnforcePodGroupPolicy": ["CoScheduling", "Volcano"],
+        "EnforcePodSpec": ["DataCache"],
+        "PreBuild": ["JobSet"],
+        "Build": ["MPI", "Flux", "CoScheduling", "Volcano", "JobSet"],
+        "Validate": [],
+        "Status": ["JobSetStatus"],
+    }
+
+
+def runtime(
+    policy: dict[str, Any], resources: dict[str, Any] | None = None
+) -> ClusterTrainingRuntime:
+    container: dict[str, Any] = {"name": "node", "image": "img"}
+    if resources:
+        container["resources"] = resources
+    return ClusterTrainingRuntime.from_wire(
+        {
+            "metadata": {"name": "rt"},
+            "spec": {
+                "mlPolicy": {"numNodes": 1, **policy},
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [
+                            {
+                                "name": "node",
+                                "template": {
+                                    "metadata": {
+                                        "labels": {
+                                            "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"
+                                        }
+                                    },
+                                    "spec": {"template": {"spec": {"containers": [container]}}},
+                                },
+                            }
+                        ]
+                    }
+                },
+            },
+        }
+    )
+
+
+def env_of(trainjob: dict[str, Any], rt: ClusterTrainingRuntime) -> dict[str, Any]:
+    job = TrainJob.from_wire(
+        {
+            "metadata": {"name": "j", "namespace": "ns"},
+            "spec": {"runtimeRef": {"name": "rt"}, **trainjob},
+        }
+    )
+    jobset = render(job, rt)[-1]
+    ctr = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in ctr.get("env", [])}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "resources", "workers"),
+    [
+        (2, {"limits": {"nvidia.com/gpu": 4}}, "8"),
+        (3, None, "3"),
+        (1, {"requests": {"amd.com/gpu": 2}}, "2"),
+        (5, {"requests": {"cpu": "8"}}, "5"),
+    ],
+)
+def test_dmlc_num_worker_is_nodes_times_gpus(
+    nodes: int, resources: dict[str, Any] | None, workers: str
+) -> None:
+    trainer: dict[str, Any] = {"numNodes": nodes}
+    if resources:
+        trainer["resourcesPerNode"] = resources
+    env = env_of({"trainer": trainer}, runtime({"xgboost": {}}))
+    assert env["DMLC_NUM_WORKER"] == workers
+    assert env["DMLC_TRACKER_URI"] == "j-node-0-0.j"
+    assert env["DMLC_TRACKER_PORT"] == "29500"
+
+
+def test_jax_env_ignores_gpus() -> None:
+    env = env_of(
+        {"trainer": {"numNodes": 4, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 8}}}},
+        runtime({"jax": {}}),
+    )
+    assert env["JAX_NUM_PROCESSES"] == "4"
+    assert env["JAX_COORDINATOR_ADDRESS"] == "j-node-0-0.j:29500"
+    assert env["JAX_PROCESS_ID"] == {
+        "fieldRef": {
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        }
+    }
+
+
+def test_no_rendezvous_env_without_spec_trainer() -> None:
+    for policy in ({"torch": {}}, {"jax": {}}, {"xgboost": {}}):
+        assert env_of({}, runtime(policy)) == {}
