@@ -105,5 +105,6 @@ def test_jax_env_ignores_gpus() -> None:
 
 
 def test_no_rendezvous_env_without_spec_trainer() -> None:
-    for policy in ({"torch": {}}, {"jax": {}}, {"xgboost": {}}):
+    policies: list[dict[str, Any]] = [{"torch": {}}, {"jax": {}}, {"xgboost": {}}]
+    for policy in policies:
         assert env_of({}, runtime(policy)) == {}
