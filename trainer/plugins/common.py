@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trainer.api import constants as c
-from trainer.api.core import ResourceRequirements
+from trainer.api.core import Container, ResourceRequirements
 from trainer.runtime.info import Info
 
 
@@ -20,3 +20,14 @@ def runtime_resources_per_node(info: Info) -> ResourceRequirements | None:
             if ctr is not None:
                 return ctr.resources
     return None
+
+
+def trainer_node_container(info: Info) -> tuple[Container, int] | None:
+    """Container ``node`` of the trainer step and the step's pod count, when the TrainJob has
+    a ``spec.trainer`` (framework env and ports are injected only then)."""
+    trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
+    ps = info.trainer_pod_set()
+    if ps is None or trainer is None:
+        return None
+    node = ps.container(c.CONTAINER_NODE)
+    return (node, ps.count) if node is not None else None

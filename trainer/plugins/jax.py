@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from trainer.api import constants as c
 from trainer.api.core import ContainerPort
+from trainer.plugins.common import trainer_node_container
 from trainer.plugins.plainml import set_trainer_count
 from trainer.runtime import apply
 from trainer.runtime.info import Info
@@ -17,17 +18,14 @@ class JAXPlugin:
         if info.ml_policy is None or info.ml_policy.jax is None:
             return
         set_trainer_count(info)
-        trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
-        ps = info.trainer_pod_set()
-        if ps is None or trainer is None:
+        found = trainer_node_container(info)
+        if found is None:
             return
-        node = ps.container(c.CONTAINER_NODE)
-        if node is None:
-            return
+        node, count = found
         apply.upsert_env(
             node,
             [
-                apply.env(c.ENV_JAX_NUM_PROCESSES, str(ps.count)),
+                apply.env(c.ENV_JAX_NUM_PROCESSES, str(count)),
                 apply.env_from_field(c.ENV_JAX_PROCESS_ID, c.FIELD_PATH_COMPLETION_INDEX),
                 apply.env(
                     c.ENV_JAX_COORDINATOR_ADDRESS,

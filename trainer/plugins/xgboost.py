@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from trainer.api import constants as c
 from trainer.api.core import ContainerPort
-from trainer.plugins.common import runtime_resources_per_node
+from trainer.plugins.common import runtime_resources_per_node, trainer_node_container
 from trainer.runtime import apply
 from trainer.runtime.info import Info
 from trainer.runtime.resources import gpu_count
@@ -22,20 +22,17 @@ class XGBoostPlugin:
     def enforce_ml_policy(self, info: Info) -> None:
         if info.ml_policy is None or info.ml_policy.xgboost is None:
             return
-        trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
-        ps = info.trainer_pod_set()
-        if ps is None or trainer is None:
+        found = trainer_node_container(info)
+        if found is None:
             return
-        node = ps.container(c.CONTAINER_NODE)
-        if node is None:
-            return
+        node, count = found
         apply.upsert_env(
             node,
             [
                 apply.env(c.ENV_DMLC_TRACKER_URI, info.first_endpoint()),
                 apply.env(c.ENV_DMLC_TRACKER_PORT, str(c.CONTAINER_TRAINER_PORT)),
                 apply.env_from_field(c.ENV_DMLC_TASK_ID, c.FIELD_PATH_COMPLETION_INDEX),
-                apply.env(c.ENV_DMLC_NUM_WORKER, str(ps.count * workers_per_node(info))),
+                apply.env(c.ENV_DMLC_NUM_WORKER, str(count * workers_per_node(info))),
             ],
         )
         apply.upsert_port(node, ContainerPort(container_port=c.CONTAINER_TRAINER_PORT))

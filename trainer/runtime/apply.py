@@ -6,7 +6,10 @@ upstream's ``apply.Upsert*`` helpers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from pydantic import BaseModel
 
 from trainer.api.core import (
     Container,
@@ -31,16 +34,26 @@ def env_from_field(name: str, field_path: str) -> EnvVar:
     )
 
 
-def upsert_env(container: Container, envs: Iterable[EnvVar]) -> None:
-    current = list(container.env or [])
-    for item in envs:
-        for i, existing in enumerate(current):
-            if existing.name == item.name:
-                current[i] = item.model_copy(deep=True)
+M = TypeVar("M", bound=BaseModel)
+
+
+def upsert_by(items: list[M] | None, new: Iterable[M], key: Callable[[M], object]) -> list[M]:
+    """A new list: each of ``new`` (copied) replaces the item with the same key in place, or
+    is appended."""
+    out = list(items or [])
+    for item in new:
+        copy = item.model_copy(deep=True)
+        for i, existing in enumerate(out):
+            if key(existing) == key(item):
+                out[i] = copy
                 break
         else:
-            current.append(item.model_copy(deep=True))
-    container.env = current
+            out.append(copy)
+    return out
+
+
+def upsert_env(container: Container, envs: Iterable[EnvVar]) -> None:
+    container.env = upsert_by(container.env, envs, lambda e: e.name)
 
 
 def upsert_port(container: Container, port: ContainerPort) -> None:
@@ -62,25 +75,11 @@ def upsert_port(container: Container, port: ContainerPort) -> None:
 
 
 def upsert_volume(pod: PodSpec, volume: Volume) -> None:
-    volumes = list(pod.volumes or [])
-    for i, existing in enumerate(volumes):
-        if existing.name == volume.name:
-            volumes[i] = volume.model_copy(deep=True)
-            break
-    else:
-        volumes.append(volume.model_copy(deep=True))
-    pod.volumes = volumes
+    pod.volumes = upsert_by(pod.volumes, [volume], lambda v: v.name)
 
 
 def upsert_volume_mount(container: Container, mount: VolumeMount) -> None:
-    mounts = list(container.volume_mounts or [])
-    for i, existing in enumerate(mounts):
-        if existing.mount_path == mount.mount_path:
-            mounts[i] = mount.model_copy(deep=True)
-            break
-    else:
-        mounts.append(mount.model_copy(deep=True))
-    container.volume_mounts = mounts
+    container.volume_mounts = upsert_by(container.volume_mounts, [mount], lambda m: m.mount_path)
 
 
 def append_env_from(container: Container, source: EnvFromSource) -> None:

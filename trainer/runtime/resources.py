@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from trainer.api.core import Container, PodSpec, Quantity, ResourceRequirements
+from trainer.runtime.apply import upsert_by
 from trainer.runtime.quantity import Quantity as Q
 
 
@@ -72,13 +73,5 @@ def merge_resources(
     if patch.requests is not None:
         out.requests = {**(out.requests or {}), **patch.requests}
     if patch.claims is not None:
-        claims = list(out.claims or [])
-        for claim in patch.claims:
-            for i, existing in enumerate(claims):
-                if existing.name == claim.name:
-                    claims[i] = claim.model_copy(deep=True)
-                    break
-            else:
-                claims.append(claim.model_copy(deep=True))
-        out.claims = claims
+        out.claims = upsert_by(out.claims, patch.claims, lambda c: c.name)
     return out
