@@ -1,1 +1,9 @@
-"""Pure validation and defaulting of TrainJobs and runtimes."""
+"""Pure validation and defaulting of TrainJobs and runtimes (spec 2.5-2.11, 3; beyond
+upstream: the JobSet name budget). Everything the rules need of the cluster is passed in as a
+:class:`~trainer.admission.types.ClusterView`; nothing here does I/O."""
+
+from __future__ import annotations
+
+from trainer.admission.types import ClusterView, Verdict
+
+__all__ = ["ClusterView", "Verdict"]

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from trainer.api import constants as c
 from trainer.api.core import EnvFromSource, LocalObjectReference
 from trainer.api.jobset import JobSetSpec, ReplicatedJob
@@ -30,6 +32,11 @@ from trainer.runtime.merge import merge_string_maps, strategic_merge
 from trainer.runtime.resources import merge_resources
 
 CACHE_SCHEME = "cache://"
+
+
+class PatchMergeError(BuildError):
+    """The runtimePatches merged onto the runtime do not make a valid JobSet spec (for example
+    a patch naming a job the runtime lacks adds a job without a template)."""
 
 
 def ancestor_of(job: ReplicatedJob) -> str | None:
@@ -53,7 +60,16 @@ def merged_spec(runtime: Runtime, trainjob: TrainJob) -> JobSetSpec:
     if jobs:
         rank = {name: i for i, name in enumerate(order)}
         base["replicatedJobs"] = sorted(jobs, key=lambda j: rank.get(j.get("name"), len(rank)))
-    return JobSetSpec.from_wire(base)
+    try:
+        return JobSetSpec.from_wire(base)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+            for e in exc.errors(include_url=False)
+        )
+        raise PatchMergeError(
+            f"the runtimePatches do not merge into a valid JobSet spec of the runtime: {problems}"
+        ) from None
 
 
 def runtime_label(runtime: Runtime) -> str:

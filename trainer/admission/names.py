@@ -1,0 +1,125 @@
+"""Beyond upstream: the name budget of the JobSet a TrainJob will get (users.md 10, trainer#2735;
+jobset-kueue A.6).
+
+Upstream admits any RFC-1035 TrainJob name of up to 63 characters, and the TrainJob then fails
+inside JobSet's webhook when a generated Job or Pod name is longer than 63
+(``<name>-dataset-initializer-0-0-abcde`` caps the name at 33). Here the TrainJob is rendered
+exactly as the controller would (pure: the MPI key generator returns a fixed dummy pair, no
+randomness in admission) and every generated name is checked with
+:mod:`trainer.runtime.naming`. Each name that is too long is an Invalid error at
+``metadata.name`` that names the generated name, its kind and length, and the longest
+TrainJob name this runtime allows with these settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.api import constants as c
+from trainer.api.errors import INVALID, FieldError
+from trainer.api.jobset import JobSetSpec
+from trainer.api.v1alpha1 import TrainJob
+from trainer.plugins.registry import render
+from trainer.runtime import naming
+from trainer.runtime.info import BuildContext, BuildError, Observed, Runtime, SSHKeyPair
+from trainer.runtime.snapshot import snapshot_name
+
+NAME_PATH = "metadata.name"
+RUNTIME_REF_PATH = "spec.runtimeRef"
+
+_DUMMY_KEYS = SSHKeyPair(private_pem=b"admission", public_authorized_key=b"admission")
+
+
+def _dummy_keygen() -> SSHKeyPair:
+    return _DUMMY_KEYS
+
+
+ADMISSION_CONTEXT = BuildContext(ssh_keygen=_dummy_keygen)
+"""The build context of an admission render: no randomness, default configuration."""
+
+_KIND_TEXT = {
+    "Job": "Job name",
+    "Pod": "Pod name",
+    "hostname": "pod hostname",
+    "subdomain": "subdomain (headless Service name)",
+    "PersistentVolumeClaim": "PersistentVolumeClaim name",
+}
+
+
+def rendered_jobset_spec(trainjob: TrainJob, runtime: Runtime) -> JobSetSpec | None:
+    """The spec of the JobSet the controller would create for ``trainjob`` (None if the build
+    makes no JobSet). Raises :class:`BuildError` when the TrainJob cannot be built."""
+    name = (trainjob.metadata.name if trainjob.metadata else None) or ""
+    # An observed (empty) snapshot ConfigMap makes render skip dumping the runtime to YAML:
+    # admission only needs the JobSet.
+    observed = Observed(config_maps={snapshot_name(name): {}})
+    objects = render(trainjob, runtime, observed=observed, ctx=ADMISSION_CONTEXT)
+    for obj in objects:
+        if obj.get("kind") == c.KIND_JOBSET:
+            spec: dict[str, Any] = obj.get("spec") or {}
+            return JobSetSpec.from_wire(spec)
+    return None
+
+
+def _fixed_subdomain(spec: JobSetSpec) -> str | None:
+    return (spec.network.subdomain if spec.network else None) or None
+
+
+def name_errors(trainjob_name: str, spec: JobSetSpec) -> list[FieldError]:
+    """One error per generated name longer than 63 characters, longest first.
+
+    A too-long ``network.subdomain`` set by the runtime does not depend on the TrainJob name,
+    so it is reported at ``spec.runtimeRef`` instead of ``metadata.name``.
+    """
+    limit = naming.max_name_length(trainjob_name, spec)
+    errors: list[FieldError] = []
+    for gen in naming.too_long(trainjob_name, spec):
+        what = _KIND_TEXT.get(gen.kind, f"{gen.kind} name")
+        where = f' for replicated job "{gen.replicated_job}"' if gen.replicated_job else ""
+        if gen.kind == "subdomain" and _fixed_subdomain(spec):
+            errors.append(
+                FieldError(
+                    RUNTIME_REF_PATH,
+                    INVALID,
+                    f'the runtime\'s JobSet network.subdomain "{gen.name}" is {len(gen.name)} '
+                    f"characters, more than the {naming.MAX_NAME} a DNS-1035 label allows",
+                    gen.name,
+                )
+            )
+            continue
+        suffix = (
+            f' ("{naming.POD_SUFFIX[1:]}" stands for the random suffix the Job controller adds)'
+            if gen.kind == "Pod"
+            else ""
+        )
+        errors.append(
+            FieldError(
+                NAME_PATH,
+                INVALID,
+                f'the JobSet would generate the {what} "{gen.name}"{where}, {len(gen.name)} '
+                f"characters long{suffix}, but JobSet allows at most {naming.MAX_NAME}; the "
+                f"longest TrainJob name this runtime allows with these settings is {limit} "
+                "characters",
+                trainjob_name,
+            )
+        )
+    return errors
+
+
+def validate_names(trainjob: TrainJob, runtime: Runtime) -> list[FieldError]:
+    """Render ``trainjob`` on ``runtime`` and check the generated names (module docstring).
+
+    A build failure is reported as an Invalid error at ``spec.runtimeRef`` with the build's
+    message: it is what the controller would hit when creating the JobSet.
+    """
+    name = (trainjob.metadata.name if trainjob.metadata else None) or ""
+    if not name:
+        return []  # generateName: the API server names the object before admission runs
+    try:
+        spec = rendered_jobset_spec(trainjob, runtime)
+    except BuildError as exc:
+        value = trainjob.spec.runtime_ref.to_wire() if trainjob.spec else None
+        return [FieldError(RUNTIME_REF_PATH, INVALID, str(exc), value)]
+    if spec is None:
+        return []
+    return name_errors(name, spec)
