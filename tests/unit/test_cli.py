@@ -104,3 +104,48 @@ def test_version() -> None:
     result = runner.invoke(app, ["version"])
     assert result.exit_code == 0
     assert "v2.3" in result.output
+
+
+ADMISSION_BAD = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: a-very-long-trainjob-name-for-the-torchtune-runtime}
+spec:
+  runtimeRef: {name: torchtune-llama3.2-1b}
+  trainer:
+    env: [{name: PET_NNODES, value: "4"}]
+"""
+
+
+def test_validate_applies_the_admission_rules(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", "-f", write(tmp_path, "adm.yaml", ADMISSION_BAD)])
+    assert result.exit_code == 1
+    assert "must not have reserved envs, invalid envs configured: [PET_NNODES]" in result.output
+    assert "the longest TrainJob name this runtime allows with these settings is 33" in (
+        result.output
+    )
+
+
+def test_validate_reports_a_missing_runtime(tmp_path: Path) -> None:
+    missing = GOOD.replace("torch-distributed", "no-such-runtime")
+    result = runner.invoke(app, ["validate", "-f", write(tmp_path, "m.yaml", missing)])
+    assert result.exit_code == 1
+    assert "spec.runtimeRef" in result.output
+    assert "specified clusterTrainingRuntime must be created before the TrainJob" in result.output
+
+
+def test_validate_uses_runtimes_given_with_the_jobs_and_warns_on_stderr(tmp_path: Path) -> None:
+    runtime = yaml.safe_load((ROOT / "runtimes/torch-distributed.yaml").read_text())
+    runtime["metadata"]["name"] = "old-torch"
+    runtime["metadata"]["labels"]["trainer.kubeflow.org/support"] = "deprecated"
+    job = GOOD.replace("torch-distributed", "old-torch")
+    stream = yaml.safe_dump(runtime) + "---\n" + job
+    result = runner.invoke(app, ["validate", "-f", write(tmp_path, "d.yaml", stream)])
+    assert result.exit_code == 0, result.output
+    assert 'Referenced ClusterTrainingRuntime "old-torch" is deprecated' in result.stderr
+    assert "valid    TrainJob/good" in result.stdout
+    only = runner.invoke(
+        app,
+        ["validate", "-f", write(tmp_path, "j.yaml", job), "--runtime", str(ROOT / "runtimes")],
+    )
+    assert only.exit_code == 1  # old-torch is not among the given runtimes

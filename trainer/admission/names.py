@@ -6,9 +6,9 @@ inside JobSet's webhook when a generated Job or Pod name is longer than 63
 (``<name>-dataset-initializer-0-0-abcde`` caps the name at 33). Here the TrainJob is rendered
 exactly as the controller would (pure: the MPI key generator returns a fixed dummy pair, no
 randomness in admission) and every generated name is checked with
-:mod:`trainer.runtime.naming`. Each name that is too long is an Invalid error at
-``metadata.name`` that names the generated name, its kind and length, and the longest
-TrainJob name this runtime allows with these settings.
+:mod:`trainer.runtime.naming`. The names that are too long make an Invalid error at
+``metadata.name`` (one error: the longest offending name, how many more there are, and the
+longest TrainJob name this runtime allows with these settings).
 """
 
 from __future__ import annotations
@@ -66,16 +66,16 @@ def _fixed_subdomain(spec: JobSetSpec) -> str | None:
 
 
 def name_errors(trainjob_name: str, spec: JobSetSpec) -> list[FieldError]:
-    """One error per generated name longer than 63 characters, longest first.
+    """At most one error at ``metadata.name``: the longest generated name over 63 characters,
+    how many others are too long, and the longest TrainJob name the runtime allows.
 
     A too-long ``network.subdomain`` set by the runtime does not depend on the TrainJob name,
-    so it is reported at ``spec.runtimeRef`` instead of ``metadata.name``.
+    so it is reported at ``spec.runtimeRef`` instead.
     """
     limit = naming.max_name_length(trainjob_name, spec)
     errors: list[FieldError] = []
+    grown = []
     for gen in naming.too_long(trainjob_name, spec):
-        what = _KIND_TEXT.get(gen.kind, f"{gen.kind} name")
-        where = f' for replicated job "{gen.replicated_job}"' if gen.replicated_job else ""
         if gen.kind == "subdomain" and _fixed_subdomain(spec):
             errors.append(
                 FieldError(
@@ -86,22 +86,34 @@ def name_errors(trainjob_name: str, spec: JobSetSpec) -> list[FieldError]:
                     gen.name,
                 )
             )
-            continue
+        else:
+            grown.append(gen)
+    if grown:
+        gen = grown[0]
+        what = _KIND_TEXT.get(gen.kind, f"{gen.kind} name")
+        where = f' for replicated job "{gen.replicated_job}"' if gen.replicated_job else ""
         suffix = (
             f' ("{naming.POD_SUFFIX[1:]}" stands for the random suffix the Job controller adds)'
             if gen.kind == "Pod"
             else ""
         )
-        errors.append(
+        others = (
+            f" ({len(grown) - 1} other generated name{'s are' if len(grown) > 2 else ' is'} "
+            "too long as well)"
+            if len(grown) > 1
+            else ""
+        )
+        errors.insert(
+            0,
             FieldError(
                 NAME_PATH,
                 INVALID,
                 f'the JobSet would generate the {what} "{gen.name}"{where}, {len(gen.name)} '
-                f"characters long{suffix}, but JobSet allows at most {naming.MAX_NAME}; the "
-                f"longest TrainJob name this runtime allows with these settings is {limit} "
+                f"characters long{suffix}, but JobSet allows at most {naming.MAX_NAME}{others}; "
+                f"the longest TrainJob name this runtime allows with these settings is {limit} "
                 "characters",
                 trainjob_name,
-            )
+            ),
         )
     return errors
 

@@ -9,14 +9,14 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from trainer.api import constants as c
 from trainer.api.errors import format_errors
 from trainer.api.load import ObjectError, check_object, parse_object
-from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.api.v1alpha1 import TrainJob
 from trainer.builtin import builtin_runtime_documents
+from trainer.cli.catalog import RuntimeCatalog, is_runtime
 from trainer.cli.files import read_documents
 from trainer.plugins.registry import render as render_objects
-from trainer.runtime.info import BuildContext, BuildError, Runtime
+from trainer.runtime.info import BuildContext, BuildError
 from trainer.runtime.sshkeys import generate_ssh_keypair
 
 
@@ -44,17 +44,6 @@ def to_yaml_stream(objects: list[dict[str, Any]]) -> str:
 def fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(2)
-
-
-RuntimeKey = tuple[str, str, str]  # kind, namespace ("" for cluster scope), name
-
-
-def _runtime_key(runtime: Runtime) -> RuntimeKey:
-    meta = runtime.metadata
-    name = (meta.name if meta else None) or ""
-    if isinstance(runtime, TrainingRuntime):
-        return (c.KIND_TRAINING_RUNTIME, (meta.namespace if meta else None) or "default", name)
-    return (c.KIND_CLUSTER_TRAINING_RUNTIME, "", name)
 
 
 def _checked(data: Any, label: str) -> Any:
@@ -113,21 +102,21 @@ def render(
     except OSError as exc:
         raise fail(f"cannot read {exc.filename}: {exc.strerror}") from None
 
-    available: dict[RuntimeKey, Runtime] = {}
     builtin = not runtimes
+    catalog = RuntimeCatalog("built in" if builtin else "given with --runtime or -f")
     sources = [(d.data, d.label) for d in runtime_docs]
     if builtin:
         sources = [(d, "built-in runtimes") for d in builtin_runtime_documents()]
     for data, label in sources:
         runtime = _checked(data, label)
-        if not isinstance(runtime, TrainingRuntime | ClusterTrainingRuntime):
+        if not is_runtime(runtime):
             raise fail(f"{label}: expected a TrainingRuntime or ClusterTrainingRuntime")
-        available[_runtime_key(runtime)] = runtime
+        catalog.add(runtime)
     trainjobs: list[TrainJob] = []
     for doc in docs:
         obj = _checked(doc.data, doc.label)
-        if isinstance(obj, TrainingRuntime | ClusterTrainingRuntime):
-            available[_runtime_key(obj)] = obj
+        if is_runtime(obj):
+            catalog.add(obj)
         elif isinstance(obj, TrainJob):
             trainjobs.append(obj)
         else:
@@ -142,22 +131,9 @@ def render(
         assert meta is not None and job.spec is not None
         if not meta.namespace:
             meta.namespace = namespace or "default"
-        ref = job.spec.runtime_ref
-        if ref.api_group != c.GROUP or ref.kind not in (
-            c.KIND_TRAINING_RUNTIME,
-            c.KIND_CLUSTER_TRAINING_RUNTIME,
-        ):
-            raise fail(f"TrainJob {meta.name}: unsupported runtime: {ref.kind}.{ref.api_group}")
-        scope = meta.namespace if ref.kind == c.KIND_TRAINING_RUNTIME else ""
-        runtime = available.get((ref.kind, scope, ref.name))
+        runtime, problem = catalog.find(job)
         if runtime is None:
-            known = sorted(f"{k}/{n}" if not ns else f"{k}/{ns}/{n}" for k, ns, n in available)
-            where = "built in" if builtin else "given with --runtime or -f"
-            raise fail(
-                f"TrainJob {meta.name} references {ref.kind} {ref.name!r}"
-                + (f" in namespace {scope}" if scope else "")
-                + f", which is not among the runtimes {where}: {', '.join(known)}"
-            )
+            raise fail(f"TrainJob {meta.name} references {problem}")
         try:
             objects.extend(render_objects(job, runtime, ctx=ctx))
         except BuildError as exc:
