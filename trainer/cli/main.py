@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from trainer import __version__
+from trainer.cli import apiserver as apiserver_cmd
 from trainer.cli import crds as crds_cmd
 from trainer.cli import render as render_cmd
 from trainer.cli import validate as validate_cmd
@@ -19,6 +20,7 @@ app = typer.Typer(
 app.command(name="render")(render_cmd.render)
 app.command(name="validate")(validate_cmd.validate)
 app.command(name="crds")(crds_cmd.crds)
+app.command(name="apiserver")(apiserver_cmd.apiserver)
 
 
 @app.command()

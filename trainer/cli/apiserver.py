@@ -1,0 +1,71 @@
+"""``trainer apiserver``: run the embedded Kubernetes API server in the foreground."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trainer.api import crds
+from trainer.local.apiserver import APIServer
+
+log = logging.getLogger("trainer.apiserver")
+
+
+async def _serve(
+    port: int, kubeconfig: Path, state_file: str | None, token: str | None, install_crds: bool
+) -> None:
+    server = APIServer(port=port, state_file=state_file, token=token)
+    await server.start()
+    if install_crds:
+        for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
+            name = crd["metadata"]["name"]
+            if server.get_object("apiextensions.k8s.io/v1", "customresourcedefinitions", "", name) is None:
+                server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+    server.write_kubeconfig(str(kubeconfig))
+    typer.echo(f"API server listening on {server.url}")
+    typer.echo(f"kubeconfig written to {kubeconfig}: export KUBECONFIG={kubeconfig}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    typer.echo("stopping")
+    await server.stop()
+
+
+def apiserver(
+    port: Annotated[int, typer.Option("--port", "-p", help="Port on 127.0.0.1 (0: any free port).")] = 0,
+    kubeconfig: Annotated[
+        Path, typer.Option("--kubeconfig", help="Where to write a kubeconfig for kubectl.")
+    ] = Path("trainer-local.kubeconfig"),
+    state_file: Annotated[
+        str | None,
+        typer.Option("--state-file", help="SQLite file that keeps objects across restarts."),
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option("--token", help="Require this bearer token from clients.")
+    ] = None,
+    install_crds: Annotated[
+        bool,
+        typer.Option(
+            "--install-crds/--no-install-crds",
+            help="Serve the Trainer and JobSet CRDs from the start.",
+        ),
+    ] = True,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request.")] = False,
+) -> None:
+    """Run the embedded Kubernetes API server (loopback only) until SIGINT or SIGTERM.
+
+    It speaks the real Kubernetes REST protocol, so kubectl and client libraries work with
+    the kubeconfig it writes. State lives in memory unless --state-file is given.
+    """
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    asyncio.run(_serve(port, kubeconfig, state_file, token, install_crds))

@@ -1,0 +1,321 @@
+"""The admission chain of a write: built-in defaulting and checks, CRD structural schema
+(pruning, defaults, validation and CEL rules), and the registered admission webhooks, called
+over HTTPS with their caBundle exactly as a kube-apiserver calls them.
+
+Order, as in Kubernetes: decode (prune unknown fields, apply schema defaults) -> mutating
+webhooks -> schema defaults again -> validation (schema, CEL, built-in checks) -> validating
+webhooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import hashlib
+import json
+import ssl
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import jsonpatch
+
+from trainer.api.openapi import apply_defaults, prune, validate
+from trainer.local.apiserver import builtin, crd
+from trainer.local.apiserver.errors import APIError, bad_request, invalid
+from trainer.local.apiserver.resources import ResourceType
+from trainer.local.apiserver.selectors import parse_label_selector
+
+if TYPE_CHECKING:
+    from trainer.local.apiserver.server import APIServer
+
+
+def _selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """A metav1.LabelSelector (matchLabels + matchExpressions); empty matches everything."""
+    if not selector:
+        return True
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
+        text = {
+            "In": f"{key} in ({','.join(values)})",
+            "NotIn": f"{key} notin ({','.join(values)})",
+            "Exists": key,
+            "DoesNotExist": f"!{key}",
+        }.get(op)
+        if text is None:
+            return False
+        if not all(r.matches(labels) for r in parse_label_selector(text)):
+            return False
+    return True
+
+
+def _rule_matches(rule: dict[str, Any], rt: ResourceType, operation: str, subresource: str) -> bool:
+    ops = rule.get("operations") or []
+    if "*" not in ops and operation not in ops:
+        return False
+    groups = rule.get("apiGroups") or []
+    if "*" not in groups and rt.group not in groups:
+        return False
+    versions = rule.get("apiVersions") or []
+    if "*" not in versions and rt.version not in versions:
+        return False
+    resource = rt.plural + (f"/{subresource}" if subresource else "")
+    resources = rule.get("resources") or []
+    if not any(
+        r in ("*", resource)
+        or (r == "*/*")
+        or (r.endswith("/*") and r[:-2] == rt.plural and subresource)
+        for r in resources
+    ):
+        return False
+    scope = rule.get("scope", "*")
+    return scope == "*" or (scope == "Namespaced") == rt.namespaced
+
+
+class Admission:
+    def __init__(self, server: APIServer) -> None:
+        self.server = server
+        self._sessions: dict[str, aiohttp.ClientSession] = {}
+
+    async def close(self) -> None:
+        for session in self._sessions.values():
+            await session.close()
+        self._sessions.clear()
+
+    # --- the chain --------------------------------------------------------------------------
+    async def admit(
+        self,
+        rt: ResourceType,
+        operation: str,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        *,
+        dry_run: bool,
+        field_validation: str,
+        warnings: list[str],
+    ) -> dict[str, Any]:
+        name = obj["metadata"].get("name", "")
+        if rt.schema is not None:
+            obj = self._decode(rt, obj, field_validation, warnings)
+        else:
+            errors = builtin.validate_name(rt, name) if operation == "CREATE" else []
+            errors += builtin.prepare(rt, obj)
+            if rt.kind == "CustomResourceDefinition":
+                errors += crd.validate_crd(obj)
+            if errors:
+                raise invalid(rt.kind, rt.group, name, errors)
+        obj = await self._webhooks(
+            rt, operation, obj, old, mutating=True, dry_run=dry_run, warnings=warnings
+        )
+        if rt.schema is not None:
+            obj, _ = prune(rt.schema, obj)
+            obj = apply_defaults(rt.schema, obj)
+            errors = builtin.validate_name(rt, name) if operation == "CREATE" else []
+            errors += validate(rt.schema, obj, old) if old is not None else validate(rt.schema, obj)
+            if errors:
+                raise invalid(rt.kind, rt.group, name, errors)
+        await self._webhooks(
+            rt, operation, obj, old, mutating=False, dry_run=dry_run, warnings=warnings
+        )
+        return obj
+
+    async def admit_delete(self, rt: ResourceType, old: dict[str, Any], *, dry_run: bool) -> None:
+        await self._webhooks(rt, "DELETE", None, old, mutating=False, dry_run=dry_run, warnings=[])
+
+    def _decode(
+        self, rt: ResourceType, obj: dict[str, Any], field_validation: str, warnings: list[str]
+    ) -> dict[str, Any]:
+        assert rt.schema is not None
+        pruned, unknown = prune(rt.schema, obj)
+        if unknown:
+            if field_validation == "Strict":
+                detail = ", ".join(f'unknown field "{p}"' for p in unknown)
+                raise bad_request(f"strict decoding error: {detail}")
+            if field_validation == "Warn":
+                warnings.extend(f'unknown field "{p}"' for p in unknown)
+        result: dict[str, Any] = apply_defaults(rt.schema, pruned)
+        return result
+
+    # --- webhooks ---------------------------------------------------------------------------
+    def _configurations(self, mutating: bool) -> list[dict[str, Any]]:
+        plural = "mutatingwebhookconfigurations" if mutating else "validatingwebhookconfigurations"
+        return list(self.server.store.items(("admissionregistration.k8s.io", plural)))
+
+    async def _webhooks(
+        self,
+        rt: ResourceType,
+        operation: str,
+        obj: dict[str, Any] | None,
+        old: dict[str, Any] | None,
+        *,
+        mutating: bool,
+        dry_run: bool,
+        warnings: list[str],
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        current = obj
+        subject = obj if obj is not None else old
+        assert subject is not None
+        if rt.group == "admissionregistration.k8s.io":
+            return current or {}  # webhook configurations are never subject to webhooks
+        for config in sorted(self._configurations(mutating), key=lambda c: c["metadata"]["name"]):
+            for hook in config.get("webhooks") or []:
+                if not self._applies(hook, rt, operation, subject, old, subresource):
+                    continue
+                response = await self._call(hook, rt, operation, current, old, dry_run, subresource)
+                if response is None:
+                    continue  # failurePolicy Ignore and the call failed
+                warnings.extend(response.get("warnings") or [])
+                if not response.get("allowed"):
+                    status = response.get("status") or {}
+                    code = int(status.get("code") or 400)
+                    message = status.get("message") or ""
+                    raise APIError(
+                        code,
+                        status.get("reason") or ("Forbidden" if code == 403 else "BadRequest"),
+                        f'admission webhook "{hook.get("name")}" denied the request: {message}',
+                    )
+                if mutating and current is not None and response.get("patch"):
+                    if response.get("patchType") != "JSONPatch":
+                        raise APIError(
+                            500,
+                            "InternalError",
+                            f'webhook "{hook.get("name")}" returned an unsupported patchType',
+                        )
+                    try:
+                        ops = json.loads(base64.b64decode(response["patch"]))
+                        current = jsonpatch.JsonPatch(ops).apply(current, in_place=False)
+                    except (
+                        ValueError,
+                        jsonpatch.JsonPatchException,
+                        jsonpatch.JsonPointerException,
+                    ) as exc:
+                        raise APIError(
+                            500,
+                            "InternalError",
+                            f'webhook "{hook.get("name")}" returned an invalid patch: {exc}',
+                        ) from None
+        return current if current is not None else {}
+
+    def _applies(
+        self,
+        hook: dict[str, Any],
+        rt: ResourceType,
+        operation: str,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        subresource: str,
+    ) -> bool:
+        if not any(_rule_matches(r, rt, operation, subresource) for r in hook.get("rules") or []):
+            return False
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        old_labels = ((old or {}).get("metadata") or {}).get("labels") or {}
+        object_selector = hook.get("objectSelector")
+        if object_selector and not (
+            _selector_matches(object_selector, labels)
+            or (old is not None and _selector_matches(object_selector, old_labels))
+        ):
+            return False
+        ns_selector = hook.get("namespaceSelector")
+        if ns_selector and rt.namespaced:
+            ns_name = (obj.get("metadata") or {}).get("namespace", "")
+            ns = self.server.store.get(("", "namespaces"), "", ns_name) or {}
+            ns_labels = dict((ns.get("metadata") or {}).get("labels") or {})
+            ns_labels.setdefault("kubernetes.io/metadata.name", ns_name)
+            if not _selector_matches(ns_selector, ns_labels):
+                return False
+        return True
+
+    def _session(self, ca_bundle: str) -> aiohttp.ClientSession:
+        key = hashlib.sha256(ca_bundle.encode()).hexdigest()
+        session = self._sessions.get(key)
+        if session is None or session.closed:
+            ctx = ssl.create_default_context()
+            if ca_bundle:
+                ctx = ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode())
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx))
+            self._sessions[key] = session
+        return session
+
+    async def _call(
+        self,
+        hook: dict[str, Any],
+        rt: ResourceType,
+        operation: str,
+        obj: dict[str, Any] | None,
+        old: dict[str, Any] | None,
+        dry_run: bool,
+        subresource: str,
+    ) -> dict[str, Any] | None:
+        name = hook.get("name", "")
+        policy = hook.get("failurePolicy", "Fail")
+        timeout = float(hook.get("timeoutSeconds") or 10)
+        client = hook.get("clientConfig") or {}
+        subject = obj if obj is not None else old or {}
+        meta = subject.get("metadata") or {}
+        request = {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
+            "resource": {"group": rt.group, "version": rt.version, "resource": rt.plural},
+            "requestKind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
+            "requestResource": {"group": rt.group, "version": rt.version, "resource": rt.plural},
+            "name": meta.get("name", ""),
+            "namespace": meta.get("namespace", "") if rt.namespaced else "",
+            "operation": operation,
+            "userInfo": {
+                "username": "system:admin",
+                "groups": ["system:masters", "system:authenticated"],
+            },
+            "object": copy.deepcopy(obj),
+            "oldObject": copy.deepcopy(old),
+            "dryRun": dry_run,
+        }
+        if subresource:
+            request["subResource"] = subresource
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": request,
+        }
+        try:
+            url = client.get("url")
+            if not url:
+                raise RuntimeError(
+                    "service references are not reachable from the local API server; "
+                    "register the webhook with clientConfig.url"
+                )
+            session = self._session(client.get("caBundle", ""))
+            async with session.post(
+                url, json=review, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as resp:
+                if resp.status != 200:
+                    raise RuntimeError(f"the server responded with HTTP {resp.status}")
+                body = await resp.json(content_type=None)
+            response = body.get("response") if isinstance(body, dict) else None
+            if not isinstance(response, dict) or response.get("uid") != request["uid"]:
+                raise RuntimeError("expected a response with the request's uid")
+            return response
+        except (
+            aiohttp.ClientError,
+            asyncio.TimeoutError,
+            RuntimeError,
+            ValueError,
+            ssl.SSLError,
+            OSError,
+        ) as exc:
+            reason = (
+                "context deadline exceeded"
+                if isinstance(exc, asyncio.TimeoutError)
+                else str(exc) or type(exc).__name__
+            )
+            if policy == "Ignore":
+                return None
+            raise APIError(
+                500,
+                "InternalError",
+                f'Internal error occurred: failed calling webhook "{name}": {reason}',
+            ) from None

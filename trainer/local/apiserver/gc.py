@@ -1,0 +1,271 @@
+"""Garbage collection: ownerReference cascades (background, foreground, orphan), finalizer
+processing for those policies, and namespace termination.
+
+Work is queued and done by one background task, like the real garbage collector, so a client
+sees the owner gone first and its dependents disappear shortly after. :meth:`idle` lets
+tests wait for the collector without sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+from typing import TYPE_CHECKING, Any
+
+from trainer.local.apiserver.errors import APIError
+from trainer.local.apiserver.resources import ResourceType
+from trainer.local.apiserver.store import Event
+
+if TYPE_CHECKING:
+    from trainer.local.apiserver.server import APIServer
+
+log = logging.getLogger("trainer.apiserver.gc")
+
+Ref = tuple[str, str, str, str]  # group, plural, namespace, name
+
+
+class GarbageCollector:
+    def __init__(self, server: APIServer) -> None:
+        self.server = server
+        self._dependents: dict[str, set[Ref]] = {}  # owner uid -> dependents
+        self._owners_of: dict[Ref, set[str]] = {}
+        self._queue: asyncio.Queue[tuple[str, Any]] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._busy = 0
+        self._idle_event: asyncio.Event | None = None
+        server.store.on_write.append(self._index)
+
+    # --- ownership index --------------------------------------------------------------------
+    def _index(self, ev: Event) -> None:
+        meta = ev.obj.get("metadata") or {}
+        ref: Ref = (ev.key[0], ev.key[1], ev.namespace, meta.get("name", ""))
+        for uid in self._owners_of.pop(ref, set()):
+            deps = self._dependents.get(uid)
+            if deps is not None:
+                deps.discard(ref)
+                if not deps:
+                    del self._dependents[uid]
+        if ev.type == "DELETED":
+            return
+        uids = {o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("uid")}
+        if uids:
+            self._owners_of[ref] = uids  # type: ignore[assignment]
+            for uid in uids:
+                self._dependents.setdefault(uid, set()).add(ref)  # type: ignore[arg-type]
+
+    def dependents(self, uid: str) -> list[Ref]:
+        return sorted(self._dependents.get(uid, set()))
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._idle_event = asyncio.Event()
+        self._idle_event.set()
+        self._task = asyncio.create_task(self._run(), name="apiserver-gc")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def idle(self) -> None:
+        """Wait until every queued collection is done."""
+        if self._idle_event is not None:
+            await self._idle_event.wait()
+
+    def _enqueue(self, kind: str, item: Any) -> None:
+        if self._queue is None:
+            return
+        self._busy += 1
+        assert self._idle_event is not None
+        self._idle_event.clear()
+        self._queue.put_nowait((kind, item))
+
+    # --- triggers from the server -----------------------------------------------------------
+    def notice(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if not meta.get("deletionTimestamp"):
+            return
+        finalizers = meta.get("finalizers") or []
+        if rt.kind == "Namespace" and rt.group == "":
+            self._enqueue("namespace", meta["name"])
+        elif "foregroundDeletion" in finalizers:
+            self._enqueue("foreground", (rt.key, meta.get("namespace") or "", meta["name"]))
+        elif "orphan" in finalizers:
+            self._enqueue("orphan", (rt.key, meta.get("namespace") or "", meta["name"]))
+
+    def deleted(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        uid = (obj.get("metadata") or {}).get("uid")
+        if uid and self._dependents.get(uid):
+            self._enqueue("cascade", uid)
+
+    # --- work -------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        assert self._queue is not None and self._idle_event is not None
+        while True:
+            kind, item = await self._queue.get()
+            try:
+                if kind == "cascade":
+                    await self._cascade(item)
+                elif kind == "foreground":
+                    await self._foreground(*item)
+                elif kind == "orphan":
+                    await self._orphan(*item)
+                elif kind == "namespace":
+                    await self._namespace(item)
+            except Exception:
+                log.exception("garbage collection of %s %s failed", kind, item)
+            finally:
+                self._busy -= 1
+                if self._busy == 0:
+                    self._idle_event.set()
+
+    def _rt(self, group: str, plural: str) -> ResourceType | None:
+        return self.server.registry.by_key(group, plural)
+
+    async def _cascade(self, owner_uid: str) -> None:
+        """The owner is gone: delete dependents it alone owned, unlink the rest."""
+        for group, plural, ns, name in self.dependents(owner_uid):
+            rt = self._rt(group, plural)
+            obj = self.server.store.get((group, plural), ns, name)
+            if rt is None or obj is None:
+                continue
+            refs = obj["metadata"].get("ownerReferences") or []
+            remaining = [r for r in refs if r.get("uid") != owner_uid and self._owner_exists(r, ns)]
+            with contextlib.suppress(APIError):
+                if remaining:
+                    new = copy.deepcopy(obj)
+                    new["metadata"]["ownerReferences"] = [
+                        r for r in refs if r.get("uid") != owner_uid
+                    ]
+                    await self.server._commit_update(
+                        rt,
+                        obj,
+                        new,
+                        subresource="",
+                        manager="garbage-collector",
+                        dry_run=False,
+                        field_validation="Ignore",
+                        warnings=[],
+                    )
+                else:
+                    await self.server.delete(rt, ns, name, policy="Background")
+
+    def _owner_exists(self, ref: dict[str, Any], namespace: str) -> bool:
+        uid = ref.get("uid")
+        for rt in self.server.registry:
+            if (
+                rt.kind != ref.get("kind")
+                or rt.api_version.rpartition("/")[0] != ref.get("apiVersion", "").rpartition("/")[0]
+            ):
+                continue
+            obj = self.server.store.get(
+                rt.key, namespace if rt.namespaced else "", ref.get("name", "")
+            )
+            if obj is not None and obj["metadata"].get("uid") == uid:
+                return True
+        return False
+
+    async def _foreground(self, key: tuple[str, str], ns: str, name: str) -> None:
+        obj = self.server.store.get(key, ns, name)
+        if obj is None:
+            return
+        uid = obj["metadata"]["uid"]
+        for group, plural, dns, dname in self.dependents(uid):
+            rt = self._rt(group, plural)
+            if rt is not None and self.server.store.get((group, plural), dns, dname) is not None:
+                with contextlib.suppress(APIError):
+                    await self.server.delete(rt, dns, dname, policy="Foreground")
+        if any(
+            self.server.store.get((g, p), n, m) is not None for g, p, n, m in self.dependents(uid)
+        ):
+            # Dependents still finalizing: come back when they are gone.
+            await asyncio.sleep(0.05)
+            self._enqueue("foreground", (key, ns, name))
+            return
+        await self._drop_finalizer(key, ns, name, "foregroundDeletion")
+
+    async def _orphan(self, key: tuple[str, str], ns: str, name: str) -> None:
+        obj = self.server.store.get(key, ns, name)
+        if obj is None:
+            return
+        uid = obj["metadata"]["uid"]
+        for group, plural, dns, dname in self.dependents(uid):
+            rt = self._rt(group, plural)
+            dep = self.server.store.get((group, plural), dns, dname)
+            if rt is None or dep is None:
+                continue
+            new = copy.deepcopy(dep)
+            new["metadata"]["ownerReferences"] = [
+                r for r in dep["metadata"].get("ownerReferences") or [] if r.get("uid") != uid
+            ]
+            if not new["metadata"]["ownerReferences"]:
+                del new["metadata"]["ownerReferences"]
+            with contextlib.suppress(APIError):
+                await self.server._commit_update(
+                    rt,
+                    dep,
+                    new,
+                    subresource="",
+                    manager="garbage-collector",
+                    dry_run=False,
+                    field_validation="Ignore",
+                    warnings=[],
+                )
+        await self._drop_finalizer(key, ns, name, "orphan")
+
+    async def _drop_finalizer(
+        self, key: tuple[str, str], ns: str, name: str, finalizer: str
+    ) -> None:
+        rt = self._rt(*key)
+        obj = self.server.store.get(key, ns, name)
+        if rt is None or obj is None:
+            return
+        new = copy.deepcopy(obj)
+        new["metadata"]["finalizers"] = [
+            f for f in obj["metadata"].get("finalizers") or [] if f != finalizer
+        ]
+        with contextlib.suppress(APIError):
+            await self.server._commit_update(
+                rt,
+                obj,
+                new,
+                subresource="",
+                manager="garbage-collector",
+                dry_run=False,
+                field_validation="Ignore",
+                warnings=[],
+            )
+
+    async def _namespace(self, name: str) -> None:
+        """Delete everything in a terminating namespace, then the namespace itself."""
+        pending = False
+        for rt in list(self.server.registry):
+            if not rt.namespaced or rt.storage_version not in (None, rt.version):
+                continue
+            for obj in list(self.server.store.items(rt.key, name)):
+                pending = True
+                if not obj["metadata"].get("deletionTimestamp"):
+                    with contextlib.suppress(APIError):
+                        await self.server.delete(
+                            rt, name, obj["metadata"]["name"], policy="Background"
+                        )
+        if pending and any(
+            True
+            for rt in self.server.registry
+            if rt.namespaced
+            for _ in self.server.store.items(rt.key, name)
+        ):
+            await asyncio.sleep(0.05)
+            self._enqueue("namespace", name)
+            return
+        ns_rt = self.server.registry.get("", "v1", "namespaces")
+        obj = self.server.store.get(("", "namespaces"), "", name)
+        if ns_rt is None or obj is None:
+            return
+        if not obj["metadata"].get("finalizers"):
+            self.server._remove(ns_rt, obj)

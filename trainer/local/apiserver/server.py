@@ -1,0 +1,1092 @@
+"""An in-memory Kubernetes API server speaking the real REST protocol over HTTP on loopback.
+
+It serves the built-in kinds this project needs and every CRD registered through the
+apiextensions API, with real semantics: resourceVersions and optimistic concurrency,
+generation, status subresources, label/field selectors and paging, merge / JSON / strategic
+merge patches and server-side apply, finalizers and ownerReference garbage collection,
+namespace lifecycle, watches with history, bookmarks and 410, dry runs, and admission
+webhooks. Test hooks (:attr:`APIServer.hooks`) expose the request log, fault injection and
+the clock; :meth:`APIServer.objects` reads stored objects directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import json
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+import yaml
+from aiohttp import web
+
+from trainer.local.apiserver import builtin, crd, discovery, gc, table
+from trainer.local.apiserver import apply as ssa
+from trainer.local.apiserver.admission import Admission
+from trainer.local.apiserver.errors import (
+    APIError,
+    already_exists,
+    bad_request,
+    conflict,
+    forbidden,
+    internal,
+    invalid,
+    method_not_allowed,
+    not_found,
+    too_large,
+    unauthorized,
+    unsupported_media_type,
+)
+from trainer.local.apiserver.hooks import Hooks, RequestRecord
+from trainer.local.apiserver.persistence import Persistence
+from trainer.local.apiserver.patch import (
+    APPLY,
+    JSON,
+    MERGE,
+    STRATEGIC,
+    json_patch,
+    merge_patch,
+    strategic_merge_patch,
+)
+from trainer.local.apiserver.resources import ResourceType
+from trainer.local.apiserver.selectors import matcher
+from trainer.local.apiserver.store import Event, Store
+from trainer.local.apiserver.watch import serve_watch
+
+log = logging.getLogger("trainer.apiserver")
+
+GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+DEFAULT_MAX_BODY = 3 * 1024 * 1024
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+@dataclass
+class Route:
+    rt: ResourceType
+    namespace: str  # "" for cluster scope or all namespaces
+    name: str
+    subresource: str
+    legacy_watch: bool = False
+
+
+def _now_rfc3339(server: APIServer) -> str:
+    return server.hooks.clock.timestamp()
+
+
+class APIServer:
+    """The embedded API server. ``await start()`` binds 127.0.0.1 on ``port`` (0: any free)."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+        history: int = 10_000,
+        state_file: str | None = None,
+    ) -> None:
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError("the local API server listens on loopback only")
+        self.host = host
+        self.port = port
+        self.token = token
+        self.max_body = max_body
+        self.registry = builtin.new_registry()
+        self.store = Store(history=history)
+        self.hooks = Hooks()
+        self.admission = Admission(self)
+        self.gc = gc.GarbageCollector(self)
+        self.pod_logs: dict[tuple[str, str, str], list[str]] = {}
+        self._log_waiters: dict[tuple[str, str, str], asyncio.Event] = {}
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._stopping = asyncio.Event()
+        self.state_file = state_file
+        self._persistence: Any = None
+        self._bootstrap()
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def _bootstrap(self) -> None:
+        if self.state_file:
+            self._persistence = Persistence(self, self.state_file)
+            self._persistence.load()
+        for ns in SYSTEM_NAMESPACES:
+            if self.store.get(("", "namespaces"), "", ns) is None:
+                self.create_direct("v1", "Namespace", {"metadata": {"name": ns}})
+
+    async def start(self) -> str:
+        app = web.Application(client_max_size=self.max_body)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        self._site = web.TCPSite(self._runner, self.host, self.port)
+        await self._site.start()
+        server = self._site._server
+        assert server is not None
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1]
+        self.gc.start()
+        log.info("local API server listening on %s", self.url)
+        return self.url
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        self.store.close_watchers()
+        await self.gc.stop()
+        await self.admission.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._persistence is not None:
+            self._persistence.close()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def kubeconfig(
+        self, context: str = "trainer-local", namespace: str = "default"
+    ) -> dict[str, Any]:
+        """A kubeconfig for this server (kubectl and kubernetes_asyncio accept it)."""
+        user: dict[str, Any] = {"token": self.token} if self.token else {}
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": context, "cluster": {"server": self.url}}],
+            "users": [{"name": context, "user": user}],
+            "contexts": [
+                {
+                    "name": context,
+                    "context": {"cluster": context, "user": context, "namespace": namespace},
+                }
+            ],
+            "current-context": context,
+            "preferences": {},
+        }
+
+    def write_kubeconfig(self, path: str, **kw: Any) -> None:
+        import os  # noqa: PLC0415
+
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            yaml.safe_dump(self.kubeconfig(**kw), fh, sort_keys=False)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+
+    # --- direct access for tests and bootstrapping -----------------------------------------
+    def resource(self, api_version: str, kind_or_plural: str) -> ResourceType:
+        group, _, version = api_version.rpartition("/")
+        rt = self.registry.get(group, version, kind_or_plural) or self.registry.by_kind(
+            api_version, kind_or_plural
+        )
+        if rt is None:
+            raise KeyError(f"{api_version} {kind_or_plural} is not served")
+        return rt
+
+    def objects(
+        self, api_version: str, kind_or_plural: str, namespace: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Copies of the stored objects of a kind (one namespace or all)."""
+        rt = self.resource(api_version, kind_or_plural)
+        return [self._out(rt, o) for o in self.store.items(rt.key, namespace)]
+
+    def get_object(
+        self, api_version: str, kind_or_plural: str, namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        rt = self.resource(api_version, kind_or_plural)
+        obj = self.store.get(rt.key, namespace if rt.namespaced else "", name)
+        return self._out(rt, obj) if obj is not None else None
+
+    def create_direct(self, api_version: str, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create without HTTP or admission (bootstrapping, tests)."""
+        rt = self.resource(api_version, kind)
+        body = {"apiVersion": api_version, "kind": rt.kind, **copy.deepcopy(obj)}
+        ns = (body.get("metadata") or {}).get("namespace", "default" if rt.namespaced else "")
+        return self._create_sync(rt, ns if rt.namespaced else "", body, manager="bootstrap")
+
+    # --- HTTP -------------------------------------------------------------------------------
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        verb, resource, group, ns, name, manager = request.method.lower(), "", "", "", "", ""
+        code = 500
+        try:
+            self._check_auth(request)
+            route = self._route(request.path)
+            if route is None:
+                resp = await self._non_resource(request)
+                code = resp.status
+                return resp
+            if isinstance(route, web.StreamResponse):
+                code = route.status
+                return route
+            query = {
+                k: v[-1] for k, v in parse_qs(request.query_string, keep_blank_values=True).items()
+            }
+            verb = self._verb(request.method, route, query)
+            group, ns, name = route.rt.group, route.namespace, route.name
+            resource = route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
+            manager = query.get("fieldManager", "")
+            fault = self.hooks.fault_for(verb, resource)
+            if fault is not None:
+                err = APIError(fault.code, _reason_for(fault.code), fault.message)
+                code = fault.code
+                return _status_response(err)
+            resp = await self._dispatch(request, route, verb, query)
+            code = resp.status
+            return resp
+        except APIError as err:
+            code = err.code
+            return _status_response(err)
+        except web.HTTPRequestEntityTooLarge:
+            code = 413
+            return _status_response(too_large(self.max_body))
+        except (ConnectionResetError, asyncio.CancelledError):
+            code = 499
+            raise
+        except Exception as exc:  # the server never drops a request on a bug
+            log.exception("internal error serving %s %s", request.method, request.path)
+            code = 500
+            return _status_response(internal(f"{type(exc).__name__}: {exc}"))
+        finally:
+            self.hooks.record(
+                RequestRecord(
+                    verb,
+                    group,
+                    resource,
+                    ns,
+                    name,
+                    code,
+                    manager,
+                    request.headers.get("User-Agent", ""),
+                )
+            )
+            log.debug(
+                "%s %s %s -> %d (%.1f ms)",
+                verb,
+                request.path,
+                request.query_string,
+                code,
+                (time.perf_counter() - started) * 1000,
+            )
+
+    def _check_auth(self, request: web.Request) -> None:
+        if not self.token:
+            return
+        header = request.headers.get("Authorization", "")
+        scheme, _, cred = header.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(cred.strip(), self.token):
+            raise unauthorized()
+
+    def _route(self, path: str) -> Route | web.StreamResponse | None:
+        parts = [p for p in path.split("/") if p]
+        if not parts or parts[0] not in ("api", "apis"):
+            return None
+        if parts[0] == "api":
+            if len(parts) < 3:
+                return None
+            group, version, rest = "", parts[1], parts[2:]
+        else:
+            if len(parts) < 4:
+                return None
+            group, version, rest = parts[1], parts[2], parts[3:]
+        legacy_watch = False
+        if rest and rest[0] == "watch":
+            legacy_watch = True
+            rest = rest[1:]
+        namespace = ""
+        if len(rest) >= 3 and rest[0] == "namespaces" and group == "":
+            # /api/v1/namespaces/{ns}/{plural}... (but /namespaces/{name}/status is the namespace)
+            if rest[2] in ("status", "finalize") and len(rest) == 3:
+                pass
+            else:
+                namespace, rest = rest[1], rest[2:]
+        elif len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not rest:
+            raise not_found("", group, path)
+        plural = rest[0]
+        rt = self.registry.get(group, version, plural)
+        if rt is None:
+            raise APIError(404, "NotFound", "the server could not find the requested resource")
+        name = rest[1] if len(rest) > 1 else ""
+        sub = rest[2] if len(rest) > 2 else ""
+        if len(rest) > 3:
+            raise APIError(404, "NotFound", "the server could not find the requested resource")
+        if namespace and not rt.namespaced:
+            raise APIError(404, "NotFound", "the server could not find the requested resource")
+        if sub and sub not in ("status", "log", "finalize"):
+            raise APIError(
+                404, "NotFound", f"the server could not find the requested resource ({sub})"
+            )
+        if sub == "status" and not rt.status:
+            raise APIError(404, "NotFound", "the server could not find the requested resource")
+        if sub == "log" and not rt.log:
+            raise APIError(404, "NotFound", "the server could not find the requested resource")
+        return Route(rt, namespace, name, sub, legacy_watch)
+
+    @staticmethod
+    def _verb(method: str, route: Route, query: dict[str, str]) -> str:
+        if method == "GET":
+            if route.legacy_watch or query.get("watch") in ("true", "1", "True"):
+                return "watch"
+            return "get" if route.name else "list"
+        return {
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete" if route.name else "deletecollection",
+        }.get(method, method.lower())
+
+    async def _non_resource(self, request: web.Request) -> web.StreamResponse:
+        if request.method != "GET":
+            raise method_not_allowed(f"{request.method} is not allowed on {request.path}")
+        body = discovery.non_resource(self, request)
+        if body is None:
+            raise APIError(404, "NotFound", "the server could not find the requested resource")
+        if isinstance(body, web.StreamResponse):
+            return body
+        return _json(body)
+
+    async def _dispatch(
+        self, request: web.Request, route: Route, verb: str, query: dict[str, str]
+    ) -> web.StreamResponse:
+        rt = route.rt
+        if verb == "watch":
+            return await serve_watch(self, request, route, query)
+        if verb == "list":
+            return self._respond(
+                request, rt, self.list_objects(rt, route.namespace, query), is_list=True
+            )
+        if verb == "get":
+            if route.subresource == "log":
+                return await self._pod_log(request, route, query)
+            obj = self._get_or_404(rt, route.namespace, route.name)
+            return self._respond(request, rt, self._out(rt, obj))
+        body = await self._body(request) if verb in ("create", "update", "patch") else None
+        dry_run = query.get("dryRun") == "All"
+        manager = query.get("fieldManager") or _manager_from_agent(
+            request.headers.get("User-Agent", "")
+        )
+        field_validation = query.get(
+            "fieldValidation",
+            "Strict" if verb != "patch" or request.content_type != APPLY else "Strict",
+        )
+        warnings: list[str] = []
+        if verb == "create":
+            if route.name and route.subresource:
+                raise method_not_allowed("create is not supported on a subresource")
+            obj, created = await self.create(
+                rt,
+                route.namespace,
+                body,
+                manager=manager,
+                dry_run=dry_run,
+                field_validation=field_validation,
+                warnings=warnings,
+            )
+            return _json(self._out(rt, obj), status=201, warnings=warnings)
+        if verb == "update":
+            obj = await self.update(
+                rt,
+                route.namespace,
+                route.name,
+                body,
+                subresource=route.subresource,
+                manager=manager,
+                dry_run=dry_run,
+                field_validation=field_validation,
+                warnings=warnings,
+            )
+            return _json(self._out(rt, obj), warnings=warnings)
+        if verb == "patch":
+            force = query.get("force") in ("true", "1")
+            obj, created = await self.patch(
+                rt,
+                route.namespace,
+                route.name,
+                request.content_type,
+                body,
+                subresource=route.subresource,
+                manager=manager,
+                force=force,
+                dry_run=dry_run,
+                field_validation=field_validation,
+                warnings=warnings,
+            )
+            return _json(self._out(rt, obj), status=201 if created else 200, warnings=warnings)
+        if verb == "delete":
+            options = _json_or_empty(await request.read())
+            policy = options.get("propagationPolicy") or query.get("propagationPolicy")
+            preconditions = options.get("preconditions") or {}
+            result = await self.delete(
+                rt,
+                route.namespace,
+                route.name,
+                policy=policy,
+                preconditions=preconditions,
+                dry_run=dry_run or "All" in (options.get("dryRun") or []),
+            )
+            return _json(result)
+        if verb == "deletecollection":
+            options = _json_or_empty(await request.read())
+            policy = options.get("propagationPolicy") or query.get("propagationPolicy")
+            match = matcher(query.get("labelSelector"), query.get("fieldSelector"))
+            items = [
+                o
+                for o in self.store.items(rt.key, route.namespace or None)
+                if match is None or match(o)
+            ]
+            for obj in items:
+                meta = obj["metadata"]
+                with contextlib.suppress(APIError):
+                    await self.delete(
+                        rt,
+                        meta.get("namespace") or "",
+                        meta["name"],
+                        policy=policy,
+                        dry_run=dry_run,
+                    )
+            return _json(self._list_body(rt, [self._out(rt, o) for o in items]))
+        raise method_not_allowed(f"{request.method} is not supported")
+
+    async def _body(self, request: web.Request) -> Any:
+        if request.content_length is not None and request.content_length > self.max_body:
+            raise too_large(self.max_body)
+        raw = await request.read()
+        if len(raw) > self.max_body:
+            raise too_large(self.max_body)
+        if not raw:
+            raise bad_request("the request body is empty")
+        try:
+            if request.content_type in (APPLY, "application/yaml"):
+                return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            return json.loads(raw)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise bad_request(
+                f"the request body is not valid {'YAML' if request.content_type == APPLY else 'JSON'}: {exc}"
+            ) from None
+
+    # --- object helpers ---------------------------------------------------------------------
+    def _out(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """A copy of a stored object in the served API version."""
+        out = copy.deepcopy(obj)
+        out["apiVersion"] = rt.api_version
+        out["kind"] = rt.kind
+        return out
+
+    def _get_or_404(self, rt: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        obj = self.store.get(rt.key, namespace if rt.namespaced else "", name)
+        if obj is None:
+            raise not_found(rt.plural, rt.group, name)
+        return obj
+
+    def _respond(
+        self, request: web.Request, rt: ResourceType, body: dict[str, Any], *, is_list: bool = False
+    ) -> web.Response:
+        accept = request.headers.get("Accept", "")
+        if "as=Table" in accept:
+            include = request.query.get("includeObject", "Metadata")
+            return _json(table.to_table(self, rt, body, is_list=is_list, include_object=include))
+        return _json(body)
+
+    def _list_body(
+        self,
+        rt: ResourceType,
+        items: list[dict[str, Any]],
+        *,
+        cont: str = "",
+        remaining: int | None = None,
+    ) -> dict[str, Any]:
+        meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
+        if cont:
+            meta["continue"] = cont
+        if remaining is not None:
+            meta["remainingItemCount"] = remaining
+        return {
+            "apiVersion": rt.api_version,
+            "kind": rt.list_kind,
+            "metadata": meta,
+            "items": items,
+        }
+
+    def list_objects(
+        self, rt: ResourceType, namespace: str, query: dict[str, str]
+    ) -> dict[str, Any]:
+        match = matcher(query.get("labelSelector"), query.get("fieldSelector"))
+        limit = int(query.get("limit") or 0)
+        start: tuple[str, str] | None = None
+        token = query.get("continue")
+        if token:
+            try:
+                decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+                start = (decoded["ns"], decoded["name"])
+                if int(decoded["rv"]) < self.store.oldest_rv:
+                    raise APIError(
+                        410,
+                        "Expired",
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                    )
+            except (ValueError, KeyError, TypeError):
+                raise bad_request("invalid continue token") from None
+        items: list[dict[str, Any]] = []
+        remaining = 0
+        cont = ""
+        for obj in self.store.items(rt.key, namespace or None):
+            meta = obj["metadata"]
+            key = (meta.get("namespace") or "", meta["name"])
+            if start is not None and key <= start:
+                continue
+            if match is not None and not match(obj):
+                continue
+            if limit and len(items) >= limit:
+                remaining += 1
+                continue
+            items.append(obj)
+        if limit and remaining:
+            last = items[-1]["metadata"]
+            cont = base64.urlsafe_b64encode(
+                json.dumps(
+                    {"rv": self.store.rv, "ns": last.get("namespace") or "", "name": last["name"]}
+                ).encode()
+            ).decode()
+        served = [self._out(rt, o) for o in items]
+        return self._list_body(rt, served, cont=cont, remaining=remaining if cont else None)
+
+    # --- writes -----------------------------------------------------------------------------
+    def _check_namespace(self, rt: ResourceType, namespace: str, *, creating: bool) -> None:
+        if not rt.namespaced:
+            return
+        if not namespace:
+            raise bad_request(
+                "the namespace of the object does not match the namespace on the request"
+            )
+        ns = self.store.get(("", "namespaces"), "", namespace)
+        if ns is None:
+            raise not_found("namespaces", "", namespace)
+        if creating and (ns.get("metadata") or {}).get("deletionTimestamp"):
+            raise forbidden(
+                f"{rt.plural} is forbidden: unable to create new content in namespace {namespace} because it is being terminated"
+            )
+
+    def _check_body(
+        self, rt: ResourceType, body: Any, namespace: str, name: str = ""
+    ) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise bad_request("the request body must be a JSON object")
+        api_version, kind = body.get("apiVersion"), body.get("kind")
+        if kind and kind != rt.kind:
+            raise bad_request(
+                f"the kind of the object ({kind}) does not match the resource ({rt.kind})"
+            )
+        if api_version and api_version.rpartition("/")[0] != rt.group:
+            raise bad_request(
+                f"the API version of the object ({api_version}) does not match the resource group ({rt.group or 'core'})"
+            )
+        meta = body.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise bad_request("metadata must be an object")
+        body_ns = meta.get("namespace")
+        if rt.namespaced:
+            if body_ns and namespace and body_ns != namespace:
+                raise bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            meta["namespace"] = namespace or body_ns or ""
+        else:
+            meta.pop("namespace", None)
+        if name and meta.get("name") and meta["name"] != name:
+            raise bad_request("the name of the object does not match the name on the URL")
+        body["apiVersion"], body["kind"] = rt.api_version, rt.kind
+        return body
+
+    async def create(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        body: Any,
+        *,
+        manager: str = "",
+        dry_run: bool = False,
+        field_validation: str = "Strict",
+        warnings: list[str] | None = None,
+        apply_config: dict[str, Any] | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        obj = self._check_body(rt, body, namespace)
+        meta = obj["metadata"]
+        namespace = meta.get("namespace", "") if rt.namespaced else ""
+        self._check_namespace(rt, namespace, creating=True)
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise invalid(rt.kind, rt.group, "", builtin.validate_name(rt, ""))
+            meta["name"] = prefix + "".join(secrets.choice(GENERATE_CHARS) for _ in range(5))
+        for key in (
+            "uid",
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ):
+            meta.pop(key, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = _now_rfc3339(self)
+        meta["generation"] = 1
+        if rt.status and rt.kind not in ("Namespace",):
+            obj.pop("status", None)
+        obj = await self.admission.admit(
+            rt,
+            "CREATE",
+            obj,
+            None,
+            dry_run=dry_run,
+            field_validation=field_validation,
+            warnings=warnings if warnings is not None else [],
+        )
+        if self.store.get(rt.key, namespace, meta["name"]) is not None:
+            raise already_exists(rt.plural, rt.group, meta["name"])
+        if apply_config is not None:
+            ssa.apply_managed_fields(
+                rt, None, obj, apply_config, manager or "unknown", now=_now_rfc3339(self)
+            )
+        else:
+            ssa.track_update(
+                rt, None, obj, manager or "unknown", subresource="", now=_now_rfc3339(self)
+            )
+        if dry_run:
+            meta.pop("uid", None)
+            return obj, True
+        self.store.put(rt.key, obj, None)
+        self._after_write(rt, obj, None)
+        return obj, True
+
+    def _create_sync(
+        self, rt: ResourceType, namespace: str, body: dict[str, Any], manager: str
+    ) -> dict[str, Any]:
+        obj = self._check_body(rt, body, namespace)
+        meta = obj["metadata"]
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = _now_rfc3339(self)
+        meta["generation"] = 1
+        builtin.prepare(rt, obj)
+        self.store.put(rt.key, obj, None)
+        self._after_write(rt, obj, None)
+        return obj
+
+    async def update(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        body: Any,
+        *,
+        subresource: str = "",
+        manager: str = "",
+        dry_run: bool = False,
+        field_validation: str = "Strict",
+        warnings: list[str] | None = None,
+        check_rv: bool = True,
+        apply_config: dict[str, Any] | None = None,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        old = self._get_or_404(rt, namespace, name)
+        new = self._check_body(rt, body, namespace, name)
+        new["metadata"]["name"] = name
+        rv = new["metadata"].get("resourceVersion")
+        if check_rv and rv and rv != old["metadata"]["resourceVersion"]:
+            raise conflict(
+                rt.plural,
+                rt.group,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            )
+        return await self._commit_update(
+            rt,
+            old,
+            new,
+            subresource=subresource,
+            manager=manager,
+            dry_run=dry_run,
+            field_validation=field_validation,
+            warnings=warnings if warnings is not None else [],
+            apply_config=apply_config,
+        )
+
+    async def _commit_update(
+        self,
+        rt: ResourceType,
+        old: dict[str, Any],
+        new: dict[str, Any],
+        *,
+        subresource: str,
+        manager: str,
+        dry_run: bool,
+        field_validation: str,
+        warnings: list[str],
+        apply_config: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        old_meta = old["metadata"]
+        if subresource == "status":
+            merged = copy.deepcopy(old)
+            if "status" in new:
+                merged["status"] = new["status"]
+            else:
+                merged.pop("status", None)
+            new = merged
+        elif subresource == "finalize" and rt.kind == "Namespace":
+            merged = copy.deepcopy(old)
+            merged["spec"] = {
+                **(old.get("spec") or {}),
+                "finalizers": (new.get("spec") or {}).get("finalizers") or [],
+            }
+            new = merged
+        elif rt.status and "status" in old:
+            new["status"] = copy.deepcopy(old["status"])
+        elif rt.status:
+            new.pop("status", None)
+        meta = new["metadata"]
+        for key in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generateName",
+        ):
+            if key in old_meta:
+                meta[key] = old_meta[key]
+            else:
+                meta.pop(key, None)
+        if rt.namespaced:
+            meta["namespace"] = old_meta.get("namespace", "")
+        if old_meta.get("deletionTimestamp"):
+            added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+            if added:
+                raise invalid(rt.kind, rt.group, meta["name"], [_finalizer_error(sorted(added))])
+        meta["generation"] = old_meta.get("generation", 1) + (1 if _spec_changed(old, new) else 0)
+        new = await self.admission.admit(
+            rt,
+            "UPDATE",
+            new,
+            old,
+            dry_run=dry_run,
+            field_validation=field_validation,
+            warnings=warnings,
+        )
+        if apply_config is not None:
+            ssa.apply_managed_fields(
+                rt, old, new, apply_config, manager or "unknown", now=_now_rfc3339(self)
+            )
+        else:
+            ssa.track_update(
+                rt, old, new, manager or "unknown", subresource=subresource, now=_now_rfc3339(self)
+            )
+        meta = new["metadata"]
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        if _same(old, new):
+            return old  # a no-op write changes nothing, not even the resourceVersion
+        if dry_run:
+            return new
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            self.store.put(rt.key, new, old)
+            self._remove(rt, new)
+            return new
+        self.store.put(rt.key, new, old)
+        self._after_write(rt, new, old)
+        return new
+
+    async def patch(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        content_type: str,
+        body: Any,
+        *,
+        subresource: str = "",
+        manager: str = "",
+        force: bool = False,
+        dry_run: bool = False,
+        field_validation: str = "Strict",
+        warnings: list[str] | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        warnings = warnings if warnings is not None else []
+        ns = namespace if rt.namespaced else ""
+        old = self.store.get(rt.key, ns, name)
+        if content_type == APPLY:
+            if not manager:
+                raise bad_request("PATCH with apply requires a fieldManager")
+            if not isinstance(body, dict):
+                raise bad_request("an apply patch must be an object")
+            config = copy.deepcopy(body)
+            if old is None:
+                if subresource:
+                    raise not_found(rt.plural, rt.group, name)
+                created = {k: v for k, v in copy.deepcopy(body).items()}
+                created.setdefault("metadata", {})["name"] = name
+                obj, _ = await self.create(
+                    rt,
+                    namespace,
+                    created,
+                    manager=manager,
+                    dry_run=dry_run,
+                    field_validation=field_validation,
+                    warnings=warnings,
+                    apply_config=config,
+                )
+                return obj, True
+            merged = ssa.apply(rt, old, config, manager, force=force, subresource=subresource)
+            obj = await self._commit_update(
+                rt,
+                old,
+                self._check_body(rt, merged, namespace, name),
+                subresource=subresource,
+                manager=manager,
+                dry_run=dry_run,
+                field_validation=field_validation,
+                warnings=warnings,
+                apply_config=config,
+            )
+            return obj, False
+        if old is None:
+            raise not_found(rt.plural, rt.group, name)
+        current = copy.deepcopy(old)
+        if content_type == MERGE or content_type == "application/json":
+            patched = merge_patch(current, body)
+        elif content_type == JSON:
+            patched = json_patch(current, body)
+        elif content_type == STRATEGIC:
+            if not rt.builtin:
+                raise unsupported_media_type(content_type)
+            patched = strategic_merge_patch(current, body, rt.merge_keys)
+        else:
+            raise unsupported_media_type(content_type)
+        if not isinstance(patched, dict):
+            raise bad_request("the patch did not produce an object")
+        rv = (patched.get("metadata") or {}).get("resourceVersion")
+        if rv and rv != old["metadata"]["resourceVersion"]:
+            raise conflict(
+                rt.plural,
+                rt.group,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            )
+        patched = self._check_body(rt, patched, namespace, name)
+        obj = await self._commit_update(
+            rt,
+            old,
+            patched,
+            subresource=subresource,
+            manager=manager,
+            dry_run=dry_run,
+            field_validation=field_validation,
+            warnings=warnings,
+        )
+        return obj, False
+
+    async def delete(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        *,
+        policy: str | None = None,
+        preconditions: dict[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        old = self._get_or_404(rt, namespace, name)
+        meta = old["metadata"]
+        pre = preconditions or {}
+        if pre.get("uid") and pre["uid"] != meta.get("uid"):
+            raise conflict(
+                rt.plural,
+                rt.group,
+                name,
+                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}",
+            )
+        if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
+            raise conflict(
+                rt.plural, rt.group, name, "Precondition failed: resourceVersion mismatch"
+            )
+        await self.admission.admit_delete(rt, old, dry_run=dry_run)
+        if dry_run:
+            return self._out(rt, old)
+        policy = policy or ("Foreground" if rt.kind == "Namespace" else "Background")
+        finalizers = list(meta.get("finalizers") or [])
+        if (
+            policy == "Foreground"
+            and "foregroundDeletion" not in finalizers
+            and rt.kind != "Namespace"
+        ):
+            finalizers.append("foregroundDeletion")
+        if policy == "Orphan" and "orphan" not in finalizers:
+            finalizers.append("orphan")
+        if rt.kind == "Namespace" or finalizers:
+            if meta.get("deletionTimestamp"):
+                return self._out(rt, old)
+            new = copy.deepcopy(old)
+            new["metadata"]["deletionTimestamp"] = _now_rfc3339(self)
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            new["metadata"]["finalizers"] = finalizers
+            if rt.kind == "Namespace":
+                new.setdefault("status", {})["phase"] = "Terminating"
+            self.store.put(rt.key, new, old)
+            self._after_write(rt, new, old)
+            return self._out(rt, new)
+        self._remove(rt, old)
+        return self._out(rt, old)
+
+    def _remove(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        ev = self.store.remove(rt.key, obj)
+        self._after_delete(rt, ev)
+
+    def _after_write(
+        self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
+            crd.on_crd_write(self, obj)
+        self.gc.notice(rt, obj)
+
+    def _after_delete(self, rt: ResourceType, ev: Event) -> None:
+        if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
+            crd.on_crd_delete(self, ev.obj)
+        self.gc.deleted(rt, ev.obj)
+
+    # --- pod logs ---------------------------------------------------------------------------
+    def append_log(self, namespace: str, pod: str, container: str, text: str) -> None:
+        """Feed a container's log (the executor plays the kubelet)."""
+        key = (namespace, pod, container)
+        self.pod_logs.setdefault(key, []).append(text)
+        waiter = self._log_waiters.pop(key, None)
+        if waiter is not None:
+            waiter.set()
+
+    async def _pod_log(
+        self, request: web.Request, route: Route, query: dict[str, str]
+    ) -> web.StreamResponse:
+        pod = self._get_or_404(route.rt, route.namespace, route.name)
+        containers = [c["name"] for c in (pod.get("spec") or {}).get("containers") or []]
+        container = query.get("container") or (containers[0] if len(containers) == 1 else "")
+        if not container:
+            raise bad_request(
+                f"a container name must be specified for pod {route.name}, choose one of: {containers}"
+            )
+        key = (route.namespace, route.name, container)
+        if query.get("follow") not in ("true", "1"):
+            text = "".join(self.pod_logs.get(key, []))
+            tail = query.get("tailLines")
+            if tail:
+                text = "".join(text.splitlines(keepends=True)[-int(tail) :])
+            return web.Response(text=text, content_type="text/plain")
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await resp.prepare(request)
+        sent = 0
+        while not self._stopping.is_set():
+            chunks = self.pod_logs.get(key, [])
+            for chunk in chunks[sent:]:
+                await resp.write(chunk.encode())
+            sent = len(chunks)
+            current = self.store.get(route.rt.key, route.namespace, route.name)
+            phase = ((current or {}).get("status") or {}).get("phase")
+            if current is None or phase in ("Succeeded", "Failed"):
+                break
+            waiter = self._log_waiters.setdefault(key, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter.wait(), timeout=1.0)
+        await resp.write_eof()
+        return resp
+
+
+def _spec_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    strip = ("metadata", "status", "apiVersion", "kind")
+    return {k: v for k, v in old.items() if k not in strip} != {
+        k: v for k, v in new.items() if k not in strip
+    }
+
+
+def _same(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    def norm(o: dict[str, Any]) -> dict[str, Any]:
+        meta = {
+            k: v for k, v in o["metadata"].items() if k not in ("resourceVersion", "managedFields")
+        }
+        fields = [
+            {k: v for k, v in e.items() if k != "time"}
+            for e in o["metadata"].get("managedFields") or []
+        ]
+        return {**o, "metadata": meta, "_fields": fields}
+
+    return norm(old) == norm(new)
+
+
+def _finalizer_error(added: list[str]) -> Any:
+    from trainer.api.errors import FORBIDDEN, FieldError  # noqa: PLC0415
+
+    return FieldError(
+        "metadata.finalizers",
+        FORBIDDEN,
+        f"no new finalizers can be added if the object is being deleted, found new finalizers {json.dumps(added)}",
+    )
+
+
+def _manager_from_agent(agent: str) -> str:
+    """Kubernetes defaults the field manager to the user agent's program name."""
+    return agent.split("/", 1)[0] if agent else "unknown"
+
+
+def _reason_for(code: int) -> str:
+    return {
+        400: "BadRequest",
+        401: "Unauthorized",
+        403: "Forbidden",
+        404: "NotFound",
+        409: "Conflict",
+        410: "Expired",
+        422: "Invalid",
+        429: "TooManyRequests",
+        500: "InternalError",
+        503: "ServiceUnavailable",
+        504: "Timeout",
+    }.get(code, "Unknown")
+
+
+def _json_or_empty(raw: bytes) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise bad_request("the request body is not valid JSON") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _json(body: Any, *, status: int = 200, warnings: list[str] | None = None) -> web.Response:
+    headers = {}
+    if warnings:
+        headers["Warning"] = ", ".join(f'299 - "{w}"' for w in warnings)
+    return web.Response(
+        body=json.dumps(body, separators=(",", ":")).encode(),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def _status_response(err: APIError) -> web.Response:
+    headers = {"Retry-After": "1"} if err.code == 429 else {}
+    return web.Response(
+        body=json.dumps(err.status()).encode(),
+        status=err.code,
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

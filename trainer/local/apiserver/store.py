@@ -1,0 +1,180 @@
+"""In-memory object storage with a global resourceVersion, a bounded event history and
+watchers.
+
+Objects are stored as JSON-ready dicts. The store owns what it is given: callers pass a fresh
+dict to :meth:`Store.put` and never touch it afterwards, and copy what they read before
+changing it. Every write gets the next resourceVersion and becomes an event in the history
+(for watches that start from an older version) and in every matching watcher's queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.local.apiserver.errors import gone
+from trainer.local.apiserver.selectors import Matcher
+
+GroupPlural = tuple[str, str]
+ObjKey = tuple[str, str]  # namespace ("" for cluster scope), name
+
+
+@dataclass
+class Event:
+    rv: int
+    type: str  # ADDED, MODIFIED, DELETED
+    key: GroupPlural
+    namespace: str
+    obj: dict[str, Any]
+    old: dict[str, Any] | None = None
+    _json: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    def encoded(self, event_type: str, api_version: str) -> bytes:
+        """The watch line for this event, as ``event_type`` (selector transitions may turn a
+        MODIFIED into an ADDED or DELETED), in the requested API version; cached."""
+        cache_key = f"{event_type} {api_version}"
+        if cache_key not in self._json:
+            obj = self.obj
+            if obj.get("apiVersion") != api_version:
+                obj = {**obj, "apiVersion": api_version}
+            self._json[cache_key] = (
+                json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode()
+                + b"\n"
+            )
+        return self._json[cache_key]
+
+
+@dataclass(eq=False)
+class Watcher:
+    key: GroupPlural
+    namespace: str | None
+    match: Matcher | None
+    queue: asyncio.Queue[Event | None]
+    overflow: bool = False
+
+    def wants(self, ev: Event) -> bool:
+        return ev.key == self.key and (self.namespace is None or ev.namespace == self.namespace)
+
+
+class Store:
+    """Objects per resource, the resourceVersion clock, history and watchers."""
+
+    def __init__(self, history: int = 10_000, watch_queue: int = 100_000) -> None:
+        self.rv = 0
+        self._objects: dict[GroupPlural, dict[ObjKey, dict[str, Any]]] = {}
+        self._history: deque[Event] = deque(maxlen=history)
+        self._compacted = 0
+        self._watchers: set[Watcher] = set()
+        self._watch_queue = watch_queue
+        self.on_write: list[Callable[[Event], None]] = []
+
+    # --- reads ------------------------------------------------------------------------------
+    def get(self, key: GroupPlural, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._objects.get(key, {}).get((namespace, name))
+
+    def items(self, key: GroupPlural, namespace: str | None = None) -> Iterator[dict[str, Any]]:
+        """Objects of a resource in (namespace, name) order; one namespace or all."""
+        bucket = self._objects.get(key, {})
+        for (ns, _name), obj in sorted(bucket.items()):
+            if namespace is None or ns == namespace:
+                yield obj
+
+    def count(self, key: GroupPlural) -> int:
+        return len(self._objects.get(key, {}))
+
+    def keys(self) -> list[GroupPlural]:
+        return list(self._objects)
+
+    # --- writes -----------------------------------------------------------------------------
+    def next_rv(self) -> int:
+        self.rv += 1
+        return self.rv
+
+    def put(
+        self,
+        key: GroupPlural,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        rv: int | None = None,
+    ) -> Event:
+        """Store ``obj`` (created when ``old`` is None) under a new resourceVersion."""
+        meta = obj["metadata"]
+        rv = rv if rv is not None else self.next_rv()
+        meta["resourceVersion"] = str(rv)
+        ns = meta.get("namespace") or ""
+        self._objects.setdefault(key, {})[(ns, meta["name"])] = obj
+        return self._emit(Event(rv, "MODIFIED" if old is not None else "ADDED", key, ns, obj, old))
+
+    def remove(self, key: GroupPlural, obj: dict[str, Any]) -> Event:
+        meta = obj["metadata"]
+        ns = meta.get("namespace") or ""
+        self._objects.get(key, {}).pop((ns, meta["name"]), None)
+        rv = self.next_rv()
+        final = {**obj, "metadata": {**meta, "resourceVersion": str(rv)}}
+        return self._emit(Event(rv, "DELETED", key, ns, final, obj))
+
+    def drop_resource(self, key: GroupPlural) -> list[dict[str, Any]]:
+        """Remove every object of a resource (its CRD was deleted), with DELETED events."""
+        objs = list(self._objects.get(key, {}).values())
+        for obj in objs:
+            self.remove(key, obj)
+        self._objects.pop(key, None)
+        return objs
+
+    def _emit(self, ev: Event) -> Event:
+        self._history.append(ev)
+        if len(self._history) == self._history.maxlen:
+            self._compacted = self._history[0].rv - 1
+        for w in list(self._watchers):
+            if w.wants(ev):
+                if w.queue.qsize() >= self._watch_queue:
+                    # A watcher that cannot keep up is closed, as the real server does.
+                    w.overflow = True
+                    self._watchers.discard(w)
+                    w.queue.put_nowait(None)
+                else:
+                    w.queue.put_nowait(ev)
+        for hook in self.on_write:
+            hook(ev)
+        return ev
+
+    # --- watches ----------------------------------------------------------------------------
+    def compact(self) -> None:
+        """Forget the history: watches from any older resourceVersion get 410 Gone."""
+        self._history.clear()
+        self._compacted = self.rv
+
+    @property
+    def oldest_rv(self) -> int:
+        return self._compacted
+
+    def events_since(self, rv: int, key: GroupPlural, namespace: str | None) -> list[Event]:
+        """Events after ``rv`` still in the history, or 410 when it was compacted away."""
+        if rv < self._compacted:
+            raise gone(f"too old resource version: {rv} ({self._compacted + 1})")
+        return [
+            ev
+            for ev in self._history
+            if ev.rv > rv and ev.key == key and (namespace is None or ev.namespace == namespace)
+        ]
+
+    def watch(self, key: GroupPlural, namespace: str | None, match: Matcher | None) -> Watcher:
+        w = Watcher(key, namespace, match, asyncio.Queue())
+        self._watchers.add(w)
+        return w
+
+    def unwatch(self, w: Watcher) -> None:
+        self._watchers.discard(w)
+
+    def close_watchers(self) -> None:
+        for w in list(self._watchers):
+            w.queue.put_nowait(None)
+        self._watchers.clear()
+
+    @property
+    def watcher_count(self) -> int:
+        return len(self._watchers)
