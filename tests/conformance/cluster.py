@@ -3,6 +3,8 @@ real cluster ``KUBECONFIG`` points at (then tests that need the local server's h
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import tempfile
 import uuid
@@ -26,12 +28,13 @@ class Cluster:
     namespace: str
     server: APIServer | None
 
+    # Typed as Any: the tests pass plain dicts as bodies, which the client accepts.
     @property
-    def core(self) -> client.CoreV1Api:
+    def core(self) -> Any:
         return client.CoreV1Api(self.api)
 
     @property
-    def custom(self) -> client.CustomObjectsApi:
+    def custom(self) -> Any:
         return client.CustomObjectsApi(self.api)
 
     def local(self) -> APIServer:
@@ -42,7 +45,7 @@ class Cluster:
 
 
 async def install_crds(api: ApiClient) -> None:
-    ext = client.ApiextensionsV1Api(api)
+    ext: Any = client.ApiextensionsV1Api(api)
     for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
         try:
             await ext.create_custom_resource_definition(crd)
@@ -51,8 +54,8 @@ async def install_crds(api: ApiClient) -> None:
                 raise
 
 
-@pytest.fixture
-async def cluster() -> AsyncIterator[Cluster]:
+@pytest.fixture(name="cluster")
+async def cluster_fixture() -> AsyncIterator[Cluster]:
     server: APIServer | None = None
     if REAL:
         cfg = client.Configuration()
@@ -67,14 +70,13 @@ async def cluster() -> AsyncIterator[Cluster]:
         os.unlink(path)
     api = ApiClient(configuration=cfg)
     namespace = f"conf-{uuid.uuid4().hex[:8]}"
-    await client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
+    core: Any = client.CoreV1Api(api)
+    await core.create_namespace({"metadata": {"name": namespace}})
     try:
         yield Cluster(api, namespace, server)
     finally:
-        try:
-            await client.CoreV1Api(api).delete_namespace(namespace)
-        except client.ApiException:
-            pass
+        with contextlib.suppress(client.ApiException):
+            await core.delete_namespace(namespace)
         await api.close()
         if server is not None:
             await server.stop()
@@ -82,7 +84,5 @@ async def cluster() -> AsyncIterator[Cluster]:
 
 def body(obj: Any) -> dict[str, Any]:
     """The JSON body of an ApiException."""
-    import json  # noqa: PLC0415
-
     data: dict[str, Any] = json.loads(obj.body)
     return data

@@ -8,11 +8,14 @@ import asyncio
 import json
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 from kubernetes_asyncio import client, watch
 
-from tests.conformance.cluster import REAL, Cluster, body, cluster, install_crds  # noqa: F401
+from tests.conformance.cluster import REAL, Cluster, body, cluster_fixture, install_crds
+
+__all__ = ["cluster_fixture"]  # the `cluster` fixture
 
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 
@@ -126,7 +129,9 @@ async def test_list_per_namespace_and_across_namespaces(cluster: Cluster) -> Non
     assert listed.metadata.resource_version.isdigit()
     everywhere = await core.list_config_map_for_all_namespaces()
     assert {i.metadata.name for i in everywhere.items} >= {"cm-0", "cm-1", "cm-2"}
-    status, raw_list = await raw(cluster, "GET", f"/api/v1/namespaces/{cluster.namespace}/configmaps")
+    _status, raw_list = await raw(
+        cluster, "GET", f"/api/v1/namespaces/{cluster.namespace}/configmaps"
+    )
     assert raw_list["kind"] == "ConfigMapList"
 
 
@@ -140,9 +145,13 @@ async def test_label_and_field_selectors(cluster: Cluster) -> None:
     assert [i.metadata.name for i in eq.items] == ["a"]
     inset = await core.list_namespaced_config_map(cluster.namespace, label_selector="tier in (x,z)")
     assert [i.metadata.name for i in inset.items] == ["a", "c"]
-    notin = await core.list_namespaced_config_map(cluster.namespace, label_selector="tier notin (x)")
+    notin = await core.list_namespaced_config_map(
+        cluster.namespace, label_selector="tier notin (x)"
+    )
     assert [i.metadata.name for i in notin.items if i.metadata.name in "abc"] == ["b", "c"]
-    by_name = await core.list_namespaced_config_map(cluster.namespace, field_selector="metadata.name=b")
+    by_name = await core.list_namespaced_config_map(
+        cluster.namespace, field_selector="metadata.name=b"
+    )
     assert [i.metadata.name for i in by_name.items] == ["b"]
 
 
@@ -171,17 +180,29 @@ kind: ClusterTrainingRuntime
 metadata: {name: conformance-rt}
 spec:
   mlPolicy: {numNodes: 1, torch: {}}
-  template: {spec: {replicatedJobs: [{name: node, template: {spec: {template: {spec: {containers: [{name: node, image: x}]}}}}}]}}
+  template:
+    spec:
+      replicatedJobs:
+      - name: node
+        template: {spec: {template: {spec: {containers: [{name: node, image: x}]}}}}
 """
     )
     co = cluster.custom
-    created = await co.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", runtime)
+    created = await co.create_cluster_custom_object(
+        GROUP, VERSION, "clustertrainingruntimes", runtime
+    )
     assert "namespace" not in created["metadata"]
-    got = await co.get_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", "conformance-rt")
+    got = await co.get_cluster_custom_object(
+        GROUP, VERSION, "clustertrainingruntimes", "conformance-rt"
+    )
     assert got["spec"]["template"]["spec"]["replicatedJobs"][0]["replicas"] == 1  # CRD default
-    await co.delete_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", "conformance-rt")
+    await co.delete_cluster_custom_object(
+        GROUP, VERSION, "clustertrainingruntimes", "conformance-rt"
+    )
     with pytest.raises(client.ApiException) as nf:
-        await co.get_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", "conformance-rt")
+        await co.get_cluster_custom_object(
+            GROUP, VERSION, "clustertrainingruntimes", "conformance-rt"
+        )
     assert nf.value.status == 404
 
 
@@ -192,13 +213,32 @@ async def test_jobset_crud(cluster: Cluster) -> None:
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
         "metadata": {"name": "js"},
-        "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}}]},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "w",
+                    "template": {
+                        "spec": {
+                            "template": {
+                                "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+                            }
+                        }
+                    },
+                }
+            ]
+        },
     }
-    created = await co.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", cluster.namespace, "jobsets", js)
+    created = await co.create_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", cluster.namespace, "jobsets", js
+    )
     assert created["spec"]["replicatedJobs"][0]["groupName"] == "default"
-    listed = await co.list_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", cluster.namespace, "jobsets")
+    listed = await co.list_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", cluster.namespace, "jobsets"
+    )
     assert [i["metadata"]["name"] for i in listed["items"]] == ["js"]
-    await co.delete_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", cluster.namespace, "jobsets", "js")
+    await co.delete_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", cluster.namespace, "jobsets", "js"
+    )
 
 
 async def test_secret_string_data_becomes_data(cluster: Cluster) -> None:
@@ -237,12 +277,21 @@ async def test_merge_and_json_patch(cluster: Cluster) -> None:
     await create_tj(cluster, "p")
     co = cluster.custom
     merged = await co.patch_namespaced_custom_object(
-        GROUP, VERSION, cluster.namespace, "trainjobs", "p",
-        {"metadata": {"labels": {"a": "b"}}}, _content_type="application/merge-patch+json",
+        GROUP,
+        VERSION,
+        cluster.namespace,
+        "trainjobs",
+        "p",
+        {"metadata": {"labels": {"a": "b"}}},
+        _content_type="application/merge-patch+json",
     )
     assert merged["metadata"]["labels"] == {"a": "b"}
     jp = await co.patch_namespaced_custom_object(
-        GROUP, VERSION, cluster.namespace, "trainjobs", "p",
+        GROUP,
+        VERSION,
+        cluster.namespace,
+        "trainjobs",
+        "p",
         [{"op": "replace", "path": "/spec/suspend", "value": True}],
         _content_type="application/json-patch+json",
     )
@@ -253,7 +302,11 @@ async def test_failing_json_patch_test_is_422(cluster: Cluster) -> None:
     await create_tj(cluster, "t")
     with pytest.raises(client.ApiException) as err:
         await cluster.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, cluster.namespace, "trainjobs", "t",
+            GROUP,
+            VERSION,
+            cluster.namespace,
+            "trainjobs",
+            "t",
             [{"op": "test", "path": "/spec/suspend", "value": True}],
             _content_type="application/json-patch+json",
         )
@@ -263,16 +316,29 @@ async def test_failing_json_patch_test_is_422(cluster: Cluster) -> None:
 async def test_strategic_merge_on_a_custom_resource_is_415(cluster: Cluster) -> None:
     await create_tj(cluster, "s")
     status, _ = await raw(
-        cluster, "PATCH", f"/apis/{GROUP}/{VERSION}/namespaces/{cluster.namespace}/trainjobs/s",
-        {"spec": {"suspend": True}}, content_type="application/strategic-merge-patch+json",
+        cluster,
+        "PATCH",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{cluster.namespace}/trainjobs/s",
+        {"spec": {"suspend": True}},
+        content_type="application/strategic-merge-patch+json",
     )
     assert status == 415
 
 
 async def test_strategic_merge_of_owner_references_merges_by_uid(cluster: Cluster) -> None:
     core = cluster.core
-    owner_a = {"apiVersion": "v1", "kind": "ConfigMap", "name": "a", "uid": "11111111-1111-1111-1111-111111111111"}
-    owner_b = {"apiVersion": "v1", "kind": "ConfigMap", "name": "b", "uid": "22222222-2222-2222-2222-222222222222"}
+    owner_a = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "a",
+        "uid": "11111111-1111-1111-1111-111111111111",
+    }
+    owner_b = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "b",
+        "uid": "22222222-2222-2222-2222-222222222222",
+    }
     await core.create_namespaced_config_map(
         cluster.namespace, {"metadata": {"name": "owned", "ownerReferences": [owner_a]}}
     )
@@ -293,39 +359,62 @@ async def test_server_side_apply(cluster: Cluster) -> None:
     core = cluster.core
     ns = cluster.namespace
     status, created = await raw(
-        cluster, "PATCH", f"/api/v1/namespaces/{ns}/configmaps/ssa", apply_cm("ssa", {"a": "1", "b": "2"}),
-        content_type="application/apply-patch+yaml", query=[("fieldManager", "one")],
+        cluster,
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/configmaps/ssa",
+        apply_cm("ssa", {"a": "1", "b": "2"}),
+        content_type="application/apply-patch+yaml",
+        query=[("fieldManager", "one")],
     )
     assert status == 201
     assert created["metadata"]["managedFields"][0]["manager"] == "one"
     assert created["metadata"]["managedFields"][0]["operation"] == "Apply"
     # Re-applying without "b" removes it: the manager no longer owns it.
     status, updated = await raw(
-        cluster, "PATCH", f"/api/v1/namespaces/{ns}/configmaps/ssa", apply_cm("ssa", {"a": "1"}),
-        content_type="application/apply-patch+yaml", query=[("fieldManager", "one")],
+        cluster,
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/configmaps/ssa",
+        apply_cm("ssa", {"a": "1"}),
+        content_type="application/apply-patch+yaml",
+        query=[("fieldManager", "one")],
     )
     assert status == 200 and updated["data"] == {"a": "1"}
     # Another manager changing "a" conflicts without force, wins with it.
     status, err = await raw(
-        cluster, "PATCH", f"/api/v1/namespaces/{ns}/configmaps/ssa", apply_cm("ssa", {"a": "2"}),
-        content_type="application/apply-patch+yaml", query=[("fieldManager", "two")],
+        cluster,
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/configmaps/ssa",
+        apply_cm("ssa", {"a": "2"}),
+        content_type="application/apply-patch+yaml",
+        query=[("fieldManager", "two")],
     )
     assert status == 409 and err["reason"] == "Conflict"
     status, forced = await raw(
-        cluster, "PATCH", f"/api/v1/namespaces/{ns}/configmaps/ssa", apply_cm("ssa", {"a": "2"}),
-        content_type="application/apply-patch+yaml", query=[("fieldManager", "two"), ("force", "true")],
+        cluster,
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/configmaps/ssa",
+        apply_cm("ssa", {"a": "2"}),
+        content_type="application/apply-patch+yaml",
+        query=[("fieldManager", "two"), ("force", "true")],
     )
     assert status == 200 and forced["data"] == {"a": "2"}
     assert (await core.read_namespaced_config_map("ssa", ns)).data == {"a": "2"}
 
 
 async def test_server_side_apply_real_yaml_body(cluster: Cluster) -> None:
+    # kubernetes_asyncio JSON-encodes every apply body; kubectl sends YAML, so send it raw.
+    server = cluster.local()
     text = yaml.safe_dump(apply_cm("yaml", {"k": "v"}))
-    status, created = await raw(
-        cluster, "PATCH", f"/api/v1/namespaces/{cluster.namespace}/configmaps/yaml", text,
-        content_type="application/apply-patch+yaml", query=[("fieldManager", "kubectl")],
-    )
-    assert status == 201 and created["data"] == {"k": "v"}
+    url = f"{server.url}/api/v1/namespaces/{cluster.namespace}/configmaps/yaml"
+    async with aiohttp.ClientSession() as session:
+        resp = await session.patch(
+            url,
+            data=text,
+            params={"fieldManager": "kubectl"},
+            headers={"Content-Type": "application/apply-patch+yaml"},
+        )
+        created = await resp.json()
+    assert resp.status == 201 and created["data"] == {"k": "v"}
 
 
 async def test_reapplying_the_same_config_bumps_nothing(cluster: Cluster) -> None:
@@ -333,8 +422,12 @@ async def test_reapplying_the_same_config_bumps_nothing(cluster: Cluster) -> Non
     cfg = trainjob("same")
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{cluster.namespace}/trainjobs/same"
     q = [("fieldManager", "trainer"), ("force", "true")]
-    _, first = await raw(cluster, "PATCH", path, cfg, content_type="application/apply-patch+yaml", query=q)
-    _, second = await raw(cluster, "PATCH", path, cfg, content_type="application/apply-patch+yaml", query=q)
+    _, first = await raw(
+        cluster, "PATCH", path, cfg, content_type="application/apply-patch+yaml", query=q
+    )
+    _, second = await raw(
+        cluster, "PATCH", path, cfg, content_type="application/apply-patch+yaml", query=q
+    )
     assert second["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
     assert second["metadata"]["generation"] == first["metadata"]["generation"] == 1
 
@@ -355,19 +448,31 @@ async def test_status_subresource_separation(cluster: Cluster) -> None:
     await create_tj(cluster, "st")
     co = cluster.custom
     cond = {
-        "type": "Complete", "status": "True", "reason": "AllJobsCompleted",
-        "message": "done", "lastTransitionTime": "2026-01-01T00:00:00Z",
+        "type": "Complete",
+        "status": "True",
+        "reason": "AllJobsCompleted",
+        "message": "done",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
     }
     via_status = await co.patch_namespaced_custom_object_status(
-        GROUP, VERSION, cluster.namespace, "trainjobs", "st",
+        GROUP,
+        VERSION,
+        cluster.namespace,
+        "trainjobs",
+        "st",
         {"spec": {"suspend": True}, "status": {"conditions": [cond]}},
         _content_type="application/merge-patch+json",
     )
     assert via_status["spec"]["suspend"] is False  # spec ignored on /status
     assert via_status["status"]["conditions"][0]["type"] == "Complete"
     via_main = await co.patch_namespaced_custom_object(
-        GROUP, VERSION, cluster.namespace, "trainjobs", "st",
-        {"status": {"conditions": []}}, _content_type="application/merge-patch+json",
+        GROUP,
+        VERSION,
+        cluster.namespace,
+        "trainjobs",
+        "st",
+        {"status": {"conditions": []}},
+        _content_type="application/merge-patch+json",
     )
     assert via_main["status"]["conditions"][0]["type"] == "Complete"  # status ignored on main
     via_main["status"]["jobsStatus"] = [
@@ -384,14 +489,25 @@ async def test_stale_resource_version_conflicts(cluster: Cluster) -> None:
     co = cluster.custom
     fresh = dict(tj)
     fresh["spec"] = {**tj["spec"], "suspend": True}
-    await co.replace_namespaced_custom_object(GROUP, VERSION, cluster.namespace, "trainjobs", "stale", fresh)
+    await co.replace_namespaced_custom_object(
+        GROUP, VERSION, cluster.namespace, "trainjobs", "stale", fresh
+    )
     with pytest.raises(client.ApiException) as put_err:
-        await co.replace_namespaced_custom_object(GROUP, VERSION, cluster.namespace, "trainjobs", "stale", tj)
+        await co.replace_namespaced_custom_object(
+            GROUP, VERSION, cluster.namespace, "trainjobs", "stale", tj
+        )
     assert put_err.value.status == 409
     with pytest.raises(client.ApiException) as patch_err:
         await co.patch_namespaced_custom_object(
-            GROUP, VERSION, cluster.namespace, "trainjobs", "stale",
-            {"metadata": {"resourceVersion": tj["metadata"]["resourceVersion"]}, "spec": {"suspend": False}},
+            GROUP,
+            VERSION,
+            cluster.namespace,
+            "trainjobs",
+            "stale",
+            {
+                "metadata": {"resourceVersion": tj["metadata"]["resourceVersion"]},
+                "spec": {"suspend": False},
+            },
             _content_type="application/merge-patch+json",
         )
     assert patch_err.value.status == 409
@@ -401,16 +517,43 @@ async def test_generation_bumps_only_on_spec_changes(cluster: Cluster) -> None:
     await create_tj(cluster, "g")
     co = cluster.custom
     path = (GROUP, VERSION, cluster.namespace, "trainjobs", "g")
-    spec = await co.patch_namespaced_custom_object(*path, {"spec": {"suspend": True}}, _content_type="application/merge-patch+json")
+    spec = await co.patch_namespaced_custom_object(
+        *path, {"spec": {"suspend": True}}, _content_type="application/merge-patch+json"
+    )
     assert spec["metadata"]["generation"] == 2
-    labels = await co.patch_namespaced_custom_object(*path, {"metadata": {"labels": {"x": "y"}}}, _content_type="application/merge-patch+json")
+    labels = await co.patch_namespaced_custom_object(
+        *path, {"metadata": {"labels": {"x": "y"}}}, _content_type="application/merge-patch+json"
+    )
     assert labels["metadata"]["generation"] == 2
     status = await co.patch_namespaced_custom_object_status(
-        *path, {"status": {"jobsStatus": [{"name": "n", "ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 1}]}},
+        *path,
+        {
+            "status": {
+                "jobsStatus": [
+                    {
+                        "name": "n",
+                        "ready": 0,
+                        "succeeded": 0,
+                        "failed": 0,
+                        "active": 0,
+                        "suspended": 1,
+                    }
+                ]
+            }
+        },
         _content_type="application/merge-patch+json",
     )
     assert status["metadata"]["generation"] == 2
-    assert len({spec["metadata"]["resourceVersion"], labels["metadata"]["resourceVersion"], status["metadata"]["resourceVersion"]}) == 3
+    assert (
+        len(
+            {
+                spec["metadata"]["resourceVersion"],
+                labels["metadata"]["resourceVersion"],
+                status["metadata"]["resourceVersion"],
+            }
+        )
+        == 3
+    )
 
 
 # --- deletion -----------------------------------------------------------------------------------
@@ -419,7 +562,9 @@ async def test_generation_bumps_only_on_spec_changes(cluster: Cluster) -> None:
 async def test_finalizers_hold_deletion(cluster: Cluster) -> None:
     core = cluster.core
     ns = cluster.namespace
-    await core.create_namespaced_config_map(ns, {"metadata": {"name": "fin", "finalizers": ["example.com/hold"]}})
+    await core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "fin", "finalizers": ["example.com/hold"]}}
+    )
     await core.delete_namespaced_config_map("fin", ns)
     held = await core.read_namespaced_config_map("fin", ns)
     assert held.metadata.deletion_timestamp is not None
@@ -428,7 +573,9 @@ async def test_finalizers_hold_deletion(cluster: Cluster) -> None:
             "fin", ns, {"metadata": {"finalizers": ["example.com/hold", "example.com/new"]}}
         )
     assert err.value.status == 422
-    await core.patch_namespaced_config_map("fin", ns, {"metadata": {"$patch": "merge", "finalizers": None}})
+    await core.patch_namespaced_config_map(
+        "fin", ns, {"metadata": {"$patch": "merge", "finalizers": None}}
+    )
     with pytest.raises(client.ApiException) as gone:
         await core.read_namespaced_config_map("fin", ns)
     assert gone.value.status == 404
@@ -439,8 +586,16 @@ async def test_owner_reference_cascade(cluster: Cluster) -> None:
     core = cluster.core
     ns = cluster.namespace
     owner = await core.create_namespaced_config_map(ns, {"metadata": {"name": "owner"}})
-    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid, "controller": True}
-    await core.create_namespaced_config_map(ns, {"metadata": {"name": "dep", "ownerReferences": [ref]}})
+    ref = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "owner",
+        "uid": owner.metadata.uid,
+        "controller": True,
+    }
+    await core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "dep", "ownerReferences": [ref]}}
+    )
     await core.delete_namespaced_config_map("owner", ns)
     await server.gc.idle()
     with pytest.raises(client.ApiException) as gone:
@@ -453,9 +608,18 @@ async def test_orphan_and_foreground_propagation(cluster: Cluster) -> None:
     core = cluster.core
     ns = cluster.namespace
     for policy in ("Orphan", "Foreground"):
-        owner = await core.create_namespaced_config_map(ns, {"metadata": {"name": f"o-{policy.lower()}"}})
-        ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name, "uid": owner.metadata.uid}
-        await core.create_namespaced_config_map(ns, {"metadata": {"name": f"d-{policy.lower()}", "ownerReferences": [ref]}})
+        owner = await core.create_namespaced_config_map(
+            ns, {"metadata": {"name": f"o-{policy.lower()}"}}
+        )
+        ref = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": owner.metadata.name,
+            "uid": owner.metadata.uid,
+        }
+        await core.create_namespaced_config_map(
+            ns, {"metadata": {"name": f"d-{policy.lower()}", "ownerReferences": [ref]}}
+        )
         await core.delete_namespaced_config_map(owner.metadata.name, ns, propagation_policy=policy)
         await server.gc.idle()
         with pytest.raises(client.ApiException):
@@ -470,7 +634,9 @@ async def test_delete_collection_by_label(cluster: Cluster) -> None:
     core = cluster.core
     ns = cluster.namespace
     for name, app in (("x1", "x"), ("x2", "x"), ("y1", "y")):
-        await core.create_namespaced_config_map(ns, {"metadata": {"name": name, "labels": {"app": app}}})
+        await core.create_namespaced_config_map(
+            ns, {"metadata": {"name": name, "labels": {"app": app}}}
+        )
     await core.delete_collection_namespaced_config_map(ns, label_selector="app=x")
     left = await core.list_namespaced_config_map(ns, label_selector="app")
     assert [i.metadata.name for i in left.items] == ["y1"]
@@ -504,7 +670,9 @@ async def test_namespaces(cluster: Cluster) -> None:
     ns = await core.read_namespace(cluster.namespace)
     assert ns.status.phase == "Active"
     status, _ = await raw(
-        cluster, "POST", f"/api/v1/namespaces/{cluster.namespace}/configmaps",
+        cluster,
+        "POST",
+        f"/api/v1/namespaces/{cluster.namespace}/configmaps",
         {"metadata": {"name": "mismatch", "namespace": "other"}},
     )
     assert status == 400
@@ -554,7 +722,12 @@ async def test_watch_events_carry_resource_versions(cluster: Cluster) -> None:
     ns = cluster.namespace
     listed = await core.list_namespaced_config_map(ns)
     w = watch.Watch()
-    stream = w.stream(core.list_namespaced_config_map, ns, resource_version=listed.metadata.resource_version, timeout_seconds=5)
+    stream = w.stream(
+        core.list_namespaced_config_map,
+        ns,
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=5,
+    )
 
     async def writes() -> None:
         await core.create_namespaced_config_map(ns, {"metadata": {"name": "w"}})
@@ -576,21 +749,41 @@ async def test_watch_replays_events_after_the_given_version(cluster: Cluster) ->
     await core.delete_namespaced_config_map("r1", ns)
     w = watch.Watch()
     events = await collect(
-        w.stream(core.list_namespaced_config_map, ns, resource_version=listed.metadata.resource_version, timeout_seconds=5), 2
+        w.stream(
+            core.list_namespaced_config_map,
+            ns,
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=5,
+        ),
+        2,
     )
     w.stop()
     assert events == [("ADDED", "r1"), ("DELETED", "r1")]
     # From the list's own version: nothing to replay.
     current = await core.list_namespaced_config_map(ns)
     w2 = watch.Watch()
-    quiet = [ev async for ev in w2.stream(core.list_namespaced_config_map, ns, resource_version=current.metadata.resource_version, timeout_seconds=1)]
+    quiet = [
+        ev
+        async for ev in w2.stream(
+            core.list_namespaced_config_map,
+            ns,
+            resource_version=current.metadata.resource_version,
+            timeout_seconds=1,
+        )
+    ]
     assert quiet == []
 
 
 async def test_watch_timeout_ends_the_stream(cluster: Cluster) -> None:
     w = watch.Watch()
     events = [
-        ev async for ev in w.stream(cluster.core.list_namespaced_config_map, cluster.namespace, resource_version="1" if False else None, timeout_seconds=1)
+        ev
+        async for ev in w.stream(
+            cluster.core.list_namespaced_config_map,
+            cluster.namespace,
+            resource_version="1" if False else None,
+            timeout_seconds=1,
+        )
     ]
     assert all(ev["type"] == "ADDED" for ev in events)
 
@@ -600,10 +793,18 @@ async def test_label_selector_watch_sees_transitions(cluster: Cluster) -> None:
     ns = cluster.namespace
     listed = await core.list_namespaced_config_map(ns)
     w = watch.Watch()
-    stream = w.stream(core.list_namespaced_config_map, ns, label_selector="team=a", resource_version=listed.metadata.resource_version, timeout_seconds=5)
+    stream = w.stream(
+        core.list_namespaced_config_map,
+        ns,
+        label_selector="team=a",
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=5,
+    )
 
     async def writes() -> None:
-        await core.create_namespaced_config_map(ns, {"metadata": {"name": "t", "labels": {"team": "b"}}})
+        await core.create_namespaced_config_map(
+            ns, {"metadata": {"name": "t", "labels": {"team": "b"}}}
+        )
         await core.patch_namespaced_config_map("t", ns, {"metadata": {"labels": {"team": "a"}}})
         await core.patch_namespaced_config_map("t", ns, {"metadata": {"labels": {"team": "c"}}})
 
@@ -619,7 +820,13 @@ async def test_field_selector_watch(cluster: Cluster) -> None:
     ns = cluster.namespace
     listed = await core.list_namespaced_config_map(ns)
     w = watch.Watch()
-    stream = w.stream(core.list_namespaced_config_map, ns, field_selector="metadata.name=only", resource_version=listed.metadata.resource_version, timeout_seconds=5)
+    stream = w.stream(
+        core.list_namespaced_config_map,
+        ns,
+        field_selector="metadata.name=only",
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=5,
+    )
 
     async def writes() -> None:
         await core.create_namespaced_config_map(ns, {"metadata": {"name": "other"}})
@@ -636,12 +843,23 @@ async def test_bookmarks_with_send_initial_events(cluster: Cluster) -> None:
     core = cluster.core
     ns = cluster.namespace
     await core.create_namespaced_config_map(ns, {"metadata": {"name": "init"}})
-    status, text = await raw(
-        cluster, "GET", f"/api/v1/namespaces/{ns}/configmaps",
-        query=[("watch", "true"), ("sendInitialEvents", "true"), ("allowWatchBookmarks", "true"),
-               ("resourceVersionMatch", "NotOlderThan"), ("timeoutSeconds", "1")],
+    _status, text = await raw(
+        cluster,
+        "GET",
+        f"/api/v1/namespaces/{ns}/configmaps",
+        query=[
+            ("watch", "true"),
+            ("sendInitialEvents", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersionMatch", "NotOlderThan"),
+            ("timeoutSeconds", "1"),
+        ],
     )
-    lines = [json.loads(line) for line in (text if isinstance(text, str) else json.dumps(text)).splitlines() if line]
+    lines = [
+        json.loads(line)
+        for line in (text if isinstance(text, str) else json.dumps(text)).splitlines()
+        if line
+    ]
     types = [e["type"] for e in lines]
     assert types[0] == "ADDED" and "BOOKMARK" in types
     mark = next(e for e in lines if e["type"] == "BOOKMARK")
@@ -657,7 +875,12 @@ async def test_too_old_resource_version_is_410(cluster: Cluster) -> None:
     server.store.compact()
     w = watch.Watch()
     with pytest.raises(client.ApiException) as err:
-        async for _ in w.stream(core.list_namespaced_config_map, ns, resource_version=listed.metadata.resource_version, timeout_seconds=2):
+        async for _ in w.stream(
+            core.list_namespaced_config_map,
+            ns,
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=2,
+        ):
             pass
     assert err.value.status == 410
 
@@ -667,7 +890,9 @@ async def test_too_old_resource_version_is_410(cluster: Cluster) -> None:
 
 async def test_invalid_name_is_422(cluster: Cluster) -> None:
     with pytest.raises(client.ApiException) as err:
-        await cluster.core.create_namespaced_config_map(cluster.namespace, {"metadata": {"name": "Bad_Name"}})
+        await cluster.core.create_namespaced_config_map(
+            cluster.namespace, {"metadata": {"name": "Bad_Name"}}
+        )
     assert err.value.status == 422
     assert body(err.value)["details"]["causes"][0]["field"] == "metadata.name"
 
@@ -680,40 +905,81 @@ async def test_crd_post_makes_a_new_resource_served(cluster: Cluster) -> None:
         "spec": {
             "group": "example.com",
             "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
+            "names": {
+                "plural": "widgets",
+                "singular": "widget",
+                "kind": "Widget",
+                "shortNames": ["wd"],
+            },
             "versions": [
                 {
-                    "name": "v1", "served": True, "storage": True,
-                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer", "minimum": 1, "default": 3}}}}}},
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {
+                                        "size": {"type": "integer", "minimum": 1, "default": 3}
+                                    },
+                                }
+                            },
+                        }
+                    },
                 }
             ],
         },
     }
-    await client.ApiextensionsV1Api(cluster.api).create_custom_resource_definition(crd)
+    ext: Any = client.ApiextensionsV1Api(cluster.api)
+    await ext.create_custom_resource_definition(crd)
     co = cluster.custom
     created = await co.create_namespaced_custom_object(
-        "example.com", "v1", cluster.namespace, "widgets",
+        "example.com",
+        "v1",
+        cluster.namespace,
+        "widgets",
         {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}},
     )
     assert created["spec"]["size"] == 3
     with pytest.raises(client.ApiException) as err:
         await co.create_namespaced_custom_object(
-            "example.com", "v1", cluster.namespace, "widgets",
-            {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w2"}, "spec": {"size": 0}},
+            "example.com",
+            "v1",
+            cluster.namespace,
+            "widgets",
+            {
+                "apiVersion": "example.com/v1",
+                "kind": "Widget",
+                "metadata": {"name": "w2"},
+                "spec": {"size": 0},
+            },
         )
     assert err.value.status == 422
     assert body(err.value)["details"]["causes"][0]["field"] == "spec.size"
     if not REAL:
-        await client.ApiextensionsV1Api(cluster.api).delete_custom_resource_definition("widgets.example.com")
+        await client.ApiextensionsV1Api(cluster.api).delete_custom_resource_definition(
+            "widgets.example.com"
+        )
 
 
 @pytest.mark.parametrize(
     ("spec", "field", "message"),
     [
         ({"trainer": {"numNodes": -1}}, "spec.trainer.numNodes", "greater than or equal to 0"),
-        ({"trainer": {"numProcPerNode": 0}}, "spec.trainer.numProcPerNode", "numProcPerNode must be greater than or equal to 1"),
+        (
+            {"trainer": {"numProcPerNode": 0}},
+            "spec.trainer.numProcPerNode",
+            "numProcPerNode must be greater than or equal to 1",
+        ),
         ({"managedBy": "x.io/y"}, "spec.managedBy", "ManagedBy must be"),
-        ({"initializer": {"dataset": {"storageUri": "invalid-uri"}}}, "spec.initializer.dataset.storageUri", "storageUri may be empty"),
+        (
+            {"initializer": {"dataset": {"storageUri": "invalid-uri"}}},
+            "spec.initializer.dataset.storageUri",
+            "storageUri may be empty",
+        ),
     ],
 )
 async def test_trainjob_crd_rules_answer_422_with_upstream_messages(
@@ -733,8 +999,13 @@ async def test_immutable_trainjob_fields(cluster: Cluster) -> None:
     await create_tj(cluster, "imm", trainer={"numNodes": 2})
     with pytest.raises(client.ApiException) as err:
         await cluster.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, cluster.namespace, "trainjobs", "imm",
-            {"spec": {"trainer": {"numNodes": 3}}}, _content_type="application/merge-patch+json",
+            GROUP,
+            VERSION,
+            cluster.namespace,
+            "trainjobs",
+            "imm",
+            {"spec": {"trainer": {"numNodes": 3}}},
+            _content_type="application/merge-patch+json",
         )
     assert err.value.status == 422
     assert "field is immutable" in body(err.value)["message"]
@@ -743,12 +1014,18 @@ async def test_immutable_trainjob_fields(cluster: Cluster) -> None:
 async def test_runtime_with_two_policies_is_422(cluster: Cluster) -> None:
     await install_crds(cluster.api)
     runtime = {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTrainingRuntime",
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ClusterTrainingRuntime",
         "metadata": {"name": "two-policies"},
-        "spec": {"mlPolicy": {"torch": {}, "mpi": {}}, "template": {"spec": {"replicatedJobs": []}}},
+        "spec": {
+            "mlPolicy": {"torch": {}, "mpi": {}},
+            "template": {"spec": {"replicatedJobs": []}},
+        },
     }
     with pytest.raises(client.ApiException) as err:
-        await cluster.custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", runtime)
+        await cluster.custom.create_cluster_custom_object(
+            GROUP, VERSION, "clustertrainingruntimes", runtime
+        )
     assert err.value.status == 422
     assert "Only one of the policy can be configured" in body(err.value)["message"]
 
@@ -756,14 +1033,20 @@ async def test_runtime_with_two_policies_is_422(cluster: Cluster) -> None:
 async def test_unknown_fields_are_rejected_with_strict_field_validation(cluster: Cluster) -> None:
     await install_crds(cluster.api)
     status, err = await raw(
-        cluster, "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{cluster.namespace}/trainjobs",
-        trainjob("unknown", trainer={"numNode": 2}), query=[("fieldValidation", "Strict")],
+        cluster,
+        "POST",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{cluster.namespace}/trainjobs",
+        trainjob("unknown", trainer={"numNode": 2}),
+        query=[("fieldValidation", "Strict")],
     )
     assert status == 400
     assert 'unknown field "spec.trainer.numNode"' in err["message"]
     status, pruned = await raw(
-        cluster, "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{cluster.namespace}/trainjobs",
-        trainjob("pruned", trainer={"numNode": 2}), query=[("fieldValidation", "Ignore")],
+        cluster,
+        "POST",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{cluster.namespace}/trainjobs",
+        trainjob("pruned", trainer={"numNode": 2}),
+        query=[("fieldValidation", "Ignore")],
     )
     assert status == 201 and pruned["spec"]["trainer"] == {}
 
@@ -791,7 +1074,9 @@ async def test_fault_injection_and_request_log(cluster: Cluster) -> None:
 async def test_adjustable_clock(cluster: Cluster) -> None:
     server = cluster.local()
     server.hooks.clock.advance(3600)
-    cm = await cluster.core.create_namespaced_config_map(cluster.namespace, {"metadata": {"name": "late"}})
+    cm = await cluster.core.create_namespaced_config_map(
+        cluster.namespace, {"metadata": {"name": "late"}}
+    )
     import datetime as dt  # noqa: PLC0415
 
     assert cm.metadata.creation_timestamp > dt.datetime.now(dt.UTC) + dt.timedelta(minutes=50)

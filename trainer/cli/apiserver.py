@@ -24,7 +24,10 @@ async def _serve(
     if install_crds:
         for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
             name = crd["metadata"]["name"]
-            if server.get_object("apiextensions.k8s.io/v1", "customresourcedefinitions", "", name) is None:
+            if (
+                server.get_object("apiextensions.k8s.io/v1", "customresourcedefinitions", "", name)
+                is None
+            ):
                 server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     server.write_kubeconfig(str(kubeconfig))
     typer.echo(f"API server listening on {server.url}")
@@ -39,7 +42,9 @@ async def _serve(
 
 
 def apiserver(
-    port: Annotated[int, typer.Option("--port", "-p", help="Port on 127.0.0.1 (0: any free port).")] = 0,
+    port: Annotated[
+        int, typer.Option("--port", "-p", help="Port on 127.0.0.1 (0: any free port).")
+    ] = 0,
     kubeconfig: Annotated[
         Path, typer.Option("--kubeconfig", help="Where to write a kubeconfig for kubectl.")
     ] = Path("trainer-local.kubeconfig"),

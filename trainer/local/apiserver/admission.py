@@ -72,7 +72,7 @@ def _rule_matches(rule: dict[str, Any], rt: ResourceType, operation: str, subres
         for r in resources
     ):
         return False
-    scope = rule.get("scope", "*")
+    scope = str(rule.get("scope", "*"))
     return scope == "*" or (scope == "Namespaced") == rt.namespaced
 
 
@@ -300,8 +300,8 @@ class Admission:
                 raise RuntimeError("expected a response with the request's uid")
             return response
         except (
+            TimeoutError,
             aiohttp.ClientError,
-            asyncio.TimeoutError,
             RuntimeError,
             ValueError,
             ssl.SSLError,

@@ -29,6 +29,7 @@ CORE_MERGE_KEYS = {
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+CONFIG_KEY_MESSAGE = "a valid config key must consist of alphanumeric characters, '-', '_' or '.'"
 CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
@@ -157,7 +158,7 @@ def prepare(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
                     FieldError(
                         f"data[{key}]",
                         INVALID,
-                        "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
+                        CONFIG_KEY_MESSAGE,
                         key,
                     )
                 )
@@ -177,7 +178,7 @@ def prepare(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
                     FieldError(
                         f"data[{key}]",
                         INVALID,
-                        "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
+                        CONFIG_KEY_MESSAGE,
                         key,
                     )
                 )

@@ -27,7 +27,7 @@ def validate_crd(obj: dict[str, Any]) -> list[FieldError]:
             errors.append(FieldError(f"spec.names.{key}", REQUIRED, ""))
     if names.get("plural") and group and name != f"{names['plural']}.{group}":
         errors.append(
-            FieldError("metadata.name", INVALID, f'must be spec.names.plural+"."+spec.group', name)
+            FieldError("metadata.name", INVALID, 'must be spec.names.plural+"."+spec.group', name)
         )
     if spec.get("scope") and spec["scope"] not in ("Namespaced", "Cluster"):
         errors.append(
@@ -118,22 +118,22 @@ def on_crd_write(server: APIServer, obj: dict[str, Any]) -> None:
         ),
     ]
     names = obj["spec"]["names"]
-    accepted = {k: v for k, v in names.items()}
+    accepted = dict(names)
     accepted.setdefault("singular", names["kind"].lower())
     accepted.setdefault("listKind", f"{names['kind']}List")
     if status.get("acceptedNames") == accepted and [
         c.get("type") for c in status.get("conditions") or []
     ] == ["NamesAccepted", "Established"]:
         return
-    rt = server.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-    assert rt is not None
+    crd_type = server.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    assert crd_type is not None
     new = copy.deepcopy(obj)
     new["status"] = {
         "acceptedNames": accepted,
         "conditions": wanted_conditions,
         "storedVersions": [v["name"] for v in obj["spec"]["versions"] if v.get("storage")],
     }
-    server.store.put(rt.key, new, obj)
+    server.store.put(crd_type.key, new, obj)
 
 
 def on_crd_delete(server: APIServer, obj: dict[str, Any]) -> None:

@@ -118,7 +118,9 @@ def unsupported_media_type(content_type: str) -> APIError:
     return APIError(
         415,
         "UnsupportedMediaType",
-        f'the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got "{content_type}")',
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, "
+        f'application/apply-patch+yaml (got "{content_type}")',
     )
 
 

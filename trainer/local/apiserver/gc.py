@@ -49,11 +49,11 @@ class GarbageCollector:
                     del self._dependents[uid]
         if ev.type == "DELETED":
             return
-        uids = {o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("uid")}
+        uids: set[str] = {str(o["uid"]) for o in meta.get("ownerReferences") or [] if o.get("uid")}
         if uids:
-            self._owners_of[ref] = uids  # type: ignore[assignment]
+            self._owners_of[ref] = uids
             for uid in uids:
-                self._dependents.setdefault(uid, set()).add(ref)  # type: ignore[arg-type]
+                self._dependents.setdefault(uid, set()).add(ref)
 
     def dependents(self, uid: str) -> list[Ref]:
         return sorted(self._dependents.get(uid, set()))
@@ -264,8 +264,8 @@ class GarbageCollector:
             self._enqueue("namespace", name)
             return
         ns_rt = self.server.registry.get("", "v1", "namespaces")
-        obj = self.server.store.get(("", "namespaces"), "", name)
-        if ns_rt is None or obj is None:
+        namespace = self.server.store.get(("", "namespaces"), "", name)
+        if ns_rt is None or namespace is None:
             return
-        if not obj["metadata"].get("finalizers"):
-            self.server._remove(ns_rt, obj)
+        if not namespace["metadata"].get("finalizers"):
+            self.server._remove(ns_rt, namespace)

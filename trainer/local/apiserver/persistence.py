@@ -42,7 +42,9 @@ class Persistence:
         rows = self.db.execute(
             "SELECT grp, plural, namespace, name, rv, body FROM objects ORDER BY rv"
         ).fetchall()
-        crds = [r for r in rows if (r[0], r[1]) == ("apiextensions.k8s.io", "customresourcedefinitions")]
+        crds = [
+            r for r in rows if (r[0], r[1]) == ("apiextensions.k8s.io", "customresourcedefinitions")
+        ]
         for row in crds:
             obj = json.loads(row[5])
             for rt in crd.resource_types(obj):

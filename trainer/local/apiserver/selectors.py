@@ -39,7 +39,9 @@ class Requirement:
 
 def _split(selector: str) -> list[str]:
     """Split on commas that are not inside ``( )``."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in selector:
         if ch == "(":
             depth += 1

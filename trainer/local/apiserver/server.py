@@ -28,8 +28,8 @@ from urllib.parse import parse_qs
 import yaml
 from aiohttp import web
 
-from trainer.local.apiserver import builtin, crd, discovery, gc, table
 from trainer.local.apiserver import apply as ssa
+from trainer.local.apiserver import builtin, crd, discovery, gc, table
 from trainer.local.apiserver.admission import Admission
 from trainer.local.apiserver.errors import (
     APIError,
@@ -46,7 +46,6 @@ from trainer.local.apiserver.errors import (
     unsupported_media_type,
 )
 from trainer.local.apiserver.hooks import Hooks, RequestRecord
-from trainer.local.apiserver.persistence import Persistence
 from trainer.local.apiserver.patch import (
     APPLY,
     JSON,
@@ -56,6 +55,7 @@ from trainer.local.apiserver.patch import (
     merge_patch,
     strategic_merge_patch,
 )
+from trainer.local.apiserver.persistence import Persistence
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import matcher
 from trainer.local.apiserver.store import Event, Store
@@ -63,6 +63,9 @@ from trainer.local.apiserver.watch import serve_watch
 
 log = logging.getLogger("trainer.apiserver")
 
+MODIFIED = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
 GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -377,10 +380,7 @@ class APIServer:
         manager = query.get("fieldManager") or _manager_from_agent(
             request.headers.get("User-Agent", "")
         )
-        field_validation = query.get(
-            "fieldValidation",
-            "Strict" if verb != "patch" or request.content_type != APPLY else "Strict",
-        )
+        field_validation = query.get("fieldValidation", "Strict")
         warnings: list[str] = []
         if verb == "create":
             if route.name and route.subresource:
@@ -473,7 +473,8 @@ class APIServer:
             return json.loads(raw)
         except (ValueError, yaml.YAMLError) as exc:
             raise bad_request(
-                f"the request body is not valid {'YAML' if request.content_type == APPLY else 'JSON'}: {exc}"
+                f"the request body is not valid "
+                f"{'YAML' if request.content_type == APPLY else 'JSON'}: {exc}"
             ) from None
 
     # --- object helpers ---------------------------------------------------------------------
@@ -534,7 +535,8 @@ class APIServer:
                     raise APIError(
                         410,
                         "Expired",
-                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                        "The provided continue parameter is too old to display a consistent "
+                        "list result. You can start a new list without the continue parameter.",
                     )
             except (ValueError, KeyError, TypeError):
                 raise bad_request("invalid continue token") from None
@@ -575,7 +577,8 @@ class APIServer:
             raise not_found("namespaces", "", namespace)
         if creating and (ns.get("metadata") or {}).get("deletionTimestamp"):
             raise forbidden(
-                f"{rt.plural} is forbidden: unable to create new content in namespace {namespace} because it is being terminated"
+                f"{rt.plural} is forbidden: unable to create new content in namespace "
+                f"{namespace} because it is being terminated"
             )
 
     def _check_body(
@@ -590,7 +593,8 @@ class APIServer:
             )
         if api_version and api_version.rpartition("/")[0] != rt.group:
             raise bad_request(
-                f"the API version of the object ({api_version}) does not match the resource group ({rt.group or 'core'})"
+                f"the API version of the object ({api_version}) does not match the resource "
+                f"group ({rt.group or 'core'})"
             )
         meta = body.setdefault("metadata", {})
         if not isinstance(meta, dict):
@@ -599,7 +603,8 @@ class APIServer:
         if rt.namespaced:
             if body_ns and namespace and body_ns != namespace:
                 raise bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request"
+                    "the namespace of the provided object does not match the namespace sent on "
+                    "the request"
                 )
             meta["namespace"] = namespace or body_ns or ""
         else:
@@ -619,7 +624,7 @@ class APIServer:
         dry_run: bool = False,
         field_validation: str = "Strict",
         warnings: list[str] | None = None,
-        apply_config: dict[str, Any] | None = None,
+        applied: bool = False,
     ) -> tuple[dict[str, Any], bool]:
         obj = self._check_body(rt, body, namespace)
         meta = obj["metadata"]
@@ -654,14 +659,8 @@ class APIServer:
         )
         if self.store.get(rt.key, namespace, meta["name"]) is not None:
             raise already_exists(rt.plural, rt.group, meta["name"])
-        if apply_config is not None:
-            ssa.apply_managed_fields(
-                rt, None, obj, apply_config, manager or "unknown", now=_now_rfc3339(self)
-            )
-        else:
-            ssa.track_update(
-                rt, None, obj, manager or "unknown", subresource="", now=_now_rfc3339(self)
-            )
+        if not applied:
+            ssa.track_update(rt, None, obj, manager or "unknown", now=_now_rfc3339(self))
         if dry_run:
             meta.pop("uid", None)
             return obj, True
@@ -678,6 +677,7 @@ class APIServer:
         meta["creationTimestamp"] = _now_rfc3339(self)
         meta["generation"] = 1
         builtin.prepare(rt, obj)
+        ssa.track_update(rt, None, obj, manager, now=_now_rfc3339(self))
         self.store.put(rt.key, obj, None)
         self._after_write(rt, obj, None)
         return obj
@@ -695,8 +695,6 @@ class APIServer:
         field_validation: str = "Strict",
         warnings: list[str] | None = None,
         check_rv: bool = True,
-        apply_config: dict[str, Any] | None = None,
-        force: bool = False,
     ) -> dict[str, Any]:
         old = self._get_or_404(rt, namespace, name)
         new = self._check_body(rt, body, namespace, name)
@@ -707,7 +705,7 @@ class APIServer:
                 rt.plural,
                 rt.group,
                 name,
-                "the object has been modified; please apply your changes to the latest version and try again",
+                MODIFIED,
             )
         return await self._commit_update(
             rt,
@@ -718,7 +716,6 @@ class APIServer:
             dry_run=dry_run,
             field_validation=field_validation,
             warnings=warnings if warnings is not None else [],
-            apply_config=apply_config,
         )
 
     async def _commit_update(
@@ -732,7 +729,7 @@ class APIServer:
         dry_run: bool,
         field_validation: str,
         warnings: list[str],
-        apply_config: dict[str, Any] | None = None,
+        applied: bool = False,
     ) -> dict[str, Any]:
         old_meta = old["metadata"]
         if subresource == "status":
@@ -741,6 +738,12 @@ class APIServer:
                 merged["status"] = new["status"]
             else:
                 merged.pop("status", None)
+            if applied:  # keep the status applier's managedFields entry
+                fields = new["metadata"].get("managedFields")
+                if fields is None:
+                    merged["metadata"].pop("managedFields", None)
+                else:
+                    merged["metadata"]["managedFields"] = fields
             new = merged
         elif subresource == "finalize" and rt.kind == "Namespace":
             merged = copy.deepcopy(old)
@@ -781,11 +784,7 @@ class APIServer:
             field_validation=field_validation,
             warnings=warnings,
         )
-        if apply_config is not None:
-            ssa.apply_managed_fields(
-                rt, old, new, apply_config, manager or "unknown", now=_now_rfc3339(self)
-            )
-        else:
+        if not applied:
             ssa.track_update(
                 rt, old, new, manager or "unknown", subresource=subresource, now=_now_rfc3339(self)
             )
@@ -827,10 +826,11 @@ class APIServer:
             if not isinstance(body, dict):
                 raise bad_request("an apply patch must be an object")
             config = copy.deepcopy(body)
+            now = _now_rfc3339(self)
             if old is None:
                 if subresource:
                     raise not_found(rt.plural, rt.group, name)
-                created = {k: v for k, v in copy.deepcopy(body).items()}
+                created = ssa.apply(rt, None, config, manager, force=force, now=now)
                 created.setdefault("metadata", {})["name"] = name
                 obj, _ = await self.create(
                     rt,
@@ -840,10 +840,12 @@ class APIServer:
                     dry_run=dry_run,
                     field_validation=field_validation,
                     warnings=warnings,
-                    apply_config=config,
+                    applied=True,
                 )
                 return obj, True
-            merged = ssa.apply(rt, old, config, manager, force=force, subresource=subresource)
+            merged = ssa.apply(
+                rt, old, config, manager, force=force, subresource=subresource, now=now
+            )
             obj = await self._commit_update(
                 rt,
                 old,
@@ -853,13 +855,13 @@ class APIServer:
                 dry_run=dry_run,
                 field_validation=field_validation,
                 warnings=warnings,
-                apply_config=config,
+                applied=True,
             )
             return obj, False
         if old is None:
             raise not_found(rt.plural, rt.group, name)
         current = copy.deepcopy(old)
-        if content_type == MERGE or content_type == "application/json":
+        if content_type in (MERGE, "application/json"):
             patched = merge_patch(current, body)
         elif content_type == JSON:
             patched = json_patch(current, body)
@@ -877,7 +879,7 @@ class APIServer:
                 rt.plural,
                 rt.group,
                 name,
-                "the object has been modified; please apply your changes to the latest version and try again",
+                MODIFIED,
             )
         patched = self._check_body(rt, patched, namespace, name)
         obj = await self._commit_update(
@@ -910,7 +912,8 @@ class APIServer:
                 rt.plural,
                 rt.group,
                 name,
-                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}",
+                f"Precondition failed: UID in precondition: {pre['uid']}, "
+                f"UID in object meta: {meta.get('uid')}",
             )
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
             raise conflict(
@@ -977,7 +980,8 @@ class APIServer:
         container = query.get("container") or (containers[0] if len(containers) == 1 else "")
         if not container:
             raise bad_request(
-                f"a container name must be specified for pod {route.name}, choose one of: {containers}"
+                f"a container name must be specified for pod {route.name}, "
+                f"choose one of: {containers}"
             )
         key = (route.namespace, route.name, container)
         if query.get("follow") not in ("true", "1"):
@@ -1032,7 +1036,8 @@ def _finalizer_error(added: list[str]) -> Any:
     return FieldError(
         "metadata.finalizers",
         FORBIDDEN,
-        f"no new finalizers can be added if the object is being deleted, found new finalizers {json.dumps(added)}",
+        "no new finalizers can be added if the object is being deleted, found new finalizers "
+        + json.dumps(added),
     )
 
 

@@ -45,15 +45,11 @@ async def serve_watch(
 ) -> web.StreamResponse:
     rt = route.rt
     namespace = route.namespace or None
-    match = matcher(query.get("labelSelector"), query.get("fieldSelector"))
-    if route.name:
-        name_match = matcher(None, f"metadata.name={route.name}")
-        base = match
-        match = (
-            name_match
-            if base is None
-            else (lambda o: bool(name_match and name_match(o) and base(o)))
-        )  # type: ignore[misc]
+    selector = query.get("fieldSelector")
+    if route.name:  # a watch of one object by name (legacy /watch/.../<name> paths)
+        by_name = f"metadata.name={route.name}"
+        selector = f"{selector},{by_name}" if selector else by_name
+    match = matcher(query.get("labelSelector"), selector)
     rv_param = query.get("resourceVersion", "")
     send_initial = query.get("sendInitialEvents") in ("true", "1")
     bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
@@ -99,9 +95,9 @@ async def serve_watch(
         if send_initial:
             await resp.write(_bookmark(rt, str(start_rv), initial_end=True))
         for ev in replay:
-            ev_type = _transition(ev, match)
-            if ev_type is not None:
-                await resp.write(ev.encoded(ev_type, rt.api_version))
+            replay_type = _transition(ev, match)
+            if replay_type is not None:
+                await resp.write(ev.encoded(replay_type, rt.api_version))
                 last_rv = ev.rv
         while True:
             wait = BOOKMARK_INTERVAL if bookmarks else None
@@ -111,23 +107,19 @@ async def serve_watch(
                     break
                 wait = remaining if wait is None else min(wait, remaining)
             try:
-                ev = (
-                    await asyncio.wait_for(watcher.queue.get(), timeout=wait)
-                    if wait
-                    else await watcher.queue.get()
-                )
+                item = await asyncio.wait_for(watcher.queue.get(), timeout=wait)
             except TimeoutError:
                 if bookmarks:
                     await resp.write(_bookmark(rt, str(max(last_rv, server.store.rv))))
                 continue
-            if ev is None:
+            if item is None:
                 break
-            if ev.rv <= start_rv:
+            if item.rv <= start_rv:
                 continue
-            ev_type = _transition(ev, match)
-            if ev_type is not None:
-                await resp.write(ev.encoded(ev_type, rt.api_version))
-            last_rv = ev.rv
+            live_type = _transition(item, match)
+            if live_type is not None:
+                await resp.write(item.encoded(live_type, rt.api_version))
+            last_rv = item.rv
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:

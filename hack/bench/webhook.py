@@ -1,0 +1,526 @@
+"""Benchmark the admission webhook over HTTPS on loopback.
+
+The server (uvicorn, our TLS context, the real app with a static lookup of the built-in
+runtimes, plus the bare ``/bench-echo`` endpoint) runs in a separate process pinned to one CPU;
+the load generator runs in this process, pinned to the other. The load generator is a minimal
+HTTP/1.1 keep-alive client over asyncio TLS streams (much cheaper than a full HTTP client, so
+the server, not the client, is what saturates).
+
+Runs, each ``--seconds`` long after a short warm-up:
+
+1. saturated, ``--concurrency`` (32) connections in a closed loop, on the TrainJob validating
+   route: throughput and p50/p90/p99 latency;
+2. the same against ``/bench-echo`` (parse the review, allow it: the bare FastAPI baseline);
+3. fixed rate, ``--rate`` (200) requests/s open loop on the validating route: latency measured
+   from each request's scheduled start (no coordinated omission).
+
+Targets: p99 <= 10 ms at 200 req/s; saturated throughput >= half the bare endpoint's.
+Writes hack/bench/reports/webhook.json.
+
+    python hack/bench/webhook.py [--seconds 60] [--concurrency 32] [--rate 200] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import platform
+import resource
+import ssl
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from trainer.builtin import builtin_runtimes
+from trainer.plugins import registry
+from webhooks.app import create_app
+from webhooks.certs import ServerTLS, generate_bundle, write_cert_dir
+from webhooks.lookup import StaticLookup
+from webhooks.server import WebhookServer, bind_socket
+
+ROOT = Path(__file__).resolve().parents[2]
+VALIDATE = "/validate-trainer-kubeflow-org-v1alpha1-trainjob"
+ECHO = "/bench-echo"
+HOST = "127.0.0.1"
+
+
+# ---------------------------------------------------------------------------------------------
+# The server process
+
+
+def run_server(cert_dir: Path, cpu: int | None, cached_framework: bool, log: bool) -> None:
+    """Serve the app on an ephemeral port; print ``LISTENING <port>`` once accepting."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    if log:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    if cached_framework:
+        # What caching the default plugin framework (built per render today) would save.
+        framework = registry.default_framework()
+        registry.default_framework = lambda: framework
+
+    tls = ServerTLS()
+    tls.reload(cert_dir / "tls.crt", cert_dir / "tls.key")
+    app = create_app(StaticLookup(runtimes=builtin_runtimes().values()), bench_echo=True)
+
+    async def main() -> None:
+        sock = bind_socket(HOST, 0)
+        server = WebhookServer(app, HOST, 0, tls.context, sock=sock, handle_signals=True)
+        watcher = asyncio.create_task(server.ready.wait())
+        serving = asyncio.create_task(server.serve())
+        await watcher
+        print(f"LISTENING {server.port}", flush=True)
+        await serving
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# The load generator
+
+
+def review_body(uid: str = "bench") -> bytes:
+    """A realistic TrainJob AdmissionReview (about 2 KB): torch, 4 nodes, env, resources, a
+    Kueue runtimePatch, metadata as the API server sends it."""
+    trainjob = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": "bench-job",
+            "namespace": "team-a",
+            "uid": "8a9c7f1e-0000-4000-8000-000000000001",
+            "generation": 1,
+            "creationTimestamp": "2026-11-22T10:00:00Z",
+            "labels": {"kueue.x-k8s.io/queue-name": "user-queue", "team": "a"},
+            "annotations": {"example.com/owner": "alice"},
+        },
+        "spec": {
+            "runtimeRef": {
+                "name": "torch-distributed",
+                "apiGroup": "trainer.kubeflow.org",
+                "kind": "ClusterTrainingRuntime",
+            },
+            "trainer": {
+                "numNodes": 4,
+                "image": "ghcr.io/example/train:1.0",
+                "command": ["torchrun", "train.py"],
+                "args": ["--epochs", "3", "--lr", "0.001"],
+                "env": [
+                    {"name": "WANDB_PROJECT", "value": "bench"},
+                    {"name": "HF_HOME", "value": "/cache/hf"},
+                ],
+                "resourcesPerNode": {
+                    "requests": {"cpu": "4", "memory": "16Gi"},
+                    "limits": {"cpu": "4", "memory": "16Gi"},
+                },
+            },
+            "runtimePatches": [
+                {
+                    "manager": "kueue.x-k8s.io/manager",
+                    "time": "2026-11-22T10:00:00Z",
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {
+                                        "name": "node",
+                                        "template": {
+                                            "spec": {
+                                                "template": {
+                                                    "spec": {
+                                                        "nodeSelector": {"pool": "gpu-a"},
+                                                        "tolerations": [
+                                                            {
+                                                                "key": "gpu",
+                                                                "operator": "Exists",
+                                                                "effect": "NoSchedule",
+                                                            }
+                                                        ],
+                                                    }
+                                                }
+                                            }
+                                        },
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+            "suspend": True,
+            "managedBy": "trainer.kubeflow.org/trainjob-controller",
+        },
+    }
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "trainer.kubeflow.org", "version": "v1alpha1", "kind": "TrainJob"},
+            "resource": {
+                "group": "trainer.kubeflow.org",
+                "version": "v1alpha1",
+                "resource": "trainjobs",
+            },
+            "requestKind": {
+                "group": "trainer.kubeflow.org",
+                "version": "v1alpha1",
+                "kind": "TrainJob",
+            },
+            "name": "bench-job",
+            "namespace": "team-a",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": trainjob,
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+    return json.dumps(review).encode()
+
+
+class Connection:
+    """One keep-alive HTTPS connection speaking just enough HTTP/1.1."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, port: int, ctx: ssl.SSLContext) -> Connection:
+        reader, writer = await asyncio.open_connection(
+            HOST, port, ssl=ctx, server_hostname="localhost"
+        )
+        return cls(reader, writer)
+
+    async def post(self, request: bytes) -> tuple[int, bytes]:
+        self.writer.write(request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        return status, await self.reader.readexactly(length)
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await self.writer.wait_closed()
+
+
+def http_request(path: str, body: bytes) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    """p50/p90/p99/max in milliseconds."""
+    if not samples:
+        return {}
+    ordered = sorted(samples)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
+
+    return {
+        "p50_ms": at(0.50),
+        "p90_ms": at(0.90),
+        "p99_ms": at(0.99),
+        "max_ms": round(ordered[-1] * 1000, 3),
+    }
+
+
+def expect_allowed(status: int, body: bytes) -> bool:
+    return status == 200 and b'"allowed": true' in body
+
+
+class CPUClock:
+    """This process's CPU time over a run (is the load generator itself the bottleneck?)."""
+
+    def __init__(self) -> None:
+        self.start = time.process_time()
+        self.wall = time.perf_counter()
+
+    def utilisation(self) -> float:
+        return round(
+            (time.process_time() - self.start) / max(time.perf_counter() - self.wall, 1e-9), 3
+        )
+
+
+async def saturate(
+    conns: list[Connection], request: bytes, seconds: float, check: Callable[[int, bytes], bool]
+) -> dict[str, Any]:
+    """Closed loop: every connection sends its next request as soon as the last returns."""
+    latencies: list[float] = []
+    errors = 0
+    clock = CPUClock()
+    start = time.perf_counter()
+    deadline = start + seconds
+
+    async def worker(conn: Connection) -> None:
+        nonlocal errors
+        while True:
+            sent = time.perf_counter()
+            if sent >= deadline:
+                return
+            status, body = await conn.post(request)
+            latencies.append(time.perf_counter() - sent)
+            if not check(status, body):
+                errors += 1
+
+    await asyncio.gather(*(worker(c) for c in conns))
+    elapsed = time.perf_counter() - start
+    return {
+        "requests": len(latencies),
+        "errors": errors,
+        "seconds": round(elapsed, 3),
+        "throughput_rps": round(len(latencies) / elapsed, 1),
+        **percentiles(latencies),
+        "client_cpu_utilisation": clock.utilisation(),
+    }
+
+
+async def fixed_rate(
+    conns: list[Connection], request: bytes, seconds: float, rate: float
+) -> dict[str, Any]:
+    """Open loop at ``rate`` requests/s; latency from each request's scheduled start."""
+    queue: asyncio.Queue[float | None] = asyncio.Queue()
+    latencies: list[float] = []
+    service: list[float] = []
+    errors = 0
+    total = int(seconds * rate)
+    clock = CPUClock()
+    start = time.perf_counter() + 0.05
+
+    async def producer() -> None:
+        for i in range(total):
+            due = start + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                # Pacing the load (the point of an open-loop run), not waiting for a result.
+                await asyncio.sleep(delay)
+            queue.put_nowait(due)
+        for _ in conns:
+            queue.put_nowait(None)
+
+    async def worker(conn: Connection) -> None:
+        nonlocal errors
+        while (due := await queue.get()) is not None:
+            sent = time.perf_counter()
+            status, body = await conn.post(request)
+            done = time.perf_counter()
+            latencies.append(done - due)
+            service.append(done - sent)
+            if not expect_allowed(status, body):
+                errors += 1
+
+    await asyncio.gather(producer(), *(worker(c) for c in conns))
+    elapsed = time.perf_counter() - start
+    return {
+        "target_rps": rate,
+        "requests": len(latencies),
+        "errors": errors,
+        "achieved_rps": round(len(latencies) / elapsed, 1),
+        "latency_from_schedule": percentiles(latencies),
+        "service_latency": percentiles(service),
+        "client_cpu_utilisation": clock.utilisation(),
+    }
+
+
+async def with_connections(
+    port: int,
+    ctx: ssl.SSLContext,
+    n: int,
+    run: Callable[[list[Connection]], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    conns = [await Connection.open(port, ctx) for _ in range(n)]
+    try:
+        return await run(conns)
+    finally:
+        await asyncio.gather(*(c.close() for c in conns))
+
+
+async def measured(pid: int, run: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """``run``'s result plus the server process's CPU utilisation while it ran."""
+    cpu, wall = server_cpu_seconds(pid), time.perf_counter()
+    result = await run
+    result["server_cpu_utilisation"] = round(
+        (server_cpu_seconds(pid) - cpu) / (time.perf_counter() - wall), 3
+    )
+    return result
+
+
+async def load(port: int, ca: bytes, args: argparse.Namespace, pid: int) -> dict[str, Any]:
+    ctx = ssl.create_default_context(cadata=ca.decode())
+    body = review_body()
+    validate = http_request(VALIDATE, body)
+    echo = http_request(ECHO, body)
+    n = args.concurrency
+    results: dict[str, Any] = {}
+
+    def ok(status: int, payload: bytes) -> bool:
+        return expect_allowed(status, payload)
+
+    # Warm-up (imports, caches, connection set-up) is not measured.
+    for request in (validate, echo):
+
+        async def warm(conns: list[Connection], request: bytes = request) -> dict[str, Any]:
+            return await saturate(conns, request, 2, ok)
+
+        await with_connections(port, ctx, n, warm)
+
+    print(f"saturated validate, {n} connections, {args.seconds:.0f} s ...", flush=True)
+    results["validate_saturated"] = await measured(
+        pid, with_connections(port, ctx, n, lambda c: saturate(c, validate, args.seconds, ok))
+    )
+    print(f"  {summary(results['validate_saturated'])}", flush=True)
+    print(f"saturated bare /bench-echo, {n} connections, {args.seconds:.0f} s ...", flush=True)
+    results["echo_saturated"] = await measured(
+        pid, with_connections(port, ctx, n, lambda c: saturate(c, echo, args.seconds, ok))
+    )
+    print(f"  {summary(results['echo_saturated'])}", flush=True)
+    print(f"fixed rate {args.rate:.0f} req/s on validate, {args.seconds:.0f} s ...", flush=True)
+    results["validate_fixed_rate"] = await measured(
+        pid,
+        with_connections(port, ctx, n, lambda c: fixed_rate(c, validate, args.seconds, args.rate)),
+    )
+    fr = results["validate_fixed_rate"]
+    print(
+        f"  achieved {fr['achieved_rps']} req/s, p50 {fr['latency_from_schedule']['p50_ms']} ms, "
+        f"p99 {fr['latency_from_schedule']['p99_ms']} ms, errors {fr['errors']}",
+        flush=True,
+    )
+    return results
+
+
+def summary(r: dict[str, Any]) -> str:
+    return (
+        f"{r['throughput_rps']} req/s, p50 {r['p50_ms']} ms, p90 {r['p90_ms']} ms, "
+        f"p99 {r['p99_ms']} ms, errors {r['errors']}, client CPU {r['client_cpu_utilisation']}, "
+        f"server CPU {r['server_cpu_utilisation']}"
+    )
+
+
+async def start_server(
+    cert_dir: Path, cpu: int | None, args: argparse.Namespace
+) -> tuple[asyncio.subprocess.Process, int]:
+    cmd = [sys.executable, __file__, "--serve", "--cert-dir", str(cert_dir)]
+    if cpu is not None:
+        cmd += ["--server-cpu", str(cpu)]
+    if args.cached_framework:
+        cmd.append("--cached-framework")
+    if args.log:
+        cmd.append("--log")
+    proc = await asyncio.create_subprocess_exec(
+        *cmd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    if not line.startswith(b"LISTENING "):
+        proc.kill()
+        raise RuntimeError(f"the server did not start: {line!r}")
+    return proc, int(line.split()[1])
+
+
+def server_cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    server_cpu = cpus[0] if len(cpus) >= 2 else None
+    client_cpu = cpus[1] if len(cpus) >= 2 else None
+    if client_cpu is not None:
+        os.sched_setaffinity(0, {client_cpu})
+    with tempfile.TemporaryDirectory(prefix="webhook-bench-") as tmp:
+        bundle = generate_bundle(["localhost", HOST], datetime.now(UTC))
+        write_cert_dir(tmp, bundle)
+        proc, port = await start_server(Path(tmp), server_cpu, args)
+        try:
+            results = await load(port, bundle.ca_cert, args, proc.pid)
+        finally:
+            proc.terminate()  # SIGTERM: uvicorn's graceful shutdown
+            await asyncio.wait_for(proc.wait(), 30)
+    validate = results["validate_saturated"]
+    echo = results["echo_saturated"]
+    fixed = results["validate_fixed_rate"]
+    ratio = validate["throughput_rps"] / max(echo["throughput_rps"], 1e-9)
+    return {
+        "benchmark": "webhook",
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "cpus": len(cpus),
+        "server_cpu": server_cpu,
+        "client_cpu": client_cpu,
+        "transport": "HTTPS (TLS 1.3, ECDSA P-256) on loopback, HTTP/1.1 keep-alive, uvicorn h11",
+        "seconds_per_run": args.seconds,
+        "concurrency": args.concurrency,
+        "request_bytes": len(review_body()),
+        "server_logging": "INFO to stderr" if args.log else "off",
+        "cached_framework": args.cached_framework,
+        "peak_rss_client_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        **results,
+        "targets": {
+            "fixed_rate_p99_ms_max": 10.0,
+            "fixed_rate_p99_ms": fixed["latency_from_schedule"]["p99_ms"],
+            "fixed_rate_p99_met": fixed["latency_from_schedule"]["p99_ms"] <= 10.0,
+            "throughput_ratio_min": 0.5,
+            "throughput_ratio_validate_over_bare": round(ratio, 3),
+            "throughput_ratio_met": ratio >= 0.5,
+        },
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=60.0, help="length of each run")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rate", type=float, default=200.0, help="fixed-rate run, requests/s")
+    parser.add_argument("--out", type=Path, default=ROOT / "hack/bench/reports/webhook.json")
+    parser.add_argument(
+        "--cached-framework",
+        action="store_true",
+        help="serve with the default plugin framework built once (what that fix would save)",
+    )
+    parser.add_argument("--log", action="store_true", help="server logs every review (INFO)")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cert-dir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--server-cpu", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        run_server(args.cert_dir, args.server_cpu, args.cached_framework, args.log)
+        return 0
+    report = asyncio.run(bench(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    t = report["targets"]
+    print(
+        f"p99 at {args.rate:.0f} req/s: {t['fixed_rate_p99_ms']} ms "
+        f"({'met' if t['fixed_rate_p99_met'] else 'MISSED'} <= 10 ms); "
+        f"validate/bare throughput {t['throughput_ratio_validate_over_bare']} "
+        f"({'met' if t['throughput_ratio_met'] else 'MISSED'} >= 0.5)"
+    )
+    print(f"report: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
