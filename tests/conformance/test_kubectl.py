@@ -390,7 +390,9 @@ def test_openapi_documents_follow_crds(kubectl: Kubectl, ns: str) -> None:
     kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(WIDGET_CRD))
     added = index()
     assert "apis/example.com/v1" in added
-    assert added["apis/trainer.kubeflow.org/v1alpha1"] == before["apis/trainer.kubeflow.org/v1alpha1"]
+    assert (
+        added["apis/trainer.kubeflow.org/v1alpha1"] == before["apis/trainer.kubeflow.org/v1alpha1"]
+    )
     doc = http_json(kubectl, added["apis/example.com/v1"])
     widget = doc["components"]["schemas"]["com.example.v1.Widget"]
     assert widget["x-kubernetes-group-version-kind"] == [
@@ -415,6 +417,38 @@ def test_openapi_documents_follow_crds(kubectl: Kubectl, ns: str) -> None:
 
     kubectl.run("delete", "crd", "widgets.example.com", "--timeout=10s")
     assert "apis/example.com/v1" not in index()
+
+
+def test_openapi_v2_describes_every_kind(
+    kubectl: Kubectl, installed: subprocess.CompletedProcess[str]
+) -> None:
+    swagger = http_json(kubectl, "/openapi/v2")
+    assert swagger["swagger"] == "2.0"
+    kinds = {
+        (gvk["group"], gvk["version"], gvk["kind"])
+        for schema in swagger["definitions"].values()
+        for gvk in schema.get("x-kubernetes-group-version-kind", [])
+    }
+    assert {
+        ("", "v1", "Pod"),
+        ("batch", "v1", "Job"),
+        ("trainer.kubeflow.org", "v1alpha1", "TrainJob"),
+        ("trainer.kubeflow.org", "v1alpha1", "ClusterTrainingRuntime"),
+        ("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+    } <= kinds
+    trainjob = swagger["definitions"]["org.kubeflow.trainer.v1alpha1.TrainJob"]
+    assert trainjob["properties"]["metadata"]["$ref"] == (
+        "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    )
+    assert "x-kubernetes-validations" not in json.dumps(trainjob)
+
+    protobuf = urllib.request.Request(
+        f"{kubectl.url}/openapi/v2",
+        headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"},
+    )
+    with urllib.request.urlopen(protobuf, timeout=10) as resp:
+        assert resp.headers["Content-Type"].endswith("spec.v2.v1.0+protobuf")
+        assert resp.read().startswith(b"\n\x032.0")  # field 1, "2.0"
 
 
 # --- built-in kinds ------------------------------------------------------------------------

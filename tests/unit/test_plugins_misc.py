@@ -108,3 +108,27 @@ def test_no_rendezvous_env_without_spec_trainer() -> None:
     policies: list[dict[str, Any]] = [{"torch": {}}, {"jax": {}}, {"xgboost": {}}]
     for policy in policies:
         assert env_of({}, runtime(policy)) == {}
+
+
+def test_an_invalid_quantity_is_a_build_error_not_a_crash() -> None:
+    from trainer.runtime.info import BuildError  # noqa: PLC0415
+
+    rt = runtime({"xgboost": {}})
+    job = TrainJob.from_wire(
+        {
+            "metadata": {"name": "j", "namespace": "ns"},
+            "spec": {
+                "runtimeRef": {"name": "rt"},
+                "trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "lots"}}},
+            },
+        }
+    )
+    with pytest.raises(BuildError, match="invalid resource quantity: 'lots' is not a quantity"):
+        render(job, rt)
+
+
+def test_non_string_kind_is_an_object_error() -> None:
+    from trainer.api.load import ObjectError, parse_object  # noqa: PLC0415
+
+    with pytest.raises(ObjectError, match="kind: Invalid value"):
+        parse_object({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": ["TrainJob"]})

@@ -710,7 +710,7 @@ async def test_unknown_route_and_method_are_plain_4xx() -> None:
     assert (await asgi_request(app, "GET", PATH_VALIDATE_TRAINJOB)).status == 405
 
 
-async def test_invalid_quantity_escaping_admission_is_a_422(
+async def test_invalid_quantity_is_a_field_denial(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # The CRD schema rejects such quantities before the webhook; offline callers and direct
@@ -724,9 +724,9 @@ async def test_invalid_quantity_escaping_admission_is_a_422(
         trainer={"numNodes": 1, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "abc"}}},
     )
     status = answer(await post(review(obj), lookup=lookup))["status"]
-    assert status["code"] == 422
-    assert status["reason"] == "Invalid"
-    assert "'abc' is not a quantity" in status["message"]
+    assert status["code"] == 403
+    assert "spec.runtimeRef" in status["message"]
+    assert "invalid resource quantity: 'abc' is not a quantity" in status["message"]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 

@@ -98,8 +98,16 @@ def model_for(data: Any) -> type[K8sModel]:
     ]
     if errors:
         raise ObjectError(errors)
-    key = (data["apiVersion"], data["kind"])
-    model = MODELS.get(key)
+    api_version, kind = data["apiVersion"], data["kind"]
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        raise ObjectError(
+            [
+                FieldError(k, INVALID, "must be a string", v)
+                for k, v in (("apiVersion", api_version), ("kind", kind))
+                if not isinstance(v, str)
+            ]
+        )
+    model = MODELS.get((api_version, kind))
     if model is None:
         supported = ", ".join(f"{a} {k}" for a, k in MODELS)
         raise ObjectError(

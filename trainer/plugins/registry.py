@@ -3,6 +3,7 @@ from a TrainJob and its runtime to every object the controller applies."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +21,8 @@ from trainer.plugins.volcano import VolcanoPlugin
 from trainer.plugins.xgboost import XGBoostPlugin
 from trainer.runtime.assemble import new_info
 from trainer.runtime.framework import Framework, Plugin
-from trainer.runtime.info import BuildContext, Observed, Runtime
+from trainer.runtime.info import BuildContext, BuildError, Observed, Runtime
+from trainer.runtime.quantity import QuantityError
 from trainer.runtime.snapshot import build_snapshot, snapshot_name
 
 
@@ -46,7 +48,9 @@ def default_plugins() -> list[Plugin]:
     ]
 
 
+@functools.cache
 def default_framework() -> Framework:
+    """The framework of the default plugins, built once (plugins keep no per-build state)."""
     return Framework(default_plugins())
 
 
@@ -65,8 +69,11 @@ def render(
     ctx = ctx or BuildContext()
     if framework is None:
         framework = Framework(list(plugins)) if plugins is not None else default_framework()
-    info = new_info(trainjob, runtime, observed)
-    objects = framework.run(info, ctx)
+    try:
+        info = new_info(trainjob, runtime, observed)
+        objects = framework.run(info, ctx)
+    except QuantityError as exc:
+        raise BuildError(f"invalid resource quantity: {exc}") from None
     name = info.name
     out: list[dict[str, Any]] = []
     if snapshot_name(name) not in observed.config_maps:

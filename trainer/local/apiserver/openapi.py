@@ -20,11 +20,12 @@ permissive schema (an object that keeps unknown fields, with ``apiVersion``, ``k
 clients refetch exactly when a CRD changes what is served. Documents are cached until the
 registry serves different resource types.
 
-``/openapi/v2`` is the same content in Swagger 2.0 JSON (CRD schemas converted as for v2:
-no ``nullable``, ``anyOf``/``oneOf``/``not``, CEL rules or int-or-string types). kubectl asks
-for it only in protobuf, which this server does not produce: such a request gets 406 Not
-Acceptable, and kubectl then falls back to its compiled-in types (``kubectl explain
---output=plaintext-openapiv2`` is the one feature that needs it).
+``/openapi/v2`` is the same content in Swagger 2.0 (CRD schemas converted as kube-apiserver
+converts them for v2, see :func:`to_v2_schema`), as JSON or, when asked as kubectl asks, as the
+gnostic ``openapi_v2.Document`` protobuf. kubectl validates on the client against v2 whenever
+the server-side check does not apply: ``kind: List`` manifests, and kinds the server does not
+serve (which must fail as "no matches for kind", not as a validation error); ``kubectl explain
+--output=plaintext-openapiv2`` reads it too.
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ import copy
 import hashlib
 import json
 import struct
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import yaml
 from aiohttp import web
 
-from trainer.local.apiserver.resources import ResourceType
+from trainer.local.apiserver.resources import Registry, ResourceType
 
 if TYPE_CHECKING:
     from trainer.local.apiserver.server import APIServer
@@ -148,13 +150,19 @@ class _Cache:
     update replaces its ResourceType objects, so identity is the change signal)."""
 
     def __init__(self, server: APIServer) -> None:
-        self.server = server
+        # a weak reference: the cache lives in a WeakKeyDictionary keyed by the server
+        self._server = weakref.ref(server)
         self._v3: dict[str, _Document] = {}
         self._v2: dict[bool, _Document] = {}
 
+    def _registry(self) -> Registry:
+        server = self._server()
+        assert server is not None, "the server of an OpenAPI cache is gone"
+        return server.registry
+
     def _by_group_version(self) -> dict[str, tuple[ResourceType, ...]]:
         out: dict[str, list[ResourceType]] = {}
-        for rt in self.server.registry:
+        for rt in self._registry():
             out.setdefault(_gv_path(rt.group, rt.version), []).append(rt)
         return {k: tuple(v) for k, v in out.items()}
 
@@ -185,7 +193,7 @@ class _Cache:
         return doc.body, doc.digest
 
     def v2(self, *, protobuf: bool) -> tuple[bytes, str]:
-        types = tuple(self.server.registry)
+        types = tuple(self._registry())
         cached = self._v2.get(protobuf)
         if cached is None or not _same_types(cached.types, types):
             document = swagger_document(types)
@@ -197,11 +205,13 @@ class _Cache:
         return cached.body, cached.digest
 
 
+_CACHES: weakref.WeakKeyDictionary[APIServer, _Cache] = weakref.WeakKeyDictionary()
+
+
 def _cache(server: APIServer) -> _Cache:
-    cache = getattr(server, "_openapi_cache", None)
-    if not isinstance(cache, _Cache):
-        cache = _Cache(server)
-        server._openapi_cache = cache  # type: ignore[attr-defined]
+    cache = _CACHES.get(server)
+    if cache is None:
+        cache = _CACHES[server] = _Cache(server)
     return cache
 
 
