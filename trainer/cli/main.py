@@ -9,6 +9,7 @@ from trainer.cli import apiserver as apiserver_cmd
 from trainer.cli import crds as crds_cmd
 from trainer.cli import render as render_cmd
 from trainer.cli import validate as validate_cmd
+from trainer.cli import webhook as webhook_cmd
 
 app = typer.Typer(
     name="trainer",
@@ -21,6 +22,7 @@ app.command(name="render")(render_cmd.render)
 app.command(name="validate")(validate_cmd.validate)
 app.command(name="crds")(crds_cmd.crds)
 app.command(name="apiserver")(apiserver_cmd.apiserver)
+app.command(name="webhook")(webhook_cmd.webhook)
 
 
 @app.command()

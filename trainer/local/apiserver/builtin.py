@@ -24,6 +24,7 @@ CORE_MERGE_KEYS = {
     "ports": "containerPort",
     "ownerReferences": "uid",
     "conditions": "type",
+    "webhooks": "name",
     "finalizers": "",  # a set of strings
 }
 

@@ -1,0 +1,75 @@
+"""``trainer webhook``: serve the admission webhook against a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Annotated
+
+import typer
+
+from trainer.kube.client import new_api_client
+from webhooks.run import WebhookOptions, run_webhook
+
+
+async def _serve(kubeconfig: str | None, options: WebhookOptions) -> None:
+    api = await new_api_client(kubeconfig)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await run_webhook(api, options, stop)
+    finally:
+        await api.close()
+
+
+def webhook(
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(help="kubeconfig to use (default: $KUBECONFIG, then in-cluster config)."),
+    ] = None,
+    namespace: Annotated[
+        str, typer.Option(help="Namespace of the webhook Service and certificate Secret.")
+    ] = "kubeflow-system",
+    service: Annotated[
+        str, typer.Option(help="Service name the certificate is issued for.")
+    ] = "kubeflow-trainer-controller-manager",
+    secret: Annotated[
+        str, typer.Option(help="Secret that stores the certificates.")
+    ] = "kubeflow-trainer-webhook-cert",
+    host: Annotated[str, typer.Option(help="Address to listen on (default: all).")] = "",
+    port: Annotated[int, typer.Option(help="HTTPS port.")] = 9443,
+    cert_dir: Annotated[
+        str, typer.Option(help="Directory of tls.crt / tls.key / ca.crt.")
+    ] = "/tmp/k8s-webhook-server/serving-certs",
+    manage_certs: Annotated[
+        bool,
+        typer.Option(
+            "--manage-certs/--no-manage-certs",
+            help="Generate, store and rotate certificates and inject the caBundle (default); "
+            "with --no-manage-certs, serve the certificates found in --cert-dir (cert-manager) "
+            "and reload them when they change.",
+        ),
+    ] = True,
+    tls_min_version: Annotated[str, typer.Option(help="Minimum TLS version: 1.2 or 1.3.")] = "1.2",
+) -> None:
+    """Serve the validating and mutating admission webhook over HTTPS until SIGTERM.
+
+    Paths are upstream's (/validate-trainer-kubeflow-org-v1alpha1-{trainjob,trainingruntime,
+    clustertrainingruntime}, /mutate-trainer-kubeflow-org-v1alpha1-trainjob), plus /healthz
+    and /readyz.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    options = WebhookOptions(
+        namespace=namespace,
+        service=service,
+        secret=secret,
+        host=host,
+        port=port,
+        cert_dir=cert_dir,
+        manage_certs=manage_certs,
+        tls_min_version=tls_min_version,
+    )
+    asyncio.run(_serve(kubeconfig, options))
