@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from kubernetes_asyncio.client.api_client import ApiClient
-
 from trainer.kube.certs import SecretStore, inject_ca_bundle
+from trainer.kube.client import ApiClient
 from trainer.kube.lookup import Cache, KubeLookup
 from webhooks.app import create_app
 from webhooks.certs import (

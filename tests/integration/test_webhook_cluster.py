@@ -170,7 +170,7 @@ async def test_an_invalid_trainjob_is_denied_with_403_listing_every_error(env: E
             GROUP, VERSION, "default", "trainjobs", bad
         )
     assert err.value.status == 403
-    message = json.loads(err.value.body)["message"]
+    message = json.loads(err.value.body or b"{}")["message"]
     assert message.startswith(
         'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: '
     )
@@ -186,7 +186,8 @@ async def test_a_missing_runtime_is_denied(env: Env) -> None:
         )
     assert err.value.status == 403
     assert (
-        "specified clusterTrainingRuntime must be created" in json.loads(err.value.body)["message"]
+        "specified clusterTrainingRuntime must be created"
+        in json.loads(err.value.body or b"{}")["message"]
     )
 
 
@@ -222,7 +223,7 @@ async def test_runtime_webhook_is_skipped_for_labelled_runtimes(env: Env) -> Non
             GROUP, VERSION, "clustertrainingruntimes", broken
         )
     assert err.value.status == 403
-    assert "always must be 1" in json.loads(err.value.body)["message"]
+    assert "always must be 1" in json.loads(err.value.body or b"{}")["message"]
     broken["metadata"]["labels"]["trainer.kubeflow.org/webhook-validation"] = "disabled"
     await env.custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", broken)
 
@@ -247,5 +248,5 @@ async def test_webhook_down_fails_closed(env: Env) -> None:
     assert err.value.status == 500
     assert (
         'failed calling webhook "validator.trainjob.trainer.kubeflow.org"'
-        in json.loads(err.value.body)["message"]
+        in json.loads(err.value.body or b"{}")["message"]
     )

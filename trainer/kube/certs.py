@@ -87,8 +87,6 @@ async def inject_ca_bundle(
             if all(h.client_config.ca_bundle == encoded for h in hooks):
                 continue
             body = {
-                "webhooks": [
-                    {"name": h.name, "clientConfig": {"caBundle": encoded}} for h in hooks
-                ]
+                "webhooks": [{"name": h.name, "clientConfig": {"caBundle": encoded}} for h in hooks]
             }
             await patch(name, body, _content_type="application/strategic-merge-patch+json")

@@ -8,6 +8,8 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.api_client import ApiClient
 from kubernetes_asyncio.config.config_exception import ConfigException
 
+__all__ = ["ApiClient", "new_api_client"]
+
 
 async def new_api_client(
     kubeconfig: str | None = None, *, qps_user_agent: str = "trainer"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
-from trainer.local.apiserver.errors import APIError, bad_request
+from trainer.local.apiserver.errors import bad_request
 
 _REQ = re.compile(
     r"^\s*(?P<neg>!)?\s*(?P<key>[A-Za-z0-9_.\-/]+)\s*"
@@ -111,22 +112,56 @@ def field_value(obj: dict[str, Any], path: str) -> str:
 
 
 Matcher = Callable[[dict[str, Any]], bool]
+LabelTest = Callable[[Mapping[str, Any]], bool]
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def label_test(req: Requirement) -> LabelTest:
+    """``req.matches`` as a closure specialised to its operator, for matching many objects.
+
+    Selector values are strings, so ``labels.get(key)`` (None when absent) compares exactly
+    as the presence checks of :meth:`Requirement.matches` do.
+    """
+    key, values = req.key, req.values
+    if req.op == "exists":
+        return lambda labels: key in labels
+    if req.op == "!exists":
+        return lambda labels: key not in labels
+    if req.op == "=":
+        value = values[0]
+        return lambda labels: labels.get(key) == value
+    if req.op == "!=":
+        value = values[0]
+        return lambda labels: labels.get(key) != value
+    if req.op == "in":
+        return lambda labels: labels.get(key) in values
+    return lambda labels: labels.get(key) not in values  # notin
 
 
 def matcher(label_selector: str | None, field_selector: str | None) -> Matcher | None:
-    """A predicate for objects, or None when there is no selector (matches everything)."""
-    try:
-        labels = parse_label_selector(label_selector)
-        fields = parse_field_selector(field_selector)
-    except APIError:
-        raise
+    """A predicate for objects, or None when there is no selector (matches everything).
+
+    The selectors are parsed and compiled once: a list or watch then runs one small closure
+    per requirement and object.
+    """
+    labels = [label_test(r) for r in parse_label_selector(label_selector)]
+    fields = parse_field_selector(field_selector)
     if not labels and not fields:
         return None
+    if len(labels) == 1 and not fields:
+        (test,) = labels
+
+        def match_one(obj: dict[str, Any]) -> bool:
+            return test((obj.get("metadata") or _EMPTY).get("labels") or _EMPTY)
+
+        return match_one
 
     def match(obj: dict[str, Any]) -> bool:
-        meta_labels = (obj.get("metadata") or {}).get("labels") or {}
-        if not all(r.matches(meta_labels) for r in labels):
-            return False
+        meta_labels = (obj.get("metadata") or _EMPTY).get("labels") or _EMPTY
+        for test in labels:
+            if not test(meta_labels):
+                return False
         for path, op, value in fields:
             got = field_value(obj, path)
             if (got == value) != (op == "="):

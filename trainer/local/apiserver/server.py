@@ -29,7 +29,7 @@ import yaml
 from aiohttp import web
 
 from trainer.local.apiserver import apply as ssa
-from trainer.local.apiserver import builtin, crd, discovery, gc, table
+from trainer.local.apiserver import builtin, crd, discovery, gc, protobuf, table
 from trainer.local.apiserver.admission import Admission
 from trainer.local.apiserver.errors import (
     APIError,
@@ -374,7 +374,7 @@ class APIServer:
             if route.subresource == "log":
                 return await self._pod_log(request, route, query)
             obj = self._get_or_404(rt, route.namespace, route.name)
-            return self._respond(request, rt, self._out(rt, obj))
+            return self._respond(request, rt, self._served(rt, obj))
         body = await self._body(request) if verb in ("create", "update", "patch") else None
         dry_run = query.get("dryRun") == "All"
         manager = query.get("fieldManager") or _manager_from_agent(
@@ -394,7 +394,7 @@ class APIServer:
                 field_validation=field_validation,
                 warnings=warnings,
             )
-            return _json(self._out(rt, obj), status=201, warnings=warnings)
+            return _json(self._served(rt, obj), status=201, warnings=warnings)
         if verb == "update":
             obj = await self.update(
                 rt,
@@ -407,7 +407,7 @@ class APIServer:
                 field_validation=field_validation,
                 warnings=warnings,
             )
-            return _json(self._out(rt, obj), warnings=warnings)
+            return _json(self._served(rt, obj), warnings=warnings)
         if verb == "patch":
             force = query.get("force") in ("true", "1")
             obj, created = await self.patch(
@@ -423,7 +423,7 @@ class APIServer:
                 field_validation=field_validation,
                 warnings=warnings,
             )
-            return _json(self._out(rt, obj), status=201 if created else 200, warnings=warnings)
+            return _json(self._served(rt, obj), status=201 if created else 200, warnings=warnings)
         if verb == "delete":
             options = _json_or_empty(await request.read())
             policy = options.get("propagationPolicy") or query.get("propagationPolicy")
@@ -441,11 +441,7 @@ class APIServer:
             options = _json_or_empty(await request.read())
             policy = options.get("propagationPolicy") or query.get("propagationPolicy")
             match = matcher(query.get("labelSelector"), query.get("fieldSelector"))
-            items = [
-                o
-                for o in self.store.items(rt.key, route.namespace or None)
-                if match is None or match(o)
-            ]
+            items = self.store.select(rt.key, route.namespace or None, match)
             for obj in items:
                 meta = obj["metadata"]
                 with contextlib.suppress(APIError):
@@ -467,6 +463,8 @@ class APIServer:
             raise too_large(self.max_body)
         if not raw:
             raise bad_request("the request body is empty")
+        if request.content_type == protobuf.CONTENT_TYPE:
+            return protobuf.decode(raw)
         try:
             if request.content_type in (APPLY, "application/yaml"):
                 return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -484,6 +482,20 @@ class APIServer:
         out["apiVersion"] = rt.api_version
         out["kind"] = rt.kind
         return out
+
+    @staticmethod
+    def _served(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """A stored object in the served API version, for a response serialized at once.
+
+        Stored objects are never changed in place (writes store a new dict), so a response
+        can be encoded from the stored object itself instead of a deep copy: it is returned
+        as is when it already has the served apiVersion and kind (as written objects do),
+        else as a shallow copy with them (the same JSON as :meth:`_out`). The result may be
+        the stored object: never change it, and serialize it before the next ``await``.
+        """
+        if obj.get("apiVersion") == rt.api_version and obj.get("kind") == rt.kind:
+            return obj
+        return {**obj, "apiVersion": rt.api_version, "kind": rt.kind}
 
     def _get_or_404(self, rt: ResourceType, namespace: str, name: str) -> dict[str, Any]:
         obj = self.store.get(rt.key, namespace if rt.namespaced else "", name)
@@ -540,28 +552,19 @@ class APIServer:
                     )
             except (ValueError, KeyError, TypeError):
                 raise bad_request("invalid continue token") from None
-        items: list[dict[str, Any]] = []
-        remaining = 0
+        items = self.store.select(rt.key, namespace or None, match, start)
+        remaining = len(items) - limit if 0 < limit < len(items) else 0
+        if remaining:
+            del items[limit:]
         cont = ""
-        for obj in self.store.items(rt.key, namespace or None):
-            meta = obj["metadata"]
-            key = (meta.get("namespace") or "", meta["name"])
-            if start is not None and key <= start:
-                continue
-            if match is not None and not match(obj):
-                continue
-            if limit and len(items) >= limit:
-                remaining += 1
-                continue
-            items.append(obj)
-        if limit and remaining:
+        if remaining:
             last = items[-1]["metadata"]
             cont = base64.urlsafe_b64encode(
                 json.dumps(
                     {"rv": self.store.rv, "ns": last.get("namespace") or "", "name": last["name"]}
                 ).encode()
             ).decode()
-        served = [self._out(rt, o) for o in items]
+        served = [self._served(rt, o) for o in items]
         return self._list_body(rt, served, cont=cont, remaining=remaining if cont else None)
 
     # --- writes -----------------------------------------------------------------------------

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from trainer.local.apiserver.errors import gone
@@ -21,6 +22,10 @@ from trainer.local.apiserver.selectors import Matcher
 
 GroupPlural = tuple[str, str]
 ObjKey = tuple[str, str]  # namespace ("" for cluster scope), name
+
+# Read-only empties for lookups of a resource or namespace that holds nothing.
+_NO_SPACES: Mapping[str, dict[str, dict[str, Any]]] = MappingProxyType({})
+_NO_OBJECTS: Mapping[str, dict[str, Any]] = MappingProxyType({})
 
 
 @dataclass
@@ -65,7 +70,8 @@ class Store:
 
     def __init__(self, history: int = 10_000, watch_queue: int = 100_000) -> None:
         self.rv = 0
-        self._objects: dict[GroupPlural, dict[ObjKey, dict[str, Any]]] = {}
+        # resource -> namespace ("" for cluster scope) -> name -> object
+        self._objects: dict[GroupPlural, dict[str, dict[str, dict[str, Any]]]] = {}
         self._history: deque[Event] = deque(maxlen=history)
         self._compacted = 0
         self._watchers: set[Watcher] = set()
@@ -74,17 +80,52 @@ class Store:
 
     # --- reads ------------------------------------------------------------------------------
     def get(self, key: GroupPlural, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._objects.get(key, {}).get((namespace, name))
+        return self._objects.get(key, _NO_SPACES).get(namespace, _NO_OBJECTS).get(name)
 
     def items(self, key: GroupPlural, namespace: str | None = None) -> Iterator[dict[str, Any]]:
-        """Objects of a resource in (namespace, name) order; one namespace or all."""
-        bucket = self._objects.get(key, {})
-        for (ns, _name), obj in sorted(bucket.items()):
-            if namespace is None or ns == namespace:
-                yield obj
+        """Objects of a resource in (namespace, name) order; one namespace or all. The order is
+        taken when iteration starts, so callers may write to the store while iterating."""
+        yield from self.select(key, namespace)
+
+    def select(
+        self,
+        key: GroupPlural,
+        namespace: str | None = None,
+        match: Matcher | None = None,
+        after: ObjKey | None = None,
+    ) -> list[dict[str, Any]]:
+        """The objects :meth:`items` yields that ``match`` accepts (all when None) and whose
+        (namespace, name) sorts after ``after`` (a continue token's last key).
+
+        Objects are filtered before they are sorted, so a list with a selective label selector
+        sorts only what it returns rather than the whole resource.
+        """
+        out: list[dict[str, Any]] = []
+        for ns, objects in self._spaces(key, namespace):
+            if after is not None and ns < after[0]:
+                continue
+            last = after[1] if after is not None and ns == after[0] else None
+            names = [
+                name
+                for name, obj in objects.items()
+                if (last is None or name > last) and (match is None or match(obj))
+            ]
+            names.sort()
+            out.extend(objects[name] for name in names)
+        return out
+
+    def _spaces(
+        self, key: GroupPlural, namespace: str | None
+    ) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+        """(namespace, objects by name) of a resource, in namespace order; one or all."""
+        spaces = self._objects.get(key, _NO_SPACES)
+        if namespace is not None:
+            objects = spaces.get(namespace)
+            return [(namespace, objects)] if objects else []
+        return sorted(spaces.items())
 
     def count(self, key: GroupPlural) -> int:
-        return len(self._objects.get(key, {}))
+        return sum(len(objects) for objects in self._objects.get(key, _NO_SPACES).values())
 
     def keys(self) -> list[GroupPlural]:
         return list(self._objects)
@@ -106,20 +147,27 @@ class Store:
         rv = rv if rv is not None else self.next_rv()
         meta["resourceVersion"] = str(rv)
         ns = meta.get("namespace") or ""
-        self._objects.setdefault(key, {})[(ns, meta["name"])] = obj
+        self._objects.setdefault(key, {}).setdefault(ns, {})[meta["name"]] = obj
         return self._emit(Event(rv, "MODIFIED" if old is not None else "ADDED", key, ns, obj, old))
 
     def remove(self, key: GroupPlural, obj: dict[str, Any]) -> Event:
         meta = obj["metadata"]
         ns = meta.get("namespace") or ""
-        self._objects.get(key, {}).pop((ns, meta["name"]), None)
+        spaces = self._objects.get(key)
+        objects = spaces.get(ns) if spaces is not None else None
+        if spaces is not None and objects is not None:
+            objects.pop(meta["name"], None)
+            if not objects:  # no empty namespaces left behind
+                del spaces[ns]
         rv = self.next_rv()
         final = {**obj, "metadata": {**meta, "resourceVersion": str(rv)}}
         return self._emit(Event(rv, "DELETED", key, ns, final, obj))
 
     def drop_resource(self, key: GroupPlural) -> list[dict[str, Any]]:
         """Remove every object of a resource (its CRD was deleted), with DELETED events."""
-        objs = list(self._objects.get(key, {}).values())
+        objs = [
+            o for objects in self._objects.get(key, _NO_SPACES).values() for o in objects.values()
+        ]
         for obj in objs:
             self.remove(key, obj)
         self._objects.pop(key, None)

@@ -1,0 +1,203 @@
+"""The TrainJob status the controller wants, derived purely from the TrainJob, its JobSet and
+the current time (spec 2.1, 2.10, 2.11, B.2), plus what this project adds beyond upstream:
+
+* ``BuildFailed``: a TrainJob whose objects cannot be built or applied says so in its status,
+  with a machine-readable reason and a truncated message, and the condition turns False once
+  the problem is fixed (upstream only emits an Event: trainer#3671);
+* ``Pending`` and ``Running``: the real state from ``jobsStatus`` (trainer#2713);
+* a fixed condition order (terminal first, then BuildFailed, Suspended, Running, Pending), so
+  the STATE printer column, which shows the first True condition, shows the active state even
+  after a resume (trainer#3666).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from trainer.api import constants as c
+from trainer.api.conditions import find_condition, is_true, set_condition
+from trainer.api.core import Condition
+from trainer.api.jobset import JobSet
+from trainer.api.v1alpha1 import TrainJob, TrainJobStatus
+from trainer.plugins.status import status_from_jobset
+
+COND_BUILD_FAILED = "BuildFailed"
+COND_RUNNING = "Running"
+COND_PENDING = "Pending"
+
+ORDER = (
+    c.COND_FAILED,
+    c.COND_COMPLETE,
+    COND_BUILD_FAILED,
+    c.COND_SUSPENDED,
+    COND_RUNNING,
+    COND_PENDING,
+)
+MAX_MESSAGE = 1024
+
+
+@dataclass(frozen=True)
+class BuildFailure:
+    """Why the TrainJob's objects could not be built or applied."""
+
+    reason: str  # CamelCase, e.g. RuntimeNotFound, BuildError, ApplyFailed
+    message: str
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def format_time(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def truncate(message: str, limit: int = MAX_MESSAGE) -> str:
+    return message if len(message) <= limit else message[: limit - 4] + " ..."
+
+
+def is_finished(trainjob: TrainJob) -> bool:
+    conds = trainjob.status.conditions if trainjob.status else None
+    return is_true(conds, c.COND_COMPLETE) or is_true(conds, c.COND_FAILED)
+
+
+def _cond(type_: str, status: bool, reason: str, message: str, now: str) -> Condition:
+    return Condition(
+        type=type_,
+        status="True" if status else "False",
+        reason=reason,
+        message=truncate(message),
+        last_transition_time=now,
+    )
+
+
+def deadline_start(trainjob: TrainJob) -> dt.datetime | None:
+    """When the active deadline clock started: creation, or the last resume."""
+    conds = trainjob.status.conditions if trainjob.status else None
+    resumed = find_condition(conds, c.COND_SUSPENDED)
+    if resumed is not None and resumed.status == "False":
+        return parse_time(resumed.last_transition_time)
+    return parse_time(trainjob.metadata.creation_timestamp if trainjob.metadata else None)
+
+
+def deadline_remaining(trainjob: TrainJob, now: dt.datetime) -> float | None:
+    """Seconds until ``activeDeadlineSeconds`` passes (<= 0: passed); None when it does not
+    apply (unset, finished or suspended)."""
+    spec = trainjob.spec
+    if spec is None or not spec.active_deadline_seconds or spec.suspend or is_finished(trainjob):
+        return None
+    start = deadline_start(trainjob)
+    if start is None:
+        return None
+    return (start - now).total_seconds() + spec.active_deadline_seconds
+
+
+def desired_status(
+    trainjob: TrainJob,
+    jobset: JobSet | None,
+    now: dt.datetime,
+    *,
+    build_failure: BuildFailure | None = None,
+    deadline_exceeded: bool = False,
+    runtime_missing: str | None = None,
+) -> TrainJobStatus:
+    """The status to write (the caller compares it with the current one)."""
+    stamp = format_time(now)
+    status = trainjob.status.model_copy(deep=True) if trainjob.status else TrainJobStatus()
+    conds = status.conditions
+
+    suspended = bool(trainjob.spec and trainjob.spec.suspend)
+    if suspended:
+        conds = set_condition(
+            conds, _cond(c.COND_SUSPENDED, True, c.REASON_SUSPENDED, c.MSG_SUSPENDED, stamp)
+        )
+    elif is_true(conds, c.COND_SUSPENDED):
+        conds = set_condition(
+            conds, _cond(c.COND_SUSPENDED, False, c.REASON_RESUMED, c.MSG_RESUMED, stamp)
+        )
+
+    if jobset is not None:
+        mirrored = status_from_jobset(trainjob.model_copy(update={"status": status}), jobset)
+        for cond in mirrored.conditions or []:
+            if cond.type in (c.COND_COMPLETE, c.COND_FAILED) and cond.status == "True":
+                conds = set_condition(conds, cond)
+        if mirrored.jobs_status is not None:
+            status.jobs_status = mirrored.jobs_status
+
+    if runtime_missing is not None:
+        conds = set_condition(
+            conds,
+            _cond(c.COND_FAILED, True, c.REASON_RUNTIME_NOT_SUPPORTED, runtime_missing, stamp),
+        )
+    if deadline_exceeded:
+        conds = set_condition(
+            conds,
+            _cond(c.COND_FAILED, True, c.REASON_DEADLINE_EXCEEDED, c.MSG_DEADLINE_EXCEEDED, stamp),
+        )
+
+    if build_failure is not None:
+        conds = set_condition(
+            conds,
+            _cond(COND_BUILD_FAILED, True, build_failure.reason, build_failure.message, stamp),
+        )
+    elif is_true(conds, COND_BUILD_FAILED):
+        conds = set_condition(
+            conds,
+            _cond(
+                COND_BUILD_FAILED,
+                False,
+                "ResourcesCreated",
+                "The TrainJob's resources were built and applied",
+                stamp,
+            ),
+        )
+
+    conds = _progress(conds, status, suspended, jobset is not None, stamp)
+    status.conditions = sorted(
+        conds or [], key=lambda x: ORDER.index(x.type) if x.type in ORDER else len(ORDER)
+    )
+    return status
+
+
+def _progress(
+    conds: list[Condition] | None,
+    status: TrainJobStatus,
+    suspended: bool,
+    has_jobset: bool,
+    stamp: str,
+) -> list[Condition] | None:
+    """Pending / Running from the terminal conditions, suspension and jobsStatus."""
+    finished = is_true(conds, c.COND_COMPLETE) or is_true(conds, c.COND_FAILED)
+    jobs = status.jobs_status or []
+    total = len(jobs)
+    working = sum(1 for j in jobs if j.ready > 0 or j.succeeded > 0)
+    if finished:
+        reason = "Completed" if is_true(conds, c.COND_COMPLETE) else "Failed"
+        text = "The TrainJob has finished"
+        running = _cond(COND_RUNNING, False, reason, text, stamp)
+        pending = _cond(COND_PENDING, False, reason, text, stamp)
+    elif suspended:
+        running = _cond(COND_RUNNING, False, "Suspended", c.MSG_SUSPENDED, stamp)
+        pending = _cond(COND_PENDING, False, "Suspended", c.MSG_SUSPENDED, stamp)
+    elif has_jobset and working:
+        text = f"{working} of {total} replicated jobs have ready or finished pods"
+        running = _cond(COND_RUNNING, True, "JobsRunning", text, stamp)
+        pending = _cond(COND_PENDING, False, "JobsRunning", text, stamp)
+    else:
+        text = (
+            "Waiting for the JobSet's pods to start"
+            if has_jobset
+            else "Waiting for the JobSet to be created"
+        )
+        running = _cond(COND_RUNNING, False, "JobsPending", text, stamp)
+        pending = _cond(COND_PENDING, True, "JobsPending", text, stamp)
+    existing = {x.type for x in conds or []}
+    for cond in (pending, running):
+        # Only ever-true conditions are recorded, like JobSet's own: a condition first
+        # appears when it becomes True, and later flips keep it.
+        if cond.status == "True" or cond.type in existing:
+            conds = set_condition(conds, cond)
+    return conds

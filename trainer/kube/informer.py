@@ -1,0 +1,365 @@
+"""A watch cache of one resource (client-go's reflector + indexer + shared informer, small).
+
+:class:`Informer` lists the resource once, then watches from the list's resourceVersion with
+bookmarks, keeping ``(namespace, name) -> object`` current and telling handlers about every
+change:
+
+- a watch that ends (server timeout, dropped connection) is reopened from the last
+  resourceVersion seen, so nothing is missed and nothing is replayed twice;
+- a 410 (the resourceVersion was compacted away) triggers a relist, diffed against the cache:
+  ADDED / MODIFIED for objects that are new or changed, DELETED for objects that disappeared
+  meanwhile, so a handler never misses a deletion;
+- any other failure is retried forever with jittered exponential backoff (0.1 s doubling to
+  30 s) until :meth:`Informer.stop`;
+- ``optional=True`` is for resources that may not be served (the PodGroup CRDs of the
+  coscheduling and Volcano schedulers): a 404 on list leaves the cache empty and the list is
+  retried every ``discovery_interval`` seconds;
+- ``resync_period`` re-emits MODIFIED for every cached object periodically (controller-runtime's
+  resync), so a reconciler also re-checks objects whose events it may have dropped.
+
+Handlers are synchronous ``(event_type, obj, old)`` callables run on the event loop; keep them
+cheap (enqueue a key). The emitted type follows the cache, not the wire: an ADDED for a cached
+key is reported as MODIFIED, a MODIFIED for an unknown key as ADDED. ``old`` is the previously
+cached object (None for ADDED). Objects are shared with the cache: treat them as read-only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from trainer.kube.resources import GVR
+from trainer.kube.rest import APIError, Expired, Kube
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Key = tuple[str, str]
+ObjList = list[Obj]
+KeyList = list[Key]
+Handler = Callable[[str, Obj, Obj | None], None]
+"""``(event_type, obj, old)``: ADDED (old None), MODIFIED, DELETED (old = last cached)."""
+Sleep = Callable[[float], Awaitable[None]]
+
+ADDED, MODIFIED, DELETED, BOOKMARK = "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
+MIN_HEALTHY_WATCH = 1.0  # a watch that ends sooner without any event counts as a failure
+
+
+class Backoff:
+    """Exponential backoff with jitter: the n-th delay is drawn from
+    ``[d/2, d]`` with ``d = min(cap, base * 2**n)``; :meth:`reset` after a success."""
+
+    def __init__(
+        self, base: float = 0.1, cap: float = 30.0, rng: random.Random | None = None
+    ) -> None:
+        self.base = base
+        self.cap = cap
+        self.rng = rng or random.Random()
+        self.attempt = 0
+
+    def next(self) -> float:
+        ceiling = min(self.cap, self.base * 2.0 ** min(self.attempt, 62))
+        self.attempt += 1
+        return ceiling * (0.5 + 0.5 * self.rng.random())
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+def key_of(obj: Obj) -> Key:
+    """``(namespace, name)``; the namespace is ``""`` for cluster-scoped objects."""
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _rv(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _controller_uid(obj: Obj) -> str | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("uid"):
+            return str(ref["uid"])
+    return None
+
+
+class Informer:
+    """List+watch cache of ``gvr`` (in ``namespace``, or all), filtered by selectors."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        gvr: GVR,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        *,
+        field_selector: str | None = None,
+        resync_period: float | None = None,
+        optional: bool = False,
+        discovery_interval: float = 30.0,
+        watch_timeout: float = 300.0,
+        backoff: Backoff | None = None,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.kube = kube
+        self.gvr = gvr
+        self.namespace = namespace if gvr.namespaced else None
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.resync_period = resync_period
+        self.optional = optional
+        self.discovery_interval = discovery_interval
+        self.watch_timeout = watch_timeout
+        self.rng = rng or random.Random()
+        self.backoff = backoff or Backoff(rng=self.rng)
+        self._sleep = sleep
+        self.resource_version = ""
+        self.served = True
+        """False while an optional resource is not served (404 on list)."""
+        self.lists = 0
+        """Successful lists so far (1 + relists)."""
+        self._cache: dict[Key, Obj] = {}
+        self._owners: dict[str, set[Key]] = {}
+        self._handlers: list[Handler] = []
+        self._synced = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self._resync_task: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        scope = self.namespace or "*"
+        return f"Informer({self.gvr.resource} in {scope}, {len(self._cache)} cached)"
+
+    # --- reading the cache ------------------------------------------------------------------
+    @property
+    def has_synced(self) -> bool:
+        """True once the first list completed (or an optional resource was found unserved)."""
+        return self._synced.is_set()
+
+    def get(self, namespace: str | None, name: str) -> Obj | None:
+        return self._cache.get(((namespace or "") if self.gvr.namespaced else "", name))
+
+    def list(self, namespace: str | None = None) -> ObjList:
+        """Cached objects, all or in one namespace, ordered by (namespace, name)."""
+        return [
+            obj
+            for key, obj in sorted(self._cache.items())
+            if namespace is None or key[0] == namespace
+        ]
+
+    def keys(self) -> KeyList:
+        return sorted(self._cache)
+
+    def by_owner_uid(self, uid: str) -> ObjList:
+        """Cached objects whose controller ownerReference has ``uid``."""
+        return [self._cache[k] for k in sorted(self._owners.get(uid, ())) if k in self._cache]
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def add_handler(self, handler: Handler) -> None:
+        """Call ``handler`` for every later change. Added after sync, it is not told about
+        objects already cached: read :meth:`list` for those."""
+        self._handlers.append(handler)
+
+    async def start(self, timeout: float | None = None) -> None:
+        """Start listing and watching; return once the first list completed (raising
+        ``TimeoutError`` after ``timeout`` seconds, the informer still running)."""
+        if self._task is None:
+            self._stopping = False
+            self._task = asyncio.create_task(self._run(), name=f"informer {self.gvr.resource}")
+            if self.resync_period:
+                self._resync_task = asyncio.create_task(
+                    self._resync(self.resync_period), name=f"resync {self.gvr.resource}"
+                )
+        await self.wait_synced(timeout)
+
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        if self._synced.is_set():
+            return
+        if self._task is None:
+            raise RuntimeError(f"{self!r} was not started")
+        synced = asyncio.ensure_future(self._synced.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {synced, self._task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            synced.cancel()
+        if synced in done or self._synced.is_set():
+            return
+        if self._task in done:
+            self._task.result()  # re-raise what ended it
+            raise RuntimeError(f"{self!r} stopped before its first list")
+        raise TimeoutError(f"{self!r} did not sync within {timeout}s")
+
+    async def stop(self) -> None:
+        """Stop watching (the cache keeps its content)."""
+        self._stopping = True
+        tasks = [t for t in (self._task, self._resync_task) if t is not None]
+        self._task = self._resync_task = None
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # --- the loop ---------------------------------------------------------------------------
+    async def _run(self) -> None:
+        need_list = True
+        expired_in_a_row = 0
+        while not self._stopping:
+            try:
+                if need_list:
+                    await self._relist()
+                    need_list = False
+                    self.backoff.reset()
+                    if not self.served:
+                        need_list = True
+                        await self._sleep(self.discovery_interval)
+                        continue
+                if not await self._watch_once():
+                    await self._sleep(self.backoff.next())
+                expired_in_a_row = 0
+            except asyncio.CancelledError:
+                raise
+            except Expired as exc:
+                log.info("%r: %s; relisting", self, exc.message)
+                need_list = True
+                expired_in_a_row += 1
+                if expired_in_a_row > 1:  # relisted and still too old: do not spin
+                    await self._sleep(self.backoff.next())
+            except Exception as exc:
+                if isinstance(exc, APIError) and exc.is_not_found:
+                    need_list = True  # the resource went away: the list will tell
+                log.warning("%r: %s; retrying", self, exc)
+                await self._sleep(self.backoff.next())
+
+    async def _relist(self) -> None:
+        try:
+            items, rv = await self.kube.list(
+                self.gvr,
+                self.namespace,
+                label_selector=self.label_selector,
+                field_selector=self.field_selector,
+            )
+        except APIError as err:
+            if self.optional and err.is_not_found:
+                if self.served:
+                    log.info("%r: not served; retrying every %gs", self, self.discovery_interval)
+                self.served = False
+                self._replace([])
+                self.resource_version = ""
+                self._synced.set()
+                return
+            raise
+        self.served = True
+        self._replace(items)
+        self.resource_version = rv
+        self.lists += 1
+        self._synced.set()
+
+    async def _watch_once(self) -> bool:
+        """One watch until the server ends it; False when it ended at once with nothing."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        seconds = int(self.watch_timeout * (1.0 + self.rng.random()))
+        got_any = False
+        events = self.kube.watch(
+            self.gvr,
+            self.namespace,
+            self.resource_version,
+            max(1, seconds),
+            True,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+        )
+        async with contextlib.aclosing(events):
+            async for event in events:
+                got_any = True
+                self._apply(event)
+        if got_any:
+            self.backoff.reset()
+        return got_any or loop.time() - started >= MIN_HEALTHY_WATCH
+
+    async def _resync(self, period: float) -> None:
+        while True:
+            await asyncio.sleep(period)
+            for obj in list(self._cache.values()):
+                self._emit(MODIFIED, obj, obj)
+
+    # --- cache updates ----------------------------------------------------------------------
+    def _apply(self, event: dict[str, Any]) -> None:
+        kind = str(event.get("type") or "")
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            return
+        rv = _rv(obj)
+        if kind == BOOKMARK:
+            if rv:
+                self.resource_version = rv
+            return
+        key = key_of(obj)
+        if kind in (ADDED, MODIFIED):
+            old = self._store(key, obj)
+            if old is None:
+                self._emit(ADDED, obj, None)
+            elif _rv(old) != rv:
+                self._emit(MODIFIED, obj, old)
+        elif kind == DELETED:
+            self._emit(DELETED, obj, self._remove(key))
+        if rv:
+            self.resource_version = rv
+
+    def _replace(self, items: ObjList) -> None:
+        """Make the cache equal ``items``, emitting the differences (a relist)."""
+        fresh = {key_of(obj): obj for obj in items}
+        for key in [k for k in self._cache if k not in fresh]:
+            gone = self._remove(key)
+            if gone is not None:
+                self._emit(DELETED, gone, gone)
+        for key, obj in fresh.items():
+            old = self._store(key, obj)
+            if old is None:
+                self._emit(ADDED, obj, None)
+            elif _rv(old) != _rv(obj):
+                self._emit(MODIFIED, obj, old)
+
+    def _store(self, key: Key, obj: Obj) -> Obj | None:
+        old = self._cache.get(key)
+        self._cache[key] = obj
+        before = _controller_uid(old) if old is not None else None
+        after = _controller_uid(obj)
+        if before != after:
+            self._unindex(before, key)
+        if after is not None:
+            self._owners.setdefault(after, set()).add(key)
+        return old
+
+    def _remove(self, key: Key) -> Obj | None:
+        old = self._cache.pop(key, None)
+        if old is not None:
+            self._unindex(_controller_uid(old), key)
+        return old
+
+    def _unindex(self, uid: str | None, key: Key) -> None:
+        if uid is None:
+            return
+        keys = self._owners.get(uid)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._owners[uid]
+
+    def _emit(self, kind: str, obj: Obj, old: Obj | None) -> None:
+        for handler in list(self._handlers):
+            try:
+                handler(kind, obj, old)
+            except Exception:  # a faulty handler must not stop the cache
+                log.exception("%r: handler %r failed on %s", self, handler, kind)

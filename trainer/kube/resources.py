@@ -1,0 +1,120 @@
+"""The API resources the controller reads and writes, and the REST paths that serve them.
+
+A :class:`GVR` (group, version, plural) is what a REST path is built from; the kind and scope
+ride along so a list can stamp ``apiVersion``/``kind`` on its items and a cluster-scoped
+resource never gets a namespace segment. No discovery is done: these are the resources of
+Kubeflow Trainer v2.3 and its integrations, fixed by the upstream API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from trainer.api import constants as c
+
+
+@dataclass(frozen=True)
+class GVR:
+    """One served resource: ``group`` is ``""`` for the core API (``/api/v1``)."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        """``v1`` for the core group, else ``<group>/<version>``."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def resource(self) -> str:
+        """``plural`` or ``plural.group``: the name in RBAC rules and error messages."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def path(
+        self,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> str:
+        """The REST path of the collection (``name`` None) or of one object.
+
+        A namespaced resource without ``namespace`` gives the all-namespaces collection; the
+        namespace of a cluster-scoped resource is ignored. ``subresource`` needs a name.
+        """
+        parts = ["/api/" + self.version if not self.group else f"/apis/{self.group}/{self.version}"]
+        if self.namespaced and namespace:
+            parts.append("namespaces/" + quote(namespace, safe=""))
+        parts.append(self.plural)
+        if name is not None:
+            if not name:
+                raise ValueError(f"{self.resource}: an empty object name has no path")
+            parts.append(quote(name, safe=""))
+            if subresource:
+                parts.append(subresource)
+        elif subresource:
+            raise ValueError(f"{self.resource}: subresource {subresource!r} needs an object name")
+        return "/".join(parts)
+
+
+TRAINJOBS = GVR(c.GROUP, c.VERSION, c.PLURAL_TRAINJOBS, True, c.KIND_TRAINJOB)
+TRAINING_RUNTIMES = GVR(
+    c.GROUP, c.VERSION, c.PLURAL_TRAINING_RUNTIMES, True, c.KIND_TRAINING_RUNTIME
+)
+CLUSTER_TRAINING_RUNTIMES = GVR(
+    c.GROUP, c.VERSION, c.PLURAL_CLUSTER_TRAINING_RUNTIMES, False, c.KIND_CLUSTER_TRAINING_RUNTIME
+)
+JOBSETS = GVR(c.JOBSET_GROUP, "v1alpha2", "jobsets", True, c.KIND_JOBSET)
+CONFIGMAPS = GVR("", "v1", "configmaps", True, "ConfigMap")
+SECRETS = GVR("", "v1", "secrets", True, "Secret")
+EVENTS = GVR("", "v1", "events", True, "Event")
+LEASES = GVR("coordination.k8s.io", "v1", "leases", True, "Lease")
+COSCHEDULING_PODGROUPS = GVR("scheduling.x-k8s.io", "v1alpha1", "podgroups", True, c.KIND_POD_GROUP)
+VOLCANO_PODGROUPS = GVR("scheduling.volcano.sh", "v1beta1", "podgroups", True, c.KIND_POD_GROUP)
+PRIORITY_CLASSES = GVR("scheduling.k8s.io", "v1", "priorityclasses", False, "PriorityClass")
+LIMIT_RANGES = GVR("", "v1", "limitranges", True, "LimitRange")
+RUNTIME_CLASSES = GVR("node.k8s.io", "v1", "runtimeclasses", False, "RuntimeClass")
+CRDS = GVR(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
+)
+
+ALL: tuple[GVR, ...] = (
+    TRAINJOBS,
+    TRAINING_RUNTIMES,
+    CLUSTER_TRAINING_RUNTIMES,
+    JOBSETS,
+    CONFIGMAPS,
+    SECRETS,
+    EVENTS,
+    LEASES,
+    COSCHEDULING_PODGROUPS,
+    VOLCANO_PODGROUPS,
+    PRIORITY_CLASSES,
+    LIMIT_RANGES,
+    RUNTIME_CLASSES,
+    CRDS,
+)
+
+_BY_TYPE: dict[tuple[str, str], GVR] = {(g.api_version, g.kind): g for g in ALL}
+
+
+def gvr_for(api_version: str, kind: str) -> GVR:
+    """The resource serving ``kind`` in ``api_version`` (the kinds the controller reads or
+    applies); a ``KeyError`` naming the known kinds otherwise."""
+    try:
+        return _BY_TYPE[(api_version, kind)]
+    except KeyError:
+        known = ", ".join(sorted(f"{k} ({v})" for v, k in _BY_TYPE))
+        raise KeyError(f"no known resource for {kind} in {api_version}; known: {known}") from None
+
+
+def gvr_of(obj: dict[str, Any]) -> GVR:
+    """The resource of a wire object, from its ``apiVersion`` and ``kind``."""
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        raise KeyError("the object has no apiVersion and kind to find its resource from")
+    return gvr_for(api_version, kind)
