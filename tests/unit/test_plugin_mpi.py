@@ -483,7 +483,12 @@ def test_secret_is_created_with_fresh_keys() -> None:
     assert secret == {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": "alpha-mpi-ssh-auth", "namespace": "team", "ownerReferences": [OWNER]},
+        "metadata": {
+            "name": "alpha-mpi-ssh-auth",
+            "namespace": "team",
+            "labels": {"trainer.kubeflow.org/trainjob-name": "alpha"},
+            "ownerReferences": [OWNER],
+        },
         "type": "kubernetes.io/ssh-auth",
         "immutable": True,
         "data": {

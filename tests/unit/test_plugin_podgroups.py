@@ -29,7 +29,12 @@ OWNER = {
     "controller": True,
     "blockOwnerDeletion": True,
 }
-META = {"name": "job", "namespace": "ns", "ownerReferences": [OWNER]}
+META = {
+    "name": "job",
+    "namespace": "ns",
+    "labels": {"trainer.kubeflow.org/trainjob-name": "job"},
+    "ownerReferences": [OWNER],
+}
 
 
 def _job(name: str, ancestor: str | None, pod: dict[str, Any], **extra: Any) -> dict[str, Any]:

@@ -43,6 +43,9 @@ SUPPORT_DEPRECATED = "deprecated"
 LABEL_WEBHOOK_VALIDATION = "trainer.kubeflow.org/webhook-validation"
 WEBHOOK_VALIDATION_DISABLED = "disabled"
 LABEL_FRAMEWORK = "trainer.kubeflow.org/framework"
+# On the side objects this controller makes (snapshot, MPI and Flux objects): lets the
+# controller watch only its own ConfigMaps and Secrets, and users find them.
+LABEL_TRAINJOB_NAME = "trainer.kubeflow.org/trainjob-name"
 LABEL_MANAGED_BY_INSTALLER = "trainer.kubeflow.org/managed-by"
 FINALIZER_RESOURCE_IN_USE = "trainer.kubeflow.org/resource-in-use"  # legacy: only removed
 

@@ -23,12 +23,15 @@ def owner_reference(trainjob: TrainJob) -> OwnerReference:
 
 
 def object_meta(trainjob: TrainJob, name: str, **extra: Any) -> dict[str, Any]:
-    """Wire metadata of a side object: name, the TrainJob's namespace, any ``extra`` fields
-    (labels, annotations) and the controller ownerReference."""
+    """Wire metadata of a side object: name, the TrainJob's namespace, the
+    ``trainer.kubeflow.org/trainjob-name`` label (plus any given), any ``extra`` fields and the
+    controller ownerReference."""
     meta = trainjob.metadata or ObjectMeta()
+    labels = {**extra.pop("labels", {}), c.LABEL_TRAINJOB_NAME: meta.name or ""}
     return {
         "name": name,
         "namespace": meta.namespace or "default",
+        "labels": labels,
         **extra,
         "ownerReferences": [owner_reference(trainjob).to_wire()],
     }
