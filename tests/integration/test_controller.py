@@ -1,0 +1,418 @@
+"""The controller against the embedded API server: every flow of spec section 2 that does not
+need pods to run (the JobSet's status is written here the way JobSet would write it)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.harness import GROUP, VERSION, Plane, local_plane
+from trainer.controller.manager import Controller
+from trainer.kube import resources as r
+from trainer.runtime.info import SSHKeyPair
+
+KEYS = SSHKeyPair(b"-----BEGIN EC PRIVATE KEY-----\nx\n-----END EC PRIVATE KEY-----\n", b"k")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[tuple[Plane, Controller, Clock]]:
+    async with local_plane() as plane:
+        clock = Clock()
+        controller = Controller(plane.kube, ssh_keygen=lambda: KEYS, now=clock)
+        await controller.start_caches()
+        controller.start_workers()
+        try:
+            yield plane, controller, clock
+        finally:
+            await controller.stop()
+
+
+def trainjob(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, **spec},
+    }
+
+
+def conditions(obj: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
+    conds = ((obj or {}).get("status") or {}).get("conditions") or []
+    return {x["type"]: (x["status"], x["reason"]) for x in conds}
+
+
+async def set_jobset_status(plane: Plane, name: str, status: dict[str, Any]) -> None:
+    await plane.kube.patch_status(r.JOBSETS, "default", name, {"status": status})
+
+
+async def test_torch_trainjob_gets_its_jobset_snapshot_and_status(
+    env: tuple[Plane, Controller, Clock],
+) -> None:
+    plane, _, _ = env
+    await plane.kube.create(
+        trainjob("mnist", trainer={"numNodes": 3, "command": ["torchrun", "t.py"]})
+    )
+    jobset = await plane.until(lambda: plane.jobset("default", "mnist"), what="JobSet")
+    node = jobset["spec"]["replicatedJobs"][0]
+    assert node["template"]["spec"]["parallelism"] == 3
+    env_vars = {
+        e["name"]: e.get("value")
+        for e in node["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env_vars["PET_NNODES"] == "3"
+    assert env_vars["PET_MASTER_ADDR"] == "mnist-node-0-0.mnist"
+    owner = jobset["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("TrainJob", "mnist", True)
+    assert plane.get("v1", "configmaps", "default", "mnist-runtime-snapshot") is not None
+    job = await plane.until(
+        lambda: (
+            conditions(plane.trainjob("default", "mnist")).get("Pending")
+            and plane.trainjob("default", "mnist")
+        ),
+        what="Pending",
+    )
+    assert conditions(job)["Pending"] == ("True", "JobsPending")
+
+
+async def test_jobset_status_is_mirrored_and_running_then_complete(
+    env: tuple[Plane, Controller, Clock],
+) -> None:
+    plane, _, _ = env
+    await plane.kube.create(trainjob("mirror"))
+    await plane.until(lambda: plane.jobset("default", "mirror"), what="JobSet")
+    await set_jobset_status(
+        plane,
+        "mirror",
+        {
+            "replicatedJobsStatus": [
+                {
+                    "name": "node",
+                    "ready": 1,
+                    "succeeded": 0,
+                    "failed": 0,
+                    "active": 1,
+                    "suspended": 0,
+                }
+            ]
+        },
+    )
+    job = await plane.until(
+        lambda: (
+            conditions(plane.trainjob("default", "mirror")).get("Running")
+            == ("True", "JobsRunning")
+            and plane.trainjob("default", "mirror")
+        ),
+        what="Running",
+    )
+    assert job["status"]["jobsStatus"] == [
+        {"name": "node", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}
+    ]
+    assert job["status"]["conditions"][0]["type"] == "Running"  # STATE shows the active state
+    done = {
+        "type": "Completed",
+        "status": "True",
+        "reason": "AllJobsCompleted",
+        "message": "jobset completed successfully",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    await set_jobset_status(
+        plane,
+        "mirror",
+        {
+            "conditions": [done],
+            "replicatedJobsStatus": [
+                {
+                    "name": "node",
+                    "ready": 0,
+                    "succeeded": 1,
+                    "failed": 0,
+                    "active": 0,
+                    "suspended": 0,
+                }
+            ],
+        },
+    )
+    job = await plane.until(
+        lambda: (
+            conditions(plane.trainjob("default", "mirror")).get("Complete")
+            and plane.trainjob("default", "mirror")
+        ),
+        what="Complete",
+    )
+    complete = next(x for x in job["status"]["conditions"] if x["type"] == "Complete")
+    assert (complete["reason"], complete["message"]) == (
+        "AllJobsCompleted",
+        "jobset completed successfully",
+    )
+    assert job["status"]["conditions"][0]["type"] == "Complete"
+    assert conditions(job)["Running"] == ("False", "Completed")
+
+
+async def test_failed_jobset_fails_the_trainjob(env: tuple[Plane, Controller, Clock]) -> None:
+    plane, _, _ = env
+    await plane.kube.create(trainjob("boom"))
+    await plane.until(lambda: plane.jobset("default", "boom"), what="JobSet")
+    failed = {
+        "type": "Failed",
+        "status": "True",
+        "reason": "FailedJobs",
+        "message": "jobset failed due to one or more job failures (first failed job: boom-node-0)",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    await set_jobset_status(plane, "boom", {"conditions": [failed]})
+    job = await plane.until(
+        lambda: (
+            conditions(plane.trainjob("default", "boom")).get("Failed")
+            and plane.trainjob("default", "boom")
+        ),
+        what="Failed",
+    )
+    assert conditions(job)["Failed"] == ("True", "FailedJobs")
+
+
+async def test_suspend_and_resume(env: tuple[Plane, Controller, Clock]) -> None:
+    plane, _, _ = env
+    await plane.kube.create(trainjob("queued", suspend=True))
+    jobset = await plane.until(lambda: plane.jobset("default", "queued"), what="JobSet")
+    assert jobset["spec"]["suspend"] is True
+    await plane.until(
+        lambda: (
+            conditions(plane.trainjob("default", "queued")).get("Suspended")
+            == ("True", "Suspended")
+        ),
+        what="Suspended",
+    )
+    await plane.kube.patch(r.TRAINJOBS, "default", "queued", {"spec": {"suspend": False}})
+    await plane.until(
+        lambda: (plane.jobset("default", "queued") or {}).get("spec", {}).get("suspend") is False,
+        what="JobSet resumed",
+    )
+    job = await plane.until(
+        lambda: (
+            conditions(plane.trainjob("default", "queued")).get("Suspended") == ("False", "Resumed")
+            and plane.trainjob("default", "queued")
+        ),
+        what="Resumed",
+    )
+    assert (
+        job["status"]["conditions"][0]["type"] != "Suspended"
+        or job["status"]["conditions"][0]["status"] == "False"
+    )
+
+
+async def test_runtime_patches_reach_a_suspended_jobset(
+    env: tuple[Plane, Controller, Clock],
+) -> None:
+    plane, _, _ = env
+    await plane.kube.create(trainjob("kueue", suspend=True))
+    await plane.until(lambda: plane.jobset("default", "kueue"), what="JobSet")
+    patch = [
+        {
+            "manager": "kueue.x-k8s.io/manager",
+            "trainingRuntimeSpec": {
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [
+                            {
+                                "name": "node",
+                                "template": {
+                                    "spec": {
+                                        "template": {"spec": {"nodeSelector": {"flavor": "a100"}}}
+                                    }
+                                },
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+    ]
+    await plane.kube.patch(r.TRAINJOBS, "default", "kueue", {"spec": {"runtimePatches": patch}})
+
+    def selector() -> Any:
+        js = plane.jobset("default", "kueue") or {}
+        return (
+            js.get("spec", {})
+            .get("replicatedJobs", [{}])[0]
+            .get("template", {})
+            .get("spec", {})
+            .get("template", {})
+            .get("spec", {})
+            .get("nodeSelector")
+        )
+
+    assert await plane.until(selector, what="nodeSelector") == {"flavor": "a100"}
+    await plane.kube.patch(
+        r.TRAINJOBS,
+        "default",
+        "kueue",
+        {
+            "spec": {
+                "runtimePatches": [
+                    {
+                        "manager": "kueue.x-k8s.io/manager",
+                        "trainingRuntimeSpec": {"template": {"spec": {}}},
+                    }
+                ]
+            }
+        },
+    )
+    await plane.until(lambda: selector() is None, what="nodeSelector removed by server-side apply")
+
+
+async def test_snapshot_pins_the_runtime_and_is_recreated(
+    env: tuple[Plane, Controller, Clock],
+) -> None:
+    plane, _, _ = env
+    await plane.kube.create(trainjob("pinned", suspend=True))
+    await plane.until(
+        lambda: plane.get("v1", "configmaps", "default", "pinned-runtime-snapshot"), what="snapshot"
+    )
+    runtime = plane.get(f"{GROUP}/{VERSION}", "clustertrainingruntimes", "", "torch-distributed")
+    assert runtime is not None
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+        "spec"
+    ]["containers"][0]["image"] = "changed:latest"
+    runtime["metadata"] = {"name": "torch-distributed"}
+    await plane.kube.apply(runtime, "admin", force=True)
+    await plane.kube.patch(
+        r.TRAINJOBS, "default", "pinned", {"metadata": {"labels": {"poke": "1"}}}
+    )
+
+    def image() -> Any:
+        js = plane.jobset("default", "pinned") or {}
+        return js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+            "containers"
+        ][0]["image"]
+
+    assert image() == "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
+    await plane.kube.delete(r.CONFIGMAPS, "default", "pinned-runtime-snapshot")
+    snapshot = await plane.until(
+        lambda: plane.get("v1", "configmaps", "default", "pinned-runtime-snapshot"),
+        what="snapshot recreated",
+    )
+    assert (
+        "changed:latest" in snapshot["data"]["runtime"]
+    )  # a new snapshot takes the runtime as it is now
+
+
+async def test_unknown_runtime_kind_and_missing_runtime(
+    env: tuple[Plane, Controller, Clock],
+) -> None:
+    plane, _, _ = env
+    odd = trainjob("odd")
+    odd["spec"]["runtimeRef"] = {"name": "x", "kind": "Pipeline", "apiGroup": "example.com"}
+    await plane.kube.create(odd)
+    job = await plane.until(
+        lambda: (
+            conditions(plane.trainjob("default", "odd")).get("Failed")
+            and plane.trainjob("default", "odd")
+        ),
+        what="Failed",
+    )
+    assert conditions(job)["Failed"] == ("True", "TrainingRuntimeNotSupported")
+    missing = trainjob("waiting")
+    missing["spec"]["runtimeRef"]["name"] = "later"
+    await plane.kube.create(missing)
+    job = await plane.until(
+        lambda: (
+            conditions(plane.trainjob("default", "waiting")).get("BuildFailed")
+            and plane.trainjob("default", "waiting")
+        ),
+        what="BuildFailed",
+    )
+    assert conditions(job)["BuildFailed"] == ("True", "RuntimeNotFound")
+    assert job["status"]["conditions"][0]["type"] == "BuildFailed"
+    runtime = yaml.safe_load(
+        yaml.safe_dump(
+            plane.get(f"{GROUP}/{VERSION}", "clustertrainingruntimes", "", "torch-distributed")
+        )
+    )
+    runtime["metadata"] = {"name": "later"}
+    await plane.kube.create(runtime)
+    await plane.until(
+        lambda: plane.jobset("default", "waiting"), what="JobSet once the runtime exists"
+    )
+    job = await plane.until(
+        lambda: (
+            conditions(plane.trainjob("default", "waiting")).get("BuildFailed", ("", ""))[0]
+            == "False"
+            and plane.trainjob("default", "waiting")
+        ),
+        what="BuildFailed cleared",
+    )
+    assert conditions(job)["BuildFailed"] == ("False", "ResourcesCreated")
+
+
+async def test_multikueue_trainjobs_are_left_alone(env: tuple[Plane, Controller, Clock]) -> None:
+    plane, controller, _ = env
+    await plane.kube.create(trainjob("remote", managedBy="kueue.x-k8s.io/multikueue"))
+    await plane.kube.create(trainjob("local"))
+    await plane.until(lambda: plane.jobset("default", "local"), what="the other TrainJob's JobSet")
+    await plane.until(
+        lambda: not controller.queue.processing and not len(controller.queue), what="idle"
+    )
+    assert plane.jobset("default", "remote") is None
+    assert plane.get("v1", "configmaps", "default", "remote-runtime-snapshot") is None
+    assert "status" not in (plane.trainjob("default", "remote") or {})
+
+
+async def test_deadline_fails_and_deletes_the_jobset(env: tuple[Plane, Controller, Clock]) -> None:
+    plane, controller, clock = env
+    await plane.kube.create(trainjob("short", activeDeadlineSeconds=30))
+    await plane.until(lambda: plane.jobset("default", "short"), what="JobSet")
+    clock.now += dt.timedelta(seconds=31)
+    controller.queue.add("default/short")
+    job = await plane.until(
+        lambda: (
+            conditions(plane.trainjob("default", "short")).get("Failed")
+            and plane.trainjob("default", "short")
+        ),
+        what="deadline",
+    )
+    assert conditions(job)["Failed"] == ("True", "DeadlineExceeded")
+    await plane.until(lambda: plane.jobset("default", "short") is None, what="JobSet deleted")
+
+
+async def test_mpi_secret_and_hostfile(env: tuple[Plane, Controller, Clock]) -> None:
+    plane, _, _ = env
+    job = trainjob("ds", trainer={"numNodes": 2, "command": ["deepspeed", "train.py"]})
+    job["spec"]["runtimeRef"]["name"] = "deepspeed-distributed"
+    await plane.kube.create(job)
+    await plane.until(lambda: plane.jobset("default", "ds"), what="JobSet")
+    secret = plane.get("v1", "secrets", "default", "ds-mpi-ssh-auth")
+    hostfile = plane.get("v1", "configmaps", "default", "ds-mpi-hostfile")
+    assert secret is not None and secret["type"] == "kubernetes.io/ssh-auth"
+    assert (
+        hostfile is not None
+        and hostfile["data"]["hostfile"] == "ds-node-0-0.ds slots=1\nds-launcher-0-0.ds slots=1\n"
+    )
+
+
+async def test_a_settled_trainjob_costs_no_writes_on_resync(
+    env: tuple[Plane, Controller, Clock],
+) -> None:
+    plane, controller, _ = env
+    await plane.kube.create(trainjob("settled", suspend=True))
+    await plane.until(
+        lambda: conditions(plane.trainjob("default", "settled")).get("Suspended"), what="settled"
+    )
+    await plane.until(
+        lambda: not controller.queue.processing and not len(controller.queue), what="idle"
+    )
+    before = len(plane.server.hooks.writes())
+    for _ in range(3):
+        await controller.reconciler.reconcile("default/settled")
+    assert len(plane.server.hooks.writes()) == before

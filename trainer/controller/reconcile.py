@@ -1,0 +1,364 @@
+"""One reconcile of a TrainJob (DESIGN section 3, spec 2.1):
+
+observe (watch caches) -> skip foreign managedBy and stop building once finished -> runtime
+from the snapshot (or the live runtime, snapshotted now) -> pure render -> server-side apply of
+the objects that differ from what is cached -> pure status -> ``/status`` merge patch only
+when it changed. A settled TrainJob costs no API writes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.api import constants as c
+from trainer.api.conditions import is_true
+from trainer.api.jobset import JobSet
+from trainer.api.load import ObjectError, parse_object
+from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob, TrainJobStatus
+from trainer.controller import events as ev
+from trainer.controller.queue import Result
+from trainer.controller.status import (
+    BuildFailure,
+    deadline_remaining,
+    desired_status,
+    format_time,
+    is_finished,
+)
+from trainer.kube import resources as r
+from trainer.kube.informer import Informer
+from trainer.kube.rest import APIError, Kube
+from trainer.plugins.mpi import ssh_auth_secret_name
+from trainer.plugins.registry import render
+from trainer.runtime.info import BuildContext, BuildError, Observed, Runtime, SSHKeyPair
+from trainer.runtime.snapshot import read_snapshot, snapshot_name
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = c.FIELD_MANAGER
+RUNTIME_RETRY_SECONDS = 60.0
+RECREATE_RETRY_SECONDS = 1.0
+
+
+@dataclass
+class Caches:
+    """The watch caches a reconcile reads (dict objects, never mutated)."""
+
+    trainjobs: Informer
+    jobsets: Informer
+    config_maps: Informer
+    secrets: Informer
+    cluster_runtimes: Informer
+    runtimes: Informer
+    pod_groups: list[Informer] = field(default_factory=list)
+
+
+APPLIED_HASH = "trainer.kubeflow.org/applied-config-hash"
+
+
+def stamp_config_hash(obj: dict[str, Any]) -> str:
+    """Annotate ``obj`` with a hash of itself (the configuration about to be applied).
+
+    Server-side apply removes fields a manager stops applying, which a "does the live object
+    contain every desired field" check cannot see; comparing the hash of the last applied
+    configuration can. Returns the hash."""
+    meta = obj.setdefault("metadata", {})
+    annotations = dict(meta.get("annotations") or {})
+    annotations.pop(APPLIED_HASH, None)
+    meta["annotations"] = annotations
+    digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]
+    annotations[APPLIED_HASH] = digest
+    return digest
+
+
+def unchanged(live: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
+    """Applying ``desired`` (hash-stamped) would change nothing in ``live``."""
+    if live is None:
+        return False
+    live_hash = ((live.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH)
+    desired_hash = desired["metadata"]["annotations"][APPLIED_HASH]
+    return live_hash == desired_hash and covers(live, desired)
+
+
+def covers(live: Any, desired: Any) -> bool:
+    """True when applying ``desired`` would change nothing in ``live``: every field of
+    ``desired`` is in ``live`` with the same value (lists item by item)."""
+    if isinstance(desired, dict):
+        if not isinstance(live, dict):
+            return False
+        return all(k in live and covers(live[k], v) for k, v in desired.items())
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(live) != len(desired):
+            return False
+        return all(covers(a, b) for a, b in zip(live, desired, strict=True))
+    return bool(live == desired)
+
+
+_MUTABLE_POD_META = ("labels", "annotations")
+_MUTABLE_POD_SPEC = ("nodeSelector", "tolerations", "schedulingGates")
+
+
+def _without_mutable(spec: dict[str, Any]) -> dict[str, Any]:
+    """A JobSet spec without the fields JobSet lets change on an existing object (A.7)."""
+    out = {k: v for k, v in spec.items() if k not in ("suspend", "ttlSecondsAfterFinished")}
+    jobs = []
+    for original in spec.get("replicatedJobs") or []:
+        job = dict(original)
+        tmpl = dict(job.get("template") or {})
+        jspec = dict(tmpl.get("spec") or {})
+        pod = dict(jspec.get("template") or {})
+        pod["metadata"] = {
+            k: v for k, v in (pod.get("metadata") or {}).items() if k not in _MUTABLE_POD_META
+        }
+        pod["spec"] = {
+            k: v for k, v in (pod.get("spec") or {}).items() if k not in _MUTABLE_POD_SPEC
+        }
+        jspec["template"] = pod
+        tmpl["spec"] = jspec
+        job["template"] = tmpl
+        jobs.append(job)
+    out["replicatedJobs"] = jobs
+    return out
+
+
+def needs_recreate(live: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """The desired JobSet changes a field JobSet will not let change on an existing object."""
+    return not covers(
+        _without_mutable(live.get("spec") or {}), _without_mutable(desired.get("spec") or {})
+    )
+
+
+def any_active(jobset: dict[str, Any]) -> str | None:
+    for status in (jobset.get("status") or {}).get("replicatedJobsStatus") or []:
+        if status.get("active", 0) > 0:
+            return str(status.get("name"))
+    return None
+
+
+class Reconciler:
+    def __init__(
+        self,
+        kube: Kube,
+        caches: Caches,
+        *,
+        ssh_keygen: Callable[[], SSHKeyPair],
+        now: Callable[[], dt.datetime] | None = None,
+        feature_gates: dict[str, bool] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.caches = caches
+        self.now = now or (lambda: dt.datetime.now(dt.UTC))
+        self.ctx = BuildContext(ssh_keygen=ssh_keygen, feature_gates=feature_gates or {})
+        self.events = ev.EventRecorder(kube, lambda: format_time(self.now()))
+
+    # --- observing ------------------------------------------------------------------------
+    def _runtime(self, job: TrainJob) -> tuple[Runtime | None, str | None, BuildFailure | None]:
+        """(runtime, unsupported-message, build failure): from the snapshot, else live."""
+        assert job.spec is not None and job.metadata is not None
+        ref = job.spec.runtime_ref
+        if ref.api_group != c.GROUP or ref.kind not in (
+            c.KIND_TRAINING_RUNTIME,
+            c.KIND_CLUSTER_TRAINING_RUNTIME,
+        ):
+            return None, f"unsupported runtime: {ref.kind}.{ref.api_group}", None
+        namespace = job.metadata.namespace or "default"
+        snapshot = self.caches.config_maps.get(namespace, snapshot_name(job.metadata.name or ""))
+        if snapshot is not None:
+            try:
+                return read_snapshot(job, snapshot), None, None
+            except BuildError as exc:
+                return None, None, BuildFailure("InvalidRuntimeSnapshot", str(exc))
+        if ref.kind == c.KIND_TRAINING_RUNTIME:
+            data = self.caches.runtimes.get(namespace, ref.name)
+            missing = f"TrainingRuntime specified in TrainJob is not found: {namespace}/{ref.name}"
+        else:
+            data = self.caches.cluster_runtimes.get(None, ref.name)
+            missing = f"not found ClusterTrainingRuntime specified in TrainJob: {ref.name}"
+        if data is None:
+            return None, None, BuildFailure("RuntimeNotFound", missing)
+        try:
+            runtime = parse_object(data)
+        except ObjectError as exc:
+            return None, None, BuildFailure("InvalidRuntime", str(exc))
+        if not isinstance(runtime, TrainingRuntime | ClusterTrainingRuntime):
+            return None, None, BuildFailure("InvalidRuntime", f"{ref.name} is not a runtime")
+        return runtime, None, None
+
+    def _observed(self, job: TrainJob, jobset: dict[str, Any] | None) -> Observed:
+        assert job.metadata is not None
+        namespace, name = job.metadata.namespace or "default", job.metadata.name or ""
+        secrets = {}
+        secret = self.caches.secrets.get(namespace, ssh_auth_secret_name(name))
+        if secret is not None:
+            secrets[ssh_auth_secret_name(name)] = secret
+        config_maps = {}
+        snapshot = self.caches.config_maps.get(namespace, snapshot_name(name))
+        if snapshot is not None:
+            config_maps[snapshot_name(name)] = snapshot
+        pod_group = next(
+            (pg for inf in self.caches.pod_groups if (pg := inf.get(namespace, name)) is not None),
+            None,
+        )
+        return Observed(
+            jobset=JobSet.from_wire(jobset) if jobset is not None else None,
+            pod_group=pod_group,
+            secrets=secrets,
+            config_maps=config_maps,
+        )
+
+    # --- the reconcile --------------------------------------------------------------------
+    async def reconcile(self, key: str) -> Result:
+        namespace, _, name = key.partition("/")
+        data = self.caches.trainjobs.get(namespace, name)
+        if data is None:
+            return Result()  # deleted: garbage collection removes what it owned
+        try:
+            job = TrainJob.from_wire(data)
+        except Exception as exc:  # an object stored under an unexpected schema
+            log.error("TrainJob %s cannot be read: %s", key, exc)
+            return Result()
+        if job.spec is None or job.metadata is None:
+            return Result()
+        if job.spec.managed_by != c.MANAGED_BY_TRAINER:
+            return Result()  # MultiKueue delegation: no objects, no status
+
+        now = self.now()
+        jobset = self.caches.jobsets.get(namespace, name)
+        failure: BuildFailure | None = None
+        unsupported: str | None = None
+        requeue: float | None = None
+        error: Exception | None = None
+        deadline_exceeded = False
+
+        if not is_finished(job):
+            runtime, unsupported, failure = self._runtime(job)
+            if runtime is not None:
+                try:
+                    jobset, requeue = await self._apply_objects(job, runtime, jobset)
+                except BuildError as exc:
+                    failure = BuildFailure("BuildError", str(exc))
+                except APIError as exc:
+                    failure = BuildFailure("ApplyFailed", f"{exc.reason}: {exc.message}")
+                    error = exc
+            elif failure is not None and failure.reason == "RuntimeNotFound":
+                requeue = RUNTIME_RETRY_SECONDS
+            remaining = deadline_remaining(job, now)
+            if remaining is not None and remaining <= 0:
+                deadline_exceeded = True
+                await self._delete_jobset(namespace, name)
+            elif remaining is not None:
+                requeue = (
+                    max(1.0, remaining) if requeue is None else min(requeue, max(1.0, remaining))
+                )
+
+        status = desired_status(
+            job,
+            JobSet.from_wire(jobset) if jobset is not None else None,
+            now,
+            build_failure=failure,
+            deadline_exceeded=deadline_exceeded,
+            runtime_missing=unsupported,
+        )
+        await self._write_status(job, data, status.to_wire())
+        if failure is not None:
+            await self.events.record(
+                data,
+                ev.WARNING,
+                c.EVENT_RESOURCES_CREATION_FAILED,
+                c.EVENT_ACTION_RECONCILING,
+                "TrainJob resources reconciliation failed: " + ev.truncate(failure.message, 950),
+            )
+        if error is not None:
+            return Result(error=error)
+        return Result(requeue_after=requeue)
+
+    async def _apply_objects(
+        self, job: TrainJob, runtime: Runtime, jobset: dict[str, Any] | None
+    ) -> tuple[dict[str, Any] | None, float | None]:
+        """Apply what changed; returns the JobSet as now known and a requeue delay."""
+        assert job.metadata is not None
+        namespace, name = job.metadata.namespace or "default", job.metadata.name or ""
+        objects = render(job, runtime, observed=self._observed(job, jobset), ctx=self.ctx)
+        for obj in objects:
+            kind = obj["kind"]
+            stamp_config_hash(obj)
+            if kind == c.KIND_JOBSET and jobset is not None:
+                if unchanged(jobset, obj):
+                    continue
+                if needs_recreate(jobset, obj):
+                    active = any_active(jobset)
+                    if active is not None:
+                        raise BuildError(
+                            f"the JobSet must be recreated to change fields JobSet does not let "
+                            f"change, but its replicated job {active} is still active"
+                        )
+                    log.info("recreating JobSet %s/%s for an immutable change", namespace, name)
+                    await self.kube.delete(r.JOBSETS, namespace, name, propagation="Foreground")
+                    return None, RECREATE_RETRY_SECONDS
+            elif kind != c.KIND_JOBSET and unchanged(self._cached(obj), obj):
+                continue
+            applied = await self.kube.apply(obj, FIELD_MANAGER, force=True)
+            if kind == c.KIND_JOBSET:
+                if jobset is None:
+                    await self.events.record(
+                        job.to_wire(),
+                        ev.NORMAL,
+                        "JobSetCreated",
+                        "Created",
+                        f"Created JobSet {name}",
+                    )
+                jobset = applied
+        return jobset, None
+
+    def _cached(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        meta = obj.get("metadata") or {}
+        ns, name = meta.get("namespace"), meta.get("name", "")
+        if obj["kind"] == "ConfigMap":
+            return self.caches.config_maps.get(ns, name)
+        if obj["kind"] == "Secret":
+            return self.caches.secrets.get(ns, name)
+        if obj["kind"] == c.KIND_POD_GROUP:
+            for inf in self.caches.pod_groups:
+                if inf.gvr.api_version == obj.get("apiVersion"):
+                    return inf.get(ns, name)
+        return None
+
+    async def _delete_jobset(self, namespace: str, name: str) -> None:
+        if self.caches.jobsets.get(namespace, name) is not None:
+            await self.kube.delete(r.JOBSETS, namespace, name, propagation="Background")
+
+    async def _write_status(
+        self, job: TrainJob, data: dict[str, Any], status: dict[str, Any]
+    ) -> None:
+        current = data.get("status") or {}
+        if current == status:
+            return
+        assert job.metadata is not None
+        await self.kube.patch_status(
+            r.TRAINJOBS,
+            job.metadata.namespace or "default",
+            job.metadata.name or "",
+            {"status": status},
+        )
+        await self._transition_events(data, current, status)
+
+    async def _transition_events(
+        self, data: dict[str, Any], old: dict[str, Any], new: dict[str, Any]
+    ) -> None:
+        before = TrainJobStatus.from_wire(old).conditions if old else None
+        after = TrainJobStatus.from_wire(new).conditions
+        for type_, etype, reason in (
+            (c.COND_SUSPENDED, ev.NORMAL, "Suspended"),
+            (c.COND_COMPLETE, ev.NORMAL, "Completed"),
+            (c.COND_FAILED, ev.WARNING, "Failed"),
+        ):
+            if is_true(after, type_) and not is_true(before, type_):
+                cond = next(x for x in after or [] if x.type == type_)
+                await self.events.record(data, etype, reason, "Reconciling", cond.message)
+        if is_true(before, c.COND_SUSPENDED) and not is_true(after, c.COND_SUSPENDED):
+            await self.events.record(data, ev.NORMAL, "Resumed", "Reconciling", c.MSG_RESUMED)
