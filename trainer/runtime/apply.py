@@ -38,11 +38,11 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def upsert_by(items: list[M] | None, new: Iterable[M], key: Callable[[M], object]) -> list[M]:
-    """A new list: each of ``new`` (copied) replaces the item with the same key in place, or
-    is appended."""
+    """A new list: each of ``new`` (a shallow copy: items are never changed in place once
+    inserted) replaces the item with the same key in place, or is appended."""
     out = list(items or [])
     for item in new:
-        copy = item.model_copy(deep=True)
+        copy = item.model_copy()
         for i, existing in enumerate(out):
             if key(existing) == key(item):
                 out[i] = copy
