@@ -6,6 +6,7 @@ import typer
 
 from trainer import __version__
 from trainer.cli import apiserver as apiserver_cmd
+from trainer.cli import controller as controller_cmd
 from trainer.cli import crds as crds_cmd
 from trainer.cli import render as render_cmd
 from trainer.cli import validate as validate_cmd
@@ -23,6 +24,7 @@ app.command(name="validate")(validate_cmd.validate)
 app.command(name="crds")(crds_cmd.crds)
 app.command(name="apiserver")(apiserver_cmd.apiserver)
 app.command(name="webhook")(webhook_cmd.webhook)
+app.command(name="controller")(controller_cmd.controller)
 
 
 @app.command()

@@ -273,7 +273,7 @@ class _Model(BaseModel):
         return data
 
 
-class Webhook(_Model):
+class ControllerWebhook(_Model):
     port: int = 9443
     """Port of the webhook server."""
     host: str = ""
@@ -285,7 +285,7 @@ class MetricsAuth(_Model):
     """Require a token allowed by a SubjectAccessReview to read /metrics."""
 
 
-class Metrics(_Model):
+class ControllerMetrics(_Model):
     bind_address: Annotated[str, _empty_is_default(":8443")] = ":8443"
     """Address of the metrics server; "0" disables it."""
     secure_serving: bool = True
@@ -293,7 +293,7 @@ class Metrics(_Model):
     auth: MetricsAuth = Field(default_factory=MetricsAuth)
 
 
-class Health(_Model):
+class ControllerHealth(_Model):
     health_probe_bind_address: Annotated[str, _empty_is_default(":8081")] = ":8081"
     """Address of the probe server; "0" disables it."""
     readiness_endpoint_name: Annotated[str, _empty_is_default("readyz")] = "readyz"
@@ -314,7 +314,7 @@ class LeaderElection(_Model):
     retry_period: Duration = 2.0
 
 
-class Controller(_Model):
+class ControllerConfigurationSpec(_Model):
     group_kind_concurrency: dict[str, int] = Field(default_factory=dict)
     """Concurrent reconciles per controller, keyed ``Kind.group``; unset kinds get 1."""
 
@@ -369,12 +369,12 @@ class Configuration(_Model):
 
     api_version: str = API_VERSION
     kind: str = KIND
-    webhook: Webhook = Field(default_factory=Webhook)
+    webhook: ControllerWebhook = Field(default_factory=ControllerWebhook)
     leader_election: LeaderElection | None = None
     """Unset: no leader election (upstream's behaviour without a config file)."""
-    metrics: Metrics = Field(default_factory=Metrics)
-    health: Health = Field(default_factory=Health)
-    controller: Controller = Field(default_factory=Controller)
+    metrics: ControllerMetrics = Field(default_factory=ControllerMetrics)
+    health: ControllerHealth = Field(default_factory=ControllerHealth)
+    controller: ControllerConfigurationSpec = Field(default_factory=ControllerConfigurationSpec)
     cert_management: CertManagement = Field(default_factory=CertManagement)
     client_connection: ClientConnection = Field(default_factory=ClientConnection)
     status_server: StatusServer = Field(default_factory=StatusServer)

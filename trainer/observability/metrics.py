@@ -62,7 +62,7 @@ RECONCILE_BUCKETS = (
     15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
 )  # fmt: skip
 # client-go's workqueue buckets: ExponentialBuckets(10e-9, 10, 12), 10 ns .. 1000 s.
-WORKQUEUE_BUCKETS = tuple(1e-8 * 10**i for i in range(12))
+WORKQUEUE_BUCKETS = tuple(float(f"1e{exponent}") for exponent in range(-8, 4))
 # client-go's rest_client_request_duration_seconds buckets.
 API_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 

@@ -1,0 +1,177 @@
+"""The whole controller process against the embedded API server: the real webhook registered
+through webhook configurations, probes and metrics, and two replicas under leader election."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import tempfile
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.integration.harness import GROUP, VERSION, Plane, local_plane
+from tests.integration.test_webhook_cluster import configurations
+from trainer.cli.process import ProcessOptions, ProcessState, run_controller
+from trainer.controller.config import parse_config
+from trainer.kube.client import new_api_client
+from trainer.kube.rest import APIError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def config(webhook_port: int, *, leader: bool = False) -> Any:
+    text = f"""
+apiVersion: config.trainer.kubeflow.org/v1alpha1
+kind: Configuration
+webhook: {{port: {webhook_port}, host: 127.0.0.1}}
+metrics: {{bindAddress: "127.0.0.1:0"}}
+health: {{healthProbeBindAddress: "127.0.0.1:0"}}
+"""
+    if leader:
+        text += """
+leaderElection:
+  leaderElect: true
+  resourceNamespace: kubeflow-system
+  leaseDuration: 2s
+  renewDeadline: 1500ms
+  retryPeriod: 200ms
+"""
+    return parse_config(text)
+
+
+def trainjob(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}, **spec},
+    }
+
+
+class Replica:
+    def __init__(self, plane: Plane, cfg: Any, options: ProcessOptions) -> None:
+        self.plane, self.cfg, self.options = plane, cfg, options
+        self.stop = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.state = ProcessState()
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        with tempfile.NamedTemporaryFile(suffix=".kubeconfig") as kubeconfig:
+            self.plane.server.write_kubeconfig(kubeconfig.name)
+            self.api = await new_api_client(kubeconfig.name)
+        self.task = asyncio.create_task(
+            run_controller(
+                self.api,
+                self.cfg,
+                self.stop,
+                options=self.options,
+                ready=self.ready,
+                state=self.state,
+            )
+        )
+        await asyncio.wait_for(self.ready.wait(), 30)
+
+    async def close(self) -> None:
+        self.stop.set()
+        if self.task is not None:
+            await self.task
+        await self.api.close()
+
+
+@pytest.fixture
+async def plane() -> AsyncIterator[Plane]:
+    async with local_plane() as p:
+        p.server.create_direct("v1", "Namespace", {"metadata": {"name": "kubeflow-system"}})
+        yield p
+
+
+async def test_controller_with_webhook_probes_and_metrics(plane: Plane) -> None:
+    port = free_port()
+    for cfg in configurations(port):
+        plane.server.create_direct(cfg["apiVersion"], cfg["kind"], cfg)
+    replica = Replica(
+        plane, config(port), ProcessOptions(webhook=True, webhook_extra_hosts=("127.0.0.1",))
+    )
+    await replica.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            readyz = f"{replica.state.health_url}/readyz"
+
+            async def ready() -> bool:
+                async with http.get(readyz) as resp:
+                    return resp.status == 200
+
+            for _ in range(100):  # bounded: certificates are issued at start
+                if await ready():
+                    break
+                await asyncio.sleep(0.05)
+            assert await ready()
+            # The webhook denies an invalid TrainJob before the controller ever sees it.
+            bad = trainjob("bad", trainer={"env": [{"name": "PET_NNODES", "value": "1"}]})
+            with pytest.raises(APIError) as err:
+                await plane.kube.create(bad)
+            assert err.value.status == 403
+            await plane.kube.create(trainjob("good", trainer={"numNodes": 2}))
+            await plane.until(lambda: plane.jobset("default", "good"), what="JobSet")
+            await plane.until(
+                lambda: (plane.trainjob("default", "good") or {}).get("status"), what="status"
+            )
+            async with http.get(f"{replica.state.metrics_url}/metrics") as resp:
+                text = await resp.text()
+            assert 'trainer_reconcile_total{controller="trainjob",result="success"}' in text
+            assert "trainer_api_requests_total" in text
+            assert "trainer_leader 1.0" in text
+    finally:
+        await replica.close()
+
+
+async def test_two_replicas_only_the_leader_reconciles_and_hands_over(plane: Plane) -> None:
+    opts = ProcessOptions(webhook=False)
+    first = Replica(plane, config(free_port(), leader=True), opts)
+    second = Replica(plane, config(free_port(), leader=True), opts)
+    await first.start()
+    await second.start()
+    try:
+
+        def holder() -> str:
+            lease = plane.get(
+                "coordination.k8s.io/v1", "leases", "kubeflow-system", "trainer.kubeflow.org"
+            )
+            return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+
+        leader_id = await plane.until(holder, what="a leader")
+        leader, follower = (
+            (first, second)
+            if first.state.elector and first.state.elector.identity == leader_id
+            else (second, first)
+        )
+        assert leader.state.elector is not None and leader.state.elector.is_leader
+        assert follower.state.elector is not None and not follower.state.elector.is_leader
+        await plane.kube.create(trainjob("one"))
+        await plane.until(lambda: plane.jobset("default", "one"), what="JobSet from the leader")
+        writers = {r.user_agent for r in plane.server.hooks.writes() if r.resource == "jobsets"}
+        assert len(writers) == 1
+        # Stop the leader: the follower takes over (graceful release: at once).
+        loop = asyncio.get_running_loop()
+        stopped_at = loop.time()
+        await leader.close()
+        new_id = await plane.until(
+            lambda: (h := holder()) and h != leader_id and h, what="handover"
+        )
+        assert follower.state.elector is not None and new_id == follower.state.elector.identity
+        await plane.kube.create(trainjob("two"))
+        await plane.until(lambda: plane.jobset("default", "two"), what="JobSet from the new leader")
+        assert loop.time() - stopped_at < 2.0  # within the lease duration
+    finally:
+        for replica in (first, second):
+            if not replica.stop.is_set():
+                await replica.close()

@@ -1,0 +1,223 @@
+"""The controller process (``trainer controller``): watch caches on every replica, the
+reconcilers only on the leader, the admission webhook and the probes on every replica,
+metrics, and a graceful stop on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer.api import constants as c
+from trainer.controller.config import Configuration
+from trainer.controller.leader import LeaderElector
+from trainer.controller.manager import Controller
+from trainer.controller.status import COND_PENDING, COND_RUNNING
+from trainer.kube.client import ApiClient
+from trainer.kube.leases import KubeLeaseClient
+from trainer.kube.rest import Kube
+from trainer.observability.metrics import HealthChecks, Metrics, ObservabilityServer, ping
+from webhooks.run import RunningWebhook, WebhookOptions, run_webhook
+
+log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DEFAULT_NAMESPACE = "kubeflow-system"
+TRAINJOB_GROUP_KIND = f"{c.KIND_TRAINJOB}.{c.GROUP}"
+DEFAULT_CONCURRENCY = 5
+STATE_INTERVAL = 10.0
+
+
+def own_namespace() -> str:
+    """The namespace this pod runs in (POD_NAMESPACE, the service-account file, else the
+    default install namespace)."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    with contextlib.suppress(OSError):
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    return DEFAULT_NAMESPACE
+
+
+def trainjob_state(obj: dict[str, object]) -> str:
+    """The state a TrainJob is counted under in ``trainer_trainjobs``."""
+    status = obj.get("status") or {}
+    conds = status.get("conditions") if isinstance(status, dict) else None
+    for cond in conds or []:
+        if cond.get("status") == "True":
+            return str(cond.get("type"))
+    return COND_PENDING
+
+
+@dataclass
+class ProcessOptions:
+    webhook: bool = True
+    webhook_extra_hosts: tuple[str, ...] = ()
+
+
+@dataclass
+class ProcessState:
+    """What a running controller process exposes (to tests and local mode)."""
+
+    health_url: str | None = None
+    metrics_url: str | None = None
+    controller: Controller | None = None
+    metrics: Metrics | None = None
+    elector: LeaderElector | None = None
+
+
+async def run_controller(
+    api: ApiClient,
+    config: Configuration,
+    stop: asyncio.Event,
+    *,
+    options: ProcessOptions | None = None,
+    ready: asyncio.Event | None = None,
+    state: ProcessState | None = None,
+) -> None:
+    """Run until ``stop`` is set; ``ready`` is set (and ``state`` filled in) once the caches
+    have synced and the probe and metrics servers listen."""
+    options = options or ProcessOptions()
+    state = state if state is not None else ProcessState()
+    metrics = Metrics()
+    kube = Kube(api, on_request=metrics.observe_api_request)
+    concurrency = config.controller.group_kind_concurrency.get(
+        TRAINJOB_GROUP_KIND, DEFAULT_CONCURRENCY
+    )
+    controller = Controller(
+        kube,
+        concurrency=concurrency,
+        queue_metrics=metrics.queue("trainjob"),
+        reconcile_metrics=metrics.reconciler("trainjob"),
+        feature_gates=dict(config.feature_gates),
+    )
+    liveness = HealthChecks()
+    liveness.add("ping", ping)
+    readiness = HealthChecks()
+    readiness.add("ping", ping)
+
+    def caches_synced() -> None:
+        if not all(inf.has_synced for inf in controller.informers() if not inf.optional):
+            raise RuntimeError("watch caches are not synced")
+
+    readiness.add("caches", caches_synced)
+    tasks: list[asyncio.Task[None]] = []
+    servers: list[ObservabilityServer] = []
+    namespace = own_namespace()
+    try:
+        if options.webhook:
+            tasks.append(
+                asyncio.create_task(
+                    _webhook(api, config, namespace, stop, readiness, options, controller),
+                    name="webhook",
+                )
+            )
+        health = ObservabilityServer(
+            config.health.health_probe_bind_address,
+            liveness=liveness,
+            readiness=readiness,
+            liveness_endpoint=config.health.liveness_endpoint_name,
+            readiness_endpoint=config.health.readiness_endpoint_name,
+        )
+        servers.append(health)
+        if config.metrics.bind_address not in ("0", ""):
+            servers.append(ObservabilityServer(config.metrics.bind_address, metrics=metrics))
+        state.health_url = await health.start()
+        if len(servers) > 1:
+            state.metrics_url = await servers[1].start()
+        state.controller, state.metrics = controller, metrics
+        await controller.start_caches()
+        tasks.append(asyncio.create_task(_count_states(controller, metrics), name="states"))
+        if ready is not None:
+            ready.set()
+        if config.leader_elect:
+            le = config.leader_election
+            assert le is not None
+            elector = LeaderElector(
+                KubeLeaseClient(kube),
+                namespace=le.resource_namespace or namespace,
+                name=le.resource_name,
+                lease_duration=le.lease_duration,
+                renew_deadline=le.renew_deadline,
+                retry_period=le.retry_period,
+                on_leader_change=metrics.set_leader,
+            )
+            state.elector = elector
+
+            async def lead() -> None:
+                controller.start_workers()
+                await asyncio.Event().wait()  # until leadership ends (cancelled)
+
+            async def campaign() -> None:
+                await elector.run(lead)
+                if not stop.is_set():
+                    # Like controller-runtime: a replica that lost the Lease exits, and its
+                    # Deployment restarts it as a follower.
+                    log.error("leader election lost; stopping")
+                    stop.set()
+
+            election = asyncio.create_task(campaign(), name="leader-election")
+            await stop.wait()
+            elector.stop()
+            await election
+        else:
+            metrics.set_leader(True)
+            controller.start_workers()
+            await stop.wait()
+    finally:
+        await controller.stop()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for server in servers:
+            await server.stop()
+
+
+async def _count_states(controller: Controller, metrics: Metrics) -> None:
+    while True:
+        counts = Counter(trainjob_state(o) for o in controller.caches.trainjobs.list())
+        counts.setdefault(COND_RUNNING, 0)
+        metrics.set_trainjob_states(counts)
+        await asyncio.sleep(STATE_INTERVAL)
+
+
+async def _webhook(
+    api: ApiClient,
+    config: Configuration,
+    namespace: str,
+    stop: asyncio.Event,
+    readiness: HealthChecks,
+    options: ProcessOptions,
+    controller: Controller,
+) -> None:
+    def cached_runtime(kind: str, ns: str, name: str) -> dict[str, object] | None:
+        if kind == c.KIND_CLUSTER_TRAINING_RUNTIME:
+            return controller.caches.cluster_runtimes.get(None, name)
+        return controller.caches.runtimes.get(ns, name)
+
+    started: asyncio.Future[RunningWebhook] = asyncio.get_running_loop().create_future()
+
+    def certs_ready() -> None:
+        if not started.done():
+            raise RuntimeError("certificates are not ready")
+
+    readiness.add("webhook", certs_ready)
+    await run_webhook(
+        api,
+        WebhookOptions(
+            namespace=namespace,
+            service=config.cert_management.webhook_service_name,
+            secret=config.cert_management.webhook_secret_name,
+            host=config.webhook.host,
+            port=config.webhook.port,
+            manage_certs=config.cert_management.enable,
+            extra_hosts=options.webhook_extra_hosts,
+            tls_min_version=config.tls.min_version or "1.2",
+            runtime_cache=cached_runtime,
+        ),
+        stop,
+        started,
+    )
