@@ -19,9 +19,10 @@ from trainer.api import constants as c
 from trainer.api.errors import INVALID, FieldError
 from trainer.api.jobset import JobSetSpec
 from trainer.api.v1alpha1 import TrainJob
-from trainer.plugins.registry import render
+from trainer.plugins.registry import default_framework, render
 from trainer.runtime import naming
-from trainer.runtime.info import BuildContext, BuildError, Observed, Runtime, SSHKeyPair
+from trainer.runtime.info import BuildContext, BuildError, Info, Observed, Runtime, SSHKeyPair
+from trainer.runtime.quantity import QuantityError
 from trainer.runtime.snapshot import snapshot_name
 
 NAME_PATH = "metadata.name"
@@ -118,20 +119,30 @@ def name_errors(trainjob_name: str, spec: JobSetSpec) -> list[FieldError]:
     return errors
 
 
-def validate_names(trainjob: TrainJob, runtime: Runtime) -> list[FieldError]:
+def validate_names(
+    trainjob: TrainJob, runtime: Runtime, info: Info | None = None
+) -> list[FieldError]:
     """Render ``trainjob`` on ``runtime`` and check the generated names (module docstring).
 
-    A build failure is reported as an Invalid error at ``spec.runtimeRef`` with the build's
-    message: it is what the controller would hit when creating the JobSet.
+    ``info``, when given, is the TrainJob already merged onto the runtime (its plugins not yet
+    run); it is built on in place, which saves merging again. A build failure is reported as
+    an Invalid error at ``spec.runtimeRef`` with the build's message: it is what the
+    controller would hit when creating the JobSet.
     """
     name = (trainjob.metadata.name if trainjob.metadata else None) or ""
     if not name:
         return []  # generateName: the API server names the object before admission runs
+    value = trainjob.spec.runtime_ref.to_wire() if trainjob.spec else None
     try:
-        spec = rendered_jobset_spec(trainjob, runtime)
+        if info is not None:
+            default_framework().run(info, ADMISSION_CONTEXT)
+            spec: JobSetSpec | None = info.spec
+        else:
+            spec = rendered_jobset_spec(trainjob, runtime)
     except BuildError as exc:
-        value = trainjob.spec.runtime_ref.to_wire() if trainjob.spec else None
         return [FieldError(RUNTIME_REF_PATH, INVALID, str(exc), value)]
+    except QuantityError as exc:
+        return [FieldError(RUNTIME_REF_PATH, INVALID, f"invalid resource quantity: {exc}", value)]
     if spec is None:
         return []
     return name_errors(name, spec)

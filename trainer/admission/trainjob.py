@@ -205,7 +205,8 @@ def validate_trainjob(new: TrainJob, old: TrainJob | None, view: ClusterView) ->
         # finalizers) and Kueue's suspend/resume are never blocked by it. (Without an Info the
         # TrainJob cannot be rendered; the error above says why.)
         seen = {(e.path, e.message) for e in errors}
-        for error in names.validate_names(new, runtime):
+        # validate_policies only read the Info: the name check builds on it in place.
+        for error in names.validate_names(new, runtime, info):
             if (error.path, error.message) not in seen:
                 seen.add((error.path, error.message))
                 errors.append(error)
