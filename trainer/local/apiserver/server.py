@@ -375,6 +375,13 @@ class APIServer:
                 return await self._pod_log(request, route, query)
             obj = self._get_or_404(rt, route.namespace, route.name)
             return self._respond(request, rt, self._served(rt, obj))
+        if verb == "create" and route.subresource == "log":
+            # This server's extension for the local executor (it plays the kubelet): append
+            # to a container's log, served back by GET .../log.
+            self._get_or_404(rt, route.namespace, route.name)
+            text = (await request.read()).decode(errors="replace")
+            self.append_log(route.namespace, route.name, query.get("container", ""), text)
+            return _json({"kind": "Status", "apiVersion": "v1", "status": "Success"}, status=201)
         body = await self._body(request) if verb in ("create", "update", "patch") else None
         dry_run = query.get("dryRun") == "All"
         manager = query.get("fieldManager") or _manager_from_agent(

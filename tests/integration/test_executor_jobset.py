@@ -1,0 +1,235 @@
+"""The executor's JobSet and Job controllers against the embedded API server (pods are
+finished by hand here: the kubelet has its own tests)."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.harness import Plane, local_plane
+from trainer.local.executor.runner import Executor
+
+JS = "jobset.x-k8s.io/v1alpha2"
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[tuple[Plane, Executor]]:
+    async with local_plane(runtimes=False) as plane:
+        with tempfile.TemporaryDirectory() as tmp:
+            executor = Executor(
+                plane.server.url, workdir=Path(tmp), state_dir=Path(tmp), kubelet=False
+            )
+            await executor.start()
+            try:
+                yield plane, executor
+            finally:
+                await executor.stop()
+
+
+def rjob(name: str, parallelism: int = 1, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "template": {
+            "spec": {
+                "parallelism": parallelism,
+                "completions": parallelism,
+                "template": {
+                    "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}
+                },
+            }
+        },
+        **extra,
+    }
+
+
+async def create_jobset(plane: Plane, name: str, rjobs: list[dict[str, Any]], **spec: Any) -> None:
+    await plane.kube.create(
+        {
+            "apiVersion": JS,
+            "kind": "JobSet",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"replicatedJobs": rjobs, **spec},
+        }
+    )
+
+
+def pods_of(plane: Plane, job: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in plane.server.objects("v1", "pods", "default")
+        if p["metadata"]["labels"].get("batch.kubernetes.io/job-name") == job
+    ]
+
+
+async def finish_pods(plane: Plane, job: str, phase: str = "Succeeded") -> None:
+    from trainer.kube import resources as r  # noqa: PLC0415
+
+    for pod in pods_of(plane, job):
+        await plane.kube.patch_status(
+            r.GVR("", "v1", "pods", True, "Pod"),
+            "default",
+            pod["metadata"]["name"],
+            {"status": {"phase": phase}},
+        )
+
+
+def jobset_status(plane: Plane, name: str) -> dict[str, Any]:
+    return (plane.get(JS, "jobsets", "default", name) or {}).get("status") or {}
+
+
+async def test_jobs_pods_labels_service_and_completion(env: tuple[Plane, Executor]) -> None:
+    plane, _ = env
+    await create_jobset(plane, "train", [rjob("node", parallelism=2)])
+    job = await plane.until(
+        lambda: plane.get("batch/v1", "jobs", "default", "train-node-0"), what="Job"
+    )
+    labels = job["metadata"]["labels"]
+    assert labels["jobset.sigs.k8s.io/jobset-name"] == "train"
+    assert labels["jobset.sigs.k8s.io/replicatedjob-name"] == "node"
+    assert len(labels["jobset.sigs.k8s.io/job-key"]) == 40
+    pods = await plane.until(
+        lambda: len(pods_of(plane, "train-node-0")) == 2 and pods_of(plane, "train-node-0"),
+        what="pods",
+    )
+    hostnames = sorted(p["spec"]["hostname"] for p in pods)
+    assert hostnames == ["train-node-0-0", "train-node-0-1"]
+    assert all(p["spec"]["subdomain"] == "train" for p in pods)
+    assert sorted(
+        p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in pods
+    ) == ["0", "1"]
+    service = plane.get("v1", "services", "default", "train")
+    assert service is not None and service["spec"]["clusterIP"] == "None"
+    await finish_pods(plane, "train-node-0")
+    status = await plane.until(
+        lambda: (
+            jobset_status(plane, "train").get("terminalState") and jobset_status(plane, "train")
+        ),
+        what="Completed",
+    )
+    assert status["terminalState"] == "Completed"
+    done = next(c for c in status["conditions"] if c["type"] == "Completed")
+    assert (done["reason"], done["message"]) == (
+        "AllJobsCompleted",
+        "jobset completed successfully",
+    )
+    assert status["replicatedJobsStatus"] == [
+        {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
+    ]
+
+
+async def test_depends_on_waits_for_completion(env: tuple[Plane, Executor]) -> None:
+    plane, _ = env
+    await create_jobset(
+        plane,
+        "seq",
+        [rjob("init"), rjob("node", dependsOn=[{"name": "init", "status": "Complete"}])],
+    )
+    await plane.until(lambda: pods_of(plane, "seq-init-0"), what="initializer pod")
+    assert plane.get("batch/v1", "jobs", "default", "seq-node-0") is None
+    await finish_pods(plane, "seq-init-0")
+    await plane.until(
+        lambda: plane.get("batch/v1", "jobs", "default", "seq-node-0"), what="node Job after init"
+    )
+
+
+async def test_failure_without_policy_fails_the_jobset(env: tuple[Plane, Executor]) -> None:
+    plane, _ = env
+    await create_jobset(plane, "bad", [rjob("node")])
+    await plane.until(lambda: pods_of(plane, "bad-node-0"), what="pod")
+    job = plane.get("batch/v1", "jobs", "default", "bad-node-0")
+    assert job is not None
+    from trainer.kube import resources as r  # noqa: PLC0415
+
+    await plane.kube.patch(
+        r.GVR("batch", "v1", "jobs", True, "Job"),
+        "default",
+        "bad-node-0",
+        {"spec": {"backoffLimit": 0}},
+    )
+    await finish_pods(plane, "bad-node-0", "Failed")
+    status = await plane.until(
+        lambda: jobset_status(plane, "bad").get("terminalState") and jobset_status(plane, "bad"),
+        what="Failed",
+    )
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "FailedJobs"
+    assert "first failed job: bad-node-0" in failed["message"]
+
+
+async def test_max_restarts_recreates_the_jobs(env: tuple[Plane, Executor]) -> None:
+    plane, _ = env
+    template = rjob("node")
+    template["template"]["spec"]["backoffLimit"] = 0
+    await create_jobset(plane, "retry", [template], failurePolicy={"maxRestarts": 1})
+    await plane.until(lambda: pods_of(plane, "retry-node-0"), what="pod")
+    await finish_pods(plane, "retry-node-0", "Failed")
+    await plane.until(lambda: jobset_status(plane, "retry").get("restarts") == 1, what="restart")
+    new_job = await plane.until(
+        lambda: (
+            (j := plane.get("batch/v1", "jobs", "default", "retry-node-0"))
+            and j["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == "1"
+            and j
+        ),
+        what="recreated Job",
+    )
+    assert new_job is not None
+    await plane.until(
+        lambda: [
+            p
+            for p in pods_of(plane, "retry-node-0")
+            if p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == "1"
+        ],
+        what="new pod",
+    )
+    await finish_pods(plane, "retry-node-0", "Failed")
+    status = await plane.until(
+        lambda: (
+            jobset_status(plane, "retry").get("terminalState") and jobset_status(plane, "retry")
+        ),
+        what="Failed",
+    )
+    assert (
+        next(c for c in status["conditions"] if c["type"] == "Failed")["reason"]
+        == "ReachedMaxRestarts"
+    )
+
+
+async def test_suspend_and_resume(env: tuple[Plane, Executor]) -> None:
+    plane, _ = env
+    await create_jobset(plane, "held", [rjob("node")], suspend=True)
+    job = await plane.until(
+        lambda: plane.get("batch/v1", "jobs", "default", "held-node-0"), what="suspended Job"
+    )
+    assert job["spec"]["suspend"] is True
+    status = await plane.until(
+        lambda: jobset_status(plane, "held").get("conditions") and jobset_status(plane, "held"),
+        what="Suspended",
+    )
+    assert status["conditions"][0]["reason"] == "SuspendedJobs"
+    assert pods_of(plane, "held-node-0") == []
+    from trainer.kube import resources as r  # noqa: PLC0415
+
+    await plane.kube.patch(r.JOBSETS, "default", "held", {"spec": {"suspend": False}})
+    await plane.until(lambda: pods_of(plane, "held-node-0"), what="pods after resume")
+    status = await plane.until(
+        lambda: (
+            (
+                c := next(
+                    (
+                        c
+                        for c in jobset_status(plane, "held").get("conditions", [])
+                        if c["type"] == "Suspended"
+                    ),
+                    None,
+                )
+            )
+            and c["status"] == "False"
+            and jobset_status(plane, "held")
+        ),
+        what="Resumed",
+    )
+    assert any(c["reason"] == "ResumeJobs" for c in status["conditions"])
