@@ -19,13 +19,13 @@ $(BIN)/python:
 # Reinstall whenever pyproject.toml changes.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,torch]'
 	@touch $(STAMP)
 
 install: $(STAMP)
 
 quickstart: $(STAMP)
-	$(BIN)/python hack/quickstart.py
+	$(BIN)/trainer run -f examples/torch-ddp-cpu/trainjob.yaml --timeout 300
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -9,6 +9,7 @@ from trainer.cli import apiserver as apiserver_cmd
 from trainer.cli import controller as controller_cmd
 from trainer.cli import crds as crds_cmd
 from trainer.cli import render as render_cmd
+from trainer.cli import run as run_cmd
 from trainer.cli import validate as validate_cmd
 from trainer.cli import webhook as webhook_cmd
 
@@ -19,6 +20,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command(name="run")(run_cmd.run)
+app.command(name="up")(run_cmd.up)
 app.command(name="render")(render_cmd.render)
 app.command(name="validate")(validate_cmd.validate)
 app.command(name="crds")(crds_cmd.crds)

@@ -1,0 +1,235 @@
+"""The local control plane of ``trainer run`` and ``trainer up``: the embedded API server with
+the CRDs and built-in runtimes, the admission webhook registered through webhook
+configurations (called over HTTPS with its caBundle), the controller, and the executor that
+runs pods as local processes. Everything talks through the API, as on a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainer.api import constants as c
+from trainer.api import crds
+from trainer.builtin import builtin_runtime_documents
+from trainer.cli.process import ProcessOptions, ProcessState, run_controller
+from trainer.controller.config import Configuration, parse_config
+from trainer.kube.client import ApiClient, new_api_client
+from trainer.kube.rest import Kube
+from trainer.local.apiserver import APIServer
+from trainer.local.executor.runner import Executor
+
+log = logging.getLogger(__name__)
+
+SYSTEM_NAMESPACE = "kubeflow-system"
+VALIDATING = "validator.trainer.kubeflow.org"
+MUTATING = "defaulter.trainer.kubeflow.org"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def webhook_configurations(port: int) -> list[dict[str, Any]]:
+    """upstream's two webhook configurations, pointing at ``https://127.0.0.1:<port>``
+    (the caBundle is injected by the webhook's certificate rotator)."""
+    base = f"https://127.0.0.1:{port}"
+
+    def hook(kind: str, plural: str, mutate: bool = False) -> dict[str, Any]:
+        path = f"/{'mutate' if mutate else 'validate'}-trainer-kubeflow-org-v1alpha1-{kind}"
+        out: dict[str, Any] = {
+            "name": f"{'defaulter' if mutate else 'validator'}.{kind}.trainer.kubeflow.org",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 10,
+            "clientConfig": {"url": base + path},
+            "rules": [
+                {
+                    "apiGroups": [c.GROUP],
+                    "apiVersions": [c.VERSION],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": [plural],
+                }
+            ],
+        }
+        if kind != "trainjob":
+            out["objectSelector"] = {
+                "matchExpressions": [
+                    {
+                        "key": c.LABEL_WEBHOOK_VALIDATION,
+                        "operator": "NotIn",
+                        "values": [c.WEBHOOK_VALIDATION_DISABLED],
+                    }
+                ]
+            }
+        return out
+
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": VALIDATING},
+            "webhooks": [
+                hook("clustertrainingruntime", c.PLURAL_CLUSTER_TRAINING_RUNTIMES),
+                hook("trainingruntime", c.PLURAL_TRAINING_RUNTIMES),
+                hook("trainjob", c.PLURAL_TRAINJOBS),
+            ],
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": MUTATING},
+            "webhooks": [hook("trainjob", c.PLURAL_TRAINJOBS, mutate=True)],
+        },
+    ]
+
+
+def local_config(webhook_port: int) -> Configuration:
+    return parse_config(
+        f"""
+apiVersion: config.trainer.kubeflow.org/v1alpha1
+kind: Configuration
+webhook: {{port: {webhook_port}, host: 127.0.0.1}}
+metrics: {{bindAddress: "127.0.0.1:0"}}
+health: {{healthProbeBindAddress: "127.0.0.1:0"}}
+controller: {{groupKindConcurrency: {{TrainJob.trainer.kubeflow.org: 5}}}}
+""",
+        "<local>",
+    )
+
+
+@dataclass
+class LocalPlane:
+    server: APIServer
+    api: ApiClient
+    kube: Kube
+    executor: Executor
+    controller_state: ProcessState
+    work_dir: Path
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    _tmp: Any = None
+
+    async def close(self) -> None:
+        self.stop.set()
+        await self.executor.stop()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.api.close()
+        await self.server.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+def install_basics(server: APIServer) -> None:
+    """CRDs, the system namespace and the built-in runtimes (labelled to skip the runtime
+    webhooks, as the runtimes overlay does), unless already present (a state file)."""
+    for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
+        if (
+            server.get_object(
+                "apiextensions.k8s.io/v1", "customresourcedefinitions", "", crd["metadata"]["name"]
+            )
+            is None
+        ):
+            server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+    if server.get_object("v1", "namespaces", "", SYSTEM_NAMESPACE) is None:
+        server.create_direct("v1", "Namespace", {"metadata": {"name": SYSTEM_NAMESPACE}})
+    for doc in builtin_runtime_documents():
+        runtime = dict(doc)
+        meta = dict(runtime.get("metadata") or {})  # type: ignore[call-overload]
+        meta["labels"] = {
+            **meta.get("labels", {}),
+            c.LABEL_WEBHOOK_VALIDATION: c.WEBHOOK_VALIDATION_DISABLED,
+        }
+        runtime["metadata"] = meta
+        if (
+            server.get_object(c.API_VERSION, c.PLURAL_CLUSTER_TRAINING_RUNTIMES, "", meta["name"])
+            is None
+        ):
+            server.create_direct(c.API_VERSION, c.KIND_CLUSTER_TRAINING_RUNTIME, runtime)
+
+
+async def start_local_plane(
+    *,
+    work_dir: Path,
+    state_file: str | None = None,
+    port: int = 0,
+    on_log: Callable[[str, str, str], None] | None = None,
+    state_dir: Path | None = None,
+) -> LocalPlane:
+    server = APIServer(port=port, state_file=state_file)
+    await server.start()
+    install_basics(server)
+    webhook_port = free_port()
+    for config in webhook_configurations(webhook_port):
+        # (Re)registered at every start: the webhook's port is new each time.
+        server.create_direct(config["apiVersion"], config["kind"], config)
+    tmp = None
+    if state_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="trainer-local-")
+        state_dir = Path(tmp.name)
+    kubeconfig = state_dir / "kubeconfig"
+    server.write_kubeconfig(str(kubeconfig))
+    api = await new_api_client(str(kubeconfig))
+    kube = Kube(api)
+    stop = asyncio.Event()
+    ready = asyncio.Event()
+    controller_state = ProcessState()
+    controller = asyncio.create_task(
+        run_controller(
+            api,
+            local_config(webhook_port),
+            stop,
+            options=ProcessOptions(webhook=True, webhook_extra_hosts=("127.0.0.1",)),
+            ready=ready,
+            state=controller_state,
+        ),
+        name="controller",
+    )
+    executor = Executor(server.url, workdir=work_dir, state_dir=state_dir, on_log=on_log)
+    await executor.start()
+    await asyncio.wait(
+        {controller, asyncio.create_task(ready.wait())}, return_when=asyncio.FIRST_COMPLETED
+    )
+    if controller.done():
+        await controller  # raises why it stopped
+    plane = LocalPlane(
+        server, api, kube, executor, controller_state, work_dir, stop, [controller], tmp
+    )
+    await _wait_webhook_ready(plane)
+    return plane
+
+
+async def _wait_webhook_ready(plane: LocalPlane, timeout: float = 30.0) -> None:
+    """Until the caBundle is injected, the API server cannot call the webhook."""
+
+    def injected() -> bool:
+        config = plane.server.get_object(
+            "admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", "", VALIDATING
+        )
+        return bool(
+            config and all(h.get("clientConfig", {}).get("caBundle") for h in config["webhooks"])
+        )
+
+    changed = asyncio.Event()
+    plane.server.store.on_write.append(lambda _ev: changed.set())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not injected():
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise TimeoutError("the admission webhook did not become ready")
+        changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), remaining)

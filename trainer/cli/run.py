@@ -1,0 +1,226 @@
+"""``trainer run`` and ``trainer up``: a TrainJob end to end on the local control plane."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from trainer.api import constants as c
+from trainer.api.load import ObjectError
+from trainer.cli.files import read_documents
+from trainer.cli.localplane import LocalPlane, start_local_plane
+from trainer.kube import resources as r
+from trainer.kube.rest import APIError
+from trainer.observability.logging import setup_logging
+
+PLURALS = {
+    c.KIND_TRAINJOB: r.TRAINJOBS,
+    c.KIND_TRAINING_RUNTIME: r.TRAINING_RUNTIMES,
+    c.KIND_CLUSTER_TRAINING_RUNTIME: r.CLUSTER_TRAINING_RUNTIMES,
+}
+
+
+class Printer:
+    """Progress and pod logs, one line each, flushed at once."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def line(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.1f}s] {text}", flush=True)
+
+    def log(self, pod: str, container: str, text: str) -> None:
+        print(f"{pod} | {text}", end="" if text.endswith("\n") else "\n", flush=True)
+
+
+def _state(job: dict[str, Any]) -> str:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("status") == "True":
+            return str(cond.get("type"))
+    return "Created"
+
+
+def _jobs_summary(job: dict[str, Any]) -> str:
+    parts = []
+    for js in (job.get("status") or {}).get("jobsStatus") or []:
+        parts.append(
+            f"{js['name']}: active {js['active']} ready {js['ready']} "
+            f"succeeded {js['succeeded']} failed {js['failed']}"
+        )
+    return "; ".join(parts)
+
+
+async def _apply_all(plane: LocalPlane, docs: list[Any], namespace: str) -> list[tuple[str, str]]:
+    """Create the runtimes first, then the TrainJobs; returns the TrainJobs' (ns, name)."""
+    jobs: list[tuple[str, str]] = []
+    ordered = sorted(docs, key=lambda d: d.data.get("kind") == c.KIND_TRAINJOB)
+    for doc in ordered:
+        obj = dict(doc.data)
+        kind = obj.get("kind")
+        gvr = PLURALS.get(str(kind))
+        if gvr is None:
+            raise typer.BadParameter(f"{doc.label}: {kind} is not a TrainJob or a runtime")
+        meta = dict(obj.get("metadata") or {})
+        if gvr.namespaced:
+            meta.setdefault("namespace", namespace)
+        obj["metadata"] = meta
+        await plane.kube.create(obj, gvr=gvr)
+        if kind == c.KIND_TRAINJOB:
+            jobs.append((meta["namespace"], meta["name"]))
+    return jobs
+
+
+async def _follow(
+    plane: LocalPlane, jobs: list[tuple[str, str]], printer: Printer, timeout: float | None
+) -> int:
+    """Print progress until every TrainJob finished; 0 when all completed, 1 otherwise."""
+    changed = asyncio.Event()
+    plane.server.store.on_write.append(lambda _ev: changed.set())
+    last: dict[tuple[str, str], str] = {}
+    deadline = time.monotonic() + timeout if timeout else None
+    while True:
+        finished: dict[tuple[str, str], str] = {}
+        for ns, name in jobs:
+            job = plane.server.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, ns, name) or {}
+            state = _state(job)
+            summary = f"TrainJob {ns}/{name}: {state}" + (
+                f" ({_jobs_summary(job)})" if _jobs_summary(job) else ""
+            )
+            if last.get((ns, name)) != summary:
+                printer.line(summary)
+                last[(ns, name)] = summary
+            if state in (c.COND_COMPLETE, c.COND_FAILED):
+                finished[(ns, name)] = state
+                if state == c.COND_FAILED:
+                    cond = next(
+                        x for x in job["status"]["conditions"] if x["type"] == c.COND_FAILED
+                    )
+                    if last.get(("failed", name)) is None:
+                        printer.line(
+                            f"TrainJob {ns}/{name} failed: {cond['reason']}: {cond['message']}"
+                        )
+                        last[("failed", name)] = "1"
+        if len(finished) == len(jobs):
+            return 0 if all(s == c.COND_COMPLETE for s in finished.values()) else 1
+        wait = None if deadline is None else deadline - time.monotonic()
+        if wait is not None and wait <= 0:
+            printer.line(f"timed out after {timeout:g}s")
+            return 2
+        changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), wait)
+
+
+async def _run(files: list[str], runtimes: list[str], namespace: str, timeout: float | None) -> int:
+    printer = Printer()
+    try:
+        docs = read_documents([*runtimes, *files])
+    except (ObjectError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    printer.line("starting the local control plane (API server, webhook, controller, executor)")
+    plane = await start_local_plane(work_dir=Path.cwd(), on_log=printer.log)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        printer.line(f"API server at {plane.server.url}")
+        try:
+            jobs = await _apply_all(plane, docs, namespace)
+        except APIError as exc:
+            printer.line(f"rejected: {exc.message}")
+            return 1
+        if not jobs:
+            typer.echo("error: no TrainJob in the given files", err=True)
+            return 2
+        follow = asyncio.create_task(_follow(plane, jobs, printer, timeout))
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({follow, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if follow in done:
+            stopper.cancel()
+            return follow.result()
+        follow.cancel()
+        printer.line("interrupted; stopping")
+        return 130
+    finally:
+        await plane.close()
+
+
+def run(
+    files: Annotated[
+        list[str], typer.Option("--filename", "-f", help="TrainJob (and runtime) YAML; repeatable.")
+    ],
+    runtimes: Annotated[
+        list[str] | None,
+        typer.Option("--runtime", "-r", help="Runtime files to apply first; repeatable."),
+    ] = None,
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Namespace for objects without one.")
+    ] = "default",
+    timeout: Annotated[float | None, typer.Option(help="Give up after this many seconds.")] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log the control plane's own messages.")
+    ] = False,
+) -> None:
+    """Run TrainJobs end to end on a local control plane and exit with their result.
+
+    Starts the embedded API server, the admission webhook (HTTPS, registered through webhook
+    configurations), the controller and the executor (pods as local processes); applies the
+    built-in runtimes, --runtime files and the given files; shows progress and streams pod
+    logs prefixed by pod name. Exit status: 0 Complete, 1 Failed or rejected, 2 bad input or
+    timeout, 130 interrupted.
+    """
+    setup_logging("DEBUG" if verbose else "WARNING", "text")
+    code = asyncio.run(_run(files, runtimes or [], namespace, timeout))
+    raise typer.Exit(code)
+
+
+async def _up(kubeconfig: Path, state_file: str | None, port: int) -> None:
+    printer = Printer()
+    plane = await start_local_plane(
+        work_dir=Path.cwd(), state_file=state_file, port=port, on_log=printer.log
+    )
+    plane.server.write_kubeconfig(str(kubeconfig))
+    printer.line(f"local control plane ready: API server {plane.server.url}")
+    printer.line(f"kubeconfig: {kubeconfig}  (export KUBECONFIG={kubeconfig})")
+    printer.line(
+        "built-in runtimes: "
+        + ", ".join(
+            o["metadata"]["name"]
+            for o in plane.server.objects(c.API_VERSION, c.PLURAL_CLUSTER_TRAINING_RUNTIMES)
+        )
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        printer.line("stopping")
+    finally:
+        await plane.close()
+
+
+def up(
+    kubeconfig: Annotated[Path, typer.Option(help="Where to write the kubeconfig.")] = Path(
+        "trainer-local.kubeconfig"
+    ),
+    state_file: Annotated[
+        str | None, typer.Option(help="SQLite file keeping objects across restarts.")
+    ] = None,
+    port: Annotated[int, typer.Option(help="API server port on 127.0.0.1 (0: any).")] = 0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Start the local control plane and leave it running (kubectl, the Kubeflow SDK and
+    `trainer` commands work against the kubeconfig it writes) until SIGINT/SIGTERM."""
+    setup_logging("DEBUG" if verbose else "INFO", "text")
+    asyncio.run(_up(kubeconfig, state_file, port))
+    sys.exit(0)
