@@ -207,6 +207,7 @@ async def start_local_plane(
     plane = LocalPlane(
         server, api, kube, executor, controller_state, work_dir, stop, [controller], tmp
     )
+    await asyncio.wait_for(controller_state.webhook_serving.wait(), 30)
     await _wait_webhook_ready(plane)
     return plane
 
@@ -215,12 +216,15 @@ async def _wait_webhook_ready(plane: LocalPlane, timeout: float = 30.0) -> None:
     """Until the caBundle is injected, the API server cannot call the webhook."""
 
     def injected() -> bool:
-        config = plane.server.get_object(
-            "admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", "", VALIDATING
-        )
-        return bool(
-            config and all(h.get("clientConfig", {}).get("caBundle") for h in config["webhooks"])
-        )
+        for kind, name in (
+            ("validatingwebhookconfigurations", VALIDATING),
+            ("mutatingwebhookconfigurations", MUTATING),
+        ):
+            config = plane.server.get_object("admissionregistration.k8s.io/v1", kind, "", name)
+            hooks = (config or {}).get("webhooks") or []
+            if not hooks or not all(h.get("clientConfig", {}).get("caBundle") for h in hooks):
+                return False
+        return True
 
     changed = asyncio.Event()
     plane.server.store.on_write.append(lambda _ev: changed.set())

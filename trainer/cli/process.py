@@ -9,7 +9,7 @@ import contextlib
 import logging
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.api import constants as c
@@ -67,6 +67,8 @@ class ProcessState:
     controller: Controller | None = None
     metrics: Metrics | None = None
     elector: LeaderElector | None = None
+    webhook_serving: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the webhook accepts connections with its certificate."""
 
 
 async def run_controller(
@@ -111,7 +113,7 @@ async def run_controller(
         if options.webhook:
             tasks.append(
                 asyncio.create_task(
-                    _webhook(api, config, namespace, stop, readiness, options, controller),
+                    _webhook(api, config, namespace, stop, readiness, options, controller, state),
                     name="webhook",
                 )
             )
@@ -192,6 +194,7 @@ async def _webhook(
     readiness: HealthChecks,
     options: ProcessOptions,
     controller: Controller,
+    state: ProcessState,
 ) -> None:
     def cached_runtime(kind: str, ns: str, name: str) -> dict[str, object] | None:
         if kind == c.KIND_CLUSTER_TRAINING_RUNTIME:
@@ -199,6 +202,7 @@ async def _webhook(
         return controller.caches.runtimes.get(ns, name)
 
     started: asyncio.Future[RunningWebhook] = asyncio.get_running_loop().create_future()
+    started.add_done_callback(lambda _f: state.webhook_serving.set())
 
     def certs_ready() -> None:
         if not started.done():

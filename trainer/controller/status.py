@@ -182,7 +182,9 @@ def _progress(
     elif suspended:
         running = _cond(COND_RUNNING, False, "Suspended", c.MSG_SUSPENDED, stamp)
         pending = _cond(COND_PENDING, False, "Suspended", c.MSG_SUSPENDED, stamp)
-    elif has_jobset and working:
+    elif has_jobset and (working or is_true(conds, COND_RUNNING)):
+        # Once running, a TrainJob stays Running until it finishes or is suspended (pods
+        # between finishing and their Job completing are not "pending" again).
         text = f"{working} of {total} replicated jobs have ready or finished pods"
         running = _cond(COND_RUNNING, True, "JobsRunning", text, stamp)
         pending = _cond(COND_PENDING, False, "JobsRunning", text, stamp)
