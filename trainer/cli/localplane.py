@@ -179,6 +179,7 @@ async def start_local_plane(
     if state_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="trainer-local-")
         state_dir = Path(tmp.name)
+    state_dir.mkdir(parents=True, exist_ok=True)
     kubeconfig = state_dir / "kubeconfig"
     server.write_kubeconfig(str(kubeconfig))
     api = await new_api_client(str(kubeconfig))

@@ -103,14 +103,21 @@ class JobController:
         suspended = bool(spec.get("suspend"))
         live = [p for p in pods if pod_phase(p) not in ("Succeeded", "Failed")]
         succeeded_idx = sorted({pod_index(p) for p in pods if pod_phase(p) == "Succeeded"})
+        # Like the Job controller: failed pods, plus container restarts of pods restarted in
+        # place (restartPolicy OnFailure), count toward backoffLimit.
         failed = sum(1 for p in pods if pod_phase(p) == "Failed")
+        restarts = sum(
+            int(cs.get("restartCount") or 0)
+            for p in pods
+            for cs in (p.get("status") or {}).get("containerStatuses") or []
+        )
         finished = job_finished(job)
 
         if suspended or finished:
             for pod in live:
                 await self._delete_pod(pod)
             live = []
-        elif failed > backoff_limit:
+        elif failed + restarts > backoff_limit:
             for pod in live:
                 await self._delete_pod(pod)
             live = []

@@ -16,13 +16,13 @@ from typing import Any
 from trainer.local.executor.cache import Cache
 from trainer.local.executor.client import ClientError, LocalClient
 from trainer.local.executor.job import job_condition, job_finished, now
+from trainer.local.executor.podenv import LOCAL_PORTS
 
 log = logging.getLogger(__name__)
 
 P = "jobset.sigs.k8s.io/"
 JOBSET_NAME = P + "jobset-name"
 MANAGED_BY_JOBSET = "jobset.sigs.k8s.io/jobset-controller"
-LOCAL_PORTS = "trainer.kubeflow.org/local-ports"
 TRAINER_PORT = 29500
 FIELD_MANAGER = "jobset-controller"
 

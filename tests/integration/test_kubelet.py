@@ -1,0 +1,499 @@
+"""The local kubelet against the embedded API server: pods created through the API (with the
+labels and annotations a Job controller gives them) run as local processes; their status,
+logs, volumes, env, DNS / port rewrites and deletion are checked through the API and the
+processes themselves. Waits are on API writes (store.on_write), log lines or process exit
+(pidfd), never on sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainer.local.apiserver import APIServer
+from trainer.local.apiserver.store import Event
+from trainer.local.executor.client import LocalClient, path
+from trainer.local.executor.kubelet import Kubelet
+from trainer.local.executor.podenv import LOCAL_PORTS
+
+PY = sys.executable
+NS = "default"
+INDEX_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+
+
+@dataclass
+class Env:
+    server: APIServer
+    client: LocalClient
+    kubelet: Kubelet
+    state_dir: Path
+    lines: list[tuple[str, str, str]] = field(default_factory=list)
+    line_added: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def until(self, check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
+        """Wait until ``check()`` is truthy, re-checking after every API write."""
+        changed = asyncio.Event()
+
+        def wake(_ev: Event) -> None:
+            changed.set()
+
+        self.server.store.on_write.append(wake)
+        try:
+            async with asyncio.timeout(timeout):
+                while not (result := check()):
+                    changed.clear()
+                    await changed.wait()
+                return result
+        except TimeoutError:
+            raise AssertionError(f"timed out waiting for {what}: {self.pod_now()}") from None
+        finally:
+            self.server.store.on_write.remove(wake)
+
+    def pod_now(self, name: str = "") -> Any:
+        if not name:
+            return [p.get("status") for p in self.server.objects("v1", "Pod")]
+        return self.server.get_object("v1", "pods", NS, name)
+
+    def phase(self, name: str) -> str:
+        return str(((self.pod_now(name) or {}).get("status") or {}).get("phase"))
+
+    async def finished(self, name: str) -> dict[str, Any]:
+        await self.until(lambda: self.phase(name) in ("Succeeded", "Failed"), f"{name} to end")
+        pod: dict[str, Any] = self.pod_now(name)
+        return pod
+
+    async def ready(self, name: str) -> dict[str, Any]:
+        def check() -> bool:
+            conditions = ((self.pod_now(name) or {}).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+        await self.until(check, f"{name} to be ready")
+        pod: dict[str, Any] = self.pod_now(name)
+        return pod
+
+    async def line(self, match: Callable[[str], bool], timeout: float = 10.0) -> str:
+        """The first log line (passed to on_log) that ``match`` accepts."""
+        async with asyncio.timeout(timeout):
+            while True:
+                for _pod, _container, text in self.lines:
+                    if match(text):
+                        return text
+                self.line_added.clear()
+                await self.line_added.wait()
+
+    async def log(self, name: str, container: str = "main") -> str:
+        text = await self.client.request(
+            "GET", path("v1", "pods", NS, name, "log"), params={"container": container}
+        )
+        return str(text or "")
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    server = APIServer()
+    await server.start()
+    client = LocalClient(server.url)
+    (tmp_path / "work").mkdir()
+    kubelet: Kubelet
+    holder: list[Env] = []
+
+    def on_log(pod: str, container: str, line: str) -> None:
+        holder[0].lines.append((pod, container, line))
+        holder[0].line_added.set()
+
+    kubelet = Kubelet(
+        client, workdir=tmp_path / "work", state_dir=tmp_path / "state", on_log=on_log
+    )
+    e = Env(server, client, kubelet, tmp_path / "state")
+    holder.append(e)
+    task = asyncio.create_task(kubelet.run())
+    try:
+        async with asyncio.timeout(5):
+            await kubelet.synced.wait()
+        yield e
+    finally:
+        await kubelet.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await client.close()
+        await server.stop()
+
+
+def pod(
+    name: str,
+    command: list[str] | None,
+    *,
+    index: int = 0,
+    subdomain: str = "",
+    ports: dict[str, int] | None = None,
+    container: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A pod as the executor's Job controller creates it."""
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": "demo",
+        "jobset.sigs.k8s.io/replicatedjob-name": "node",
+        "batch.kubernetes.io/job-name": "demo-node-0",
+        "batch.kubernetes.io/job-completion-index": str(index),
+    }
+    annotations = {"batch.kubernetes.io/job-completion-index": str(index)}
+    if ports:
+        annotations[LOCAL_PORTS] = json.dumps(ports)
+    main: dict[str, Any] = {"name": "main", "image": "python:3.11-slim", **(container or {})}
+    if command is not None:
+        main["command"] = command
+    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [main], **spec}
+    if subdomain:
+        pod_spec["subdomain"] = subdomain
+        pod_spec.setdefault("hostname", f"demo-node-0-{index}")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": labels, "annotations": annotations},
+        "spec": pod_spec,
+    }
+
+
+def status_of(p: dict[str, Any], container: str = "main") -> dict[str, Any]:
+    statuses = [
+        *(p["status"].get("initContainerStatuses") or []),
+        *(p["status"].get("containerStatuses") or []),
+    ]
+    found: dict[str, Any] = next(s for s in statuses if s["name"] == container)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def wait_exit(pid: int, timeout: float = 10.0) -> None:
+    """Wait for a process to end (pidfd: readable once it has exited), then check it is gone
+    or a zombie (a reparented orphan may be reaped late by PID 1)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await asyncio.wait_for(exited, timeout)
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return
+    assert state in ("Z", "X"), f"process {pid} still runs (state {state})"
+
+
+async def test_pod_succeeds_and_its_log_is_served(env: Env) -> None:
+    await env.client.create(pod("hello", [PY, "-c", "print('hi'); print('there')"]), "pods")
+    p = await env.finished("hello")
+    status = p["status"]
+    assert status["phase"] == "Succeeded"
+    assert status["podIP"] == status["hostIP"] == "127.0.0.1"
+    assert status["startTime"]
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions == {
+        "PodScheduled": "True",
+        "Initialized": "True",
+        "ContainersReady": "False",
+        "Ready": "False",
+    }
+    main = status_of(p)
+    assert main["restartCount"] == 0
+    terminated = main["state"]["terminated"]
+    assert terminated["exitCode"] == 0
+    assert terminated["reason"] == "Completed"
+    assert terminated["startedAt"] and terminated["finishedAt"]
+    assert main["containerID"].startswith("local://")
+    assert await env.log("hello") == "hi\nthere\n"
+    assert ("hello", "main", "hi") in env.lines
+
+
+async def test_failing_command_fails_the_pod_with_its_exit_code(env: Env) -> None:
+    code = "import sys; print('about to fail', file=sys.stderr); sys.exit(3)"
+    await env.client.create(
+        pod(
+            "bad", [PY, "-c", code], container={"terminationMessagePolicy": "FallbackToLogsOnError"}
+        ),
+        "pods",
+    )
+    p = await env.finished("bad")
+    assert p["status"]["phase"] == "Failed"
+    terminated = status_of(p)["state"]["terminated"]
+    assert terminated["exitCode"] == 3
+    assert terminated["reason"] == "Error"
+    assert terminated["message"] == "about to fail"
+    assert await env.log("bad") == "about to fail\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "container", "expected"),
+    [
+        (
+            ["no-such-tool-xyz", "--epochs", "2"],
+            {},
+            'exec: "no-such-tool-xyz": executable file not found in $PATH '
+            "(command: no-such-tool-xyz --epochs 2)",
+        ),
+        (None, {}, "container 'main' has neither command nor args"),
+    ],
+)
+async def test_a_command_that_cannot_run_fails_the_pod_clearly(
+    env: Env, command: list[str] | None, container: dict[str, Any], expected: str
+) -> None:
+    # OnFailure would restart a failing process; a missing executable fails at once.
+    await env.client.create(
+        pod("cannot", command, container=container, restartPolicy="OnFailure"), "pods"
+    )
+    p = await env.finished("cannot")
+    assert p["status"]["phase"] == "Failed"
+    terminated = status_of(p)["state"]["terminated"]
+    assert terminated["reason"] == "ContainerCannotRun"
+    assert expected in terminated["message"]
+    assert "python:3.11-slim" in terminated["message"]
+    assert expected in await env.log("cannot")
+
+
+async def test_config_map_volume_is_readable_at_its_mount_path(env: Env) -> None:
+    await env.client.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": NS},
+            "data": {"train.yaml": "lr: 0.1\n", "other": "x"},
+        },
+        "configmaps",
+    )
+    code = (
+        "import os, stat, sys; p = sys.argv[1]; "
+        "print(open(p).read().strip(), oct(stat.S_IMODE(os.stat(p).st_mode)), "
+        "os.environ['CONFIG'] == p, os.environ['TRAINER_LOCAL_MOUNT_CONFIG'] in p)"
+    )
+    spec = pod(
+        "reads-config",
+        [PY, "-c", code, "/etc/trainer/conf/train.yaml"],
+        container={
+            "env": [{"name": "CONFIG", "value": "/etc/trainer/conf/train.yaml"}],
+            "volumeMounts": [{"name": "config", "mountPath": "/etc/trainer"}],
+        },
+        volumes=[
+            {
+                "name": "config",
+                "configMap": {
+                    "name": "settings",
+                    "items": [{"key": "train.yaml", "path": "conf/train.yaml", "mode": 0o440}],
+                },
+            }
+        ],
+    )
+    await env.client.create(spec, "pods")
+    p = await env.finished("reads-config")
+    assert p["status"]["phase"] == "Succeeded", await env.log("reads-config")
+    assert await env.log("reads-config") == "lr: 0.1 0o440 True True\n"
+
+
+async def test_env_from_a_secret(env: Env) -> None:
+    await env.client.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "creds", "namespace": NS},
+            "data": {
+                "token": base64.b64encode(b"s3cr3t").decode(),
+                "USER": base64.b64encode(b"alice").decode(),
+            },
+        },
+        "secrets",
+    )
+    code = (
+        "import os; print(os.environ['TOKEN'], os.environ['HF_USER'], os.environ['RANK'], "
+        "os.environ['HOSTNAME'], os.environ['SHOWN'])"
+    )
+    container = {
+        "envFrom": [{"secretRef": {"name": "creds"}, "prefix": "HF_"}],
+        "env": [
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
+            {
+                "name": "RANK",
+                "valueFrom": {"fieldRef": {"fieldPath": INDEX_PATH}},
+            },
+            {"name": "SHOWN", "value": "user=$(HF_USER)"},
+        ],
+    }
+    await env.client.create(
+        pod("secret-env", [PY, "-c", code], index=1, subdomain="demo", container=container),
+        "pods",
+    )
+    p = await env.finished("secret-env")
+    assert p["status"]["phase"] == "Succeeded", await env.log("secret-env")
+    assert await env.log("secret-env") == "s3cr3t alice 1 demo-node-0-1 user=alice\n"
+
+
+async def test_init_container_and_restart_on_failure(env: Env) -> None:
+    # The init container writes into an emptyDir; the main container fails once (no marker
+    # yet), is restarted in place and then succeeds.
+    init = {
+        "name": "prepare",
+        "image": "busybox",
+        "command": [PY, "-c", "open('/scratch/data.txt', 'w').write('ready')"],
+        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+    }
+    code = (
+        "import os, sys; m = '/scratch/marker'; print(open('/scratch/data.txt').read()); "
+        "done = os.path.exists(m); open(m, 'w').close(); sys.exit(0 if done else 1)"
+    )
+    spec = pod(
+        "restarts",
+        [PY, "-c", code],
+        container={"volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]},
+        restartPolicy="OnFailure",
+        initContainers=[init],
+        volumes=[{"name": "scratch", "emptyDir": {}}],
+    )
+    await env.client.create(spec, "pods")
+    p = await env.finished("restarts")
+    assert p["status"]["phase"] == "Succeeded"
+    main = status_of(p)
+    assert main["restartCount"] == 1
+    assert main["lastState"]["terminated"]["exitCode"] == 1
+    assert status_of(p, "prepare")["state"]["terminated"]["reason"] == "Completed"
+    assert await env.log("restarts") == "ready\nready\n"
+
+
+async def test_deleting_a_pod_kills_its_processes(env: Env) -> None:
+    code = (
+        "import subprocess, sys, time; "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "print('child', child.pid, flush=True); time.sleep(60)"
+    )
+    await env.client.create(pod("long", [PY, "-c", code], terminationGracePeriodSeconds=1), "pods")
+    line = await env.line(lambda text: text.startswith("child "))
+    child = int(line.split()[1])
+    running = await env.ready("long")
+    assert running["status"]["phase"] == "Running"
+    main = status_of(running)
+    assert "running" in main["state"]
+    leader = int(main["containerID"].removeprefix("local://"))
+    assert os.getpgid(child) == leader
+    assert await env.client.delete("v1", "pods", NS, "long")
+    await asyncio.gather(wait_exit(leader), wait_exit(child))
+
+
+async def test_stop_ends_every_process(env: Env) -> None:
+    await env.client.create(pod("sleeper", [PY, "-c", "import time; time.sleep(60)"]), "pods")
+    p = await env.ready("sleeper")
+    leader = int(status_of(p)["containerID"].removeprefix("local://"))
+    await env.kubelet.stop()
+    await wait_exit(leader)
+    assert env.kubelet._groups == set()
+
+
+async def test_pods_of_one_subdomain_talk_over_rewritten_names(env: Env) -> None:
+    host_port = free_port()
+    ports = {"29500": host_port}
+    listener = (
+        "import os, socket\n"
+        "port = int(os.environ['PORT'])\n"
+        "print('listening on', port, flush=True)\n"
+        "srv = socket.create_server(('127.0.0.1', port))\n"
+        "while True:\n"
+        "    conn, _ = srv.accept()\n"
+        "    data = conn.recv(100)\n"
+        "    if data:\n"
+        "        print('got', data.decode(), flush=True)\n"
+        "        conn.sendall(b'ack')\n"
+        "        break\n"
+    )
+    await env.client.create(
+        pod(
+            "server",
+            [PY, "-c", listener],
+            subdomain="demo",
+            ports=ports,
+            container={
+                "env": [{"name": "PORT", "value": "29500"}],
+                "ports": [{"containerPort": 29500, "name": "rdzv"}],
+                "readinessProbe": {"tcpSocket": {"port": "rdzv"}, "periodSeconds": 1},
+            },
+        ),
+        "pods",
+    )
+    await env.ready("server")
+    connector = (
+        "import socket, sys\n"
+        "host, port = sys.argv[1].rsplit(':', 1)\n"
+        "print('connecting to', host, port, flush=True)\n"
+        "s = socket.create_connection((host, int(port)), timeout=5)\n"
+        "s.sendall(sys.argv[2].encode())\n"
+        "print(s.recv(10).decode())\n"
+    )
+    await env.client.create(
+        pod(
+            "client",
+            [PY, "-c", connector, "demo-node-0-0.demo.default.svc.cluster.local:29500"],
+            index=1,
+            subdomain="demo",
+            ports=ports,
+            container={"args": ["hello-from-$(HOSTNAME)"]},
+        ),
+        "pods",
+    )
+    client = await env.finished("client")
+    server = await env.finished("server")
+    assert client["status"]["phase"] == "Succeeded", await env.log("client")
+    assert server["status"]["phase"] == "Succeeded", await env.log("server")
+    assert await env.log("client") == f"connecting to 127.0.0.1 {host_port}\nack\n"
+    assert await env.log("server") == (f"listening on {host_port}\ngot hello-from-$(HOSTNAME)\n")
+
+
+async def test_a_deletion_timestamp_ends_the_pod_and_reports_it(env: Env) -> None:
+    # A finalizer keeps the deleted pod in the API: the kubelet ends its processes (SIGTERM)
+    # and reports the final status.
+    spec = pod("kept", [PY, "-c", "import time; time.sleep(60)"])
+    spec["metadata"]["finalizers"] = ["example.com/keep"]
+    await env.client.create(spec, "pods")
+    leader = int(status_of(await env.ready("kept"))["containerID"].removeprefix("local://"))
+    await env.client.delete("v1", "pods", NS, "kept")
+    p = await env.finished("kept")
+    await wait_exit(leader)
+    assert p["status"]["phase"] == "Failed"
+    terminated = status_of(p)["state"]["terminated"]
+    assert (terminated["exitCode"], terminated.get("signal")) == (143, 15)
+
+
+async def test_pods_of_other_nodes_are_ignored(env: Env) -> None:
+    await env.client.create(pod("elsewhere", [PY, "-c", "print(1)"], nodeName="node-b"), "pods")
+    await env.client.create(pod("here", [PY, "-c", "print(2)"], nodeName="local"), "pods")
+    await env.finished("here")  # events arrive in order: "elsewhere" was seen first
+    assert env.pod_now("elsewhere")["status"] == {"phase": "Pending"}
+
+
+async def test_large_output_arrives_complete_and_in_order(env: Env) -> None:
+    code = "import sys\nfor i in range(20000): print('line', i, 'x' * 20)\n"
+    await env.client.create(pod("chatty", [PY, "-c", code]), "pods")
+    await env.finished("chatty")
+    expected = "".join(f"line {i} {'x' * 20}\n" for i in range(20000))
+    assert await env.log("chatty") == expected
+    assert sum(1 for p, _c, _l in env.lines if p == "chatty") == 20000
