@@ -10,7 +10,7 @@ from trainer.local.apiserver import APIServer
 
 def test_it_refuses_to_listen_beyond_loopback() -> None:
     with pytest.raises(ValueError, match="loopback only"):
-        APIServer(host="0.0.0.0")  # noqa: S104 - the point of the test
+        APIServer(host="0.0.0.0")
 
 
 async def test_a_bearer_token_is_required_when_set() -> None:

@@ -234,16 +234,20 @@ class Reconciler:
         requeue: float | None = None
         error: Exception | None = None
         deadline_exceeded = False
+        written: list[dict[str, Any]] = []
 
         if not is_finished(job):
             runtime, unsupported, failure = self._runtime(job)
             if runtime is not None:
                 try:
-                    jobset, requeue = await self._apply_objects(job, runtime, jobset)
+                    jobset, requeue = await self._apply_objects(job, runtime, jobset, written)
                 except BuildError as exc:
                     failure = BuildFailure("BuildError", str(exc))
                 except APIError as exc:
-                    failure = BuildFailure("ApplyFailed", f"{exc.reason}: {exc.message}")
+                    # Transient answers (conflicts, throttling, server errors) are retried with
+                    # backoff and stay out of the status; what retrying cannot fix is shown.
+                    if not (exc.is_retryable or exc.is_conflict):
+                        failure = BuildFailure("ApplyFailed", f"{exc.reason}: {exc.message}")
                     error = exc
             elif failure is not None and failure.reason == "RuntimeNotFound":
                 requeue = RUNTIME_RETRY_SECONDS
@@ -264,7 +268,11 @@ class Reconciler:
             deadline_exceeded=deadline_exceeded,
             runtime_missing=unsupported,
         )
-        await self._write_status(job, data, status.to_wire())
+        if not await self._write_status(job, data, status.to_wire()):
+            # Deleted while this reconcile ran: what it applied may postdate the deletion, and
+            # a garbage collector only collects dependents it sees when the owner goes.
+            await self._delete_written(written)
+            return Result()
         if failure is not None:
             await self.events.record(
                 data,
@@ -278,9 +286,16 @@ class Reconciler:
         return Result(requeue_after=requeue)
 
     async def _apply_objects(
-        self, job: TrainJob, runtime: Runtime, jobset: dict[str, Any] | None
+        self,
+        job: TrainJob,
+        runtime: Runtime,
+        jobset: dict[str, Any] | None,
+        written: list[dict[str, Any]],
     ) -> tuple[dict[str, Any] | None, float | None]:
-        """Apply what changed; returns the JobSet as now known and a requeue delay."""
+        """Apply what changed; returns the JobSet as now known and a requeue delay. Every
+        object the API returned from an apply is appended to ``written`` and recorded in its
+        watch cache, so the next reconcile reads what was written even before the watch
+        delivers it (no second apply, no status patch from a stale TrainJob)."""
         assert job.metadata is not None
         namespace, name = job.metadata.namespace or "default", job.metadata.name or ""
         objects = render(job, runtime, observed=self._observed(job, jobset), ctx=self.ctx)
@@ -303,6 +318,10 @@ class Reconciler:
             elif kind != c.KIND_JOBSET and unchanged(self._cached(obj), obj):
                 continue
             applied = await self.kube.apply(obj, FIELD_MANAGER, force=True)
+            written.append(applied)
+            informer = self._informer_for(obj)
+            if informer is not None:
+                informer.record_write(applied)
             if kind == c.KIND_JOBSET:
                 if jobset is None:
                     await self.events.record(
@@ -315,18 +334,27 @@ class Reconciler:
                 jobset = applied
         return jobset, None
 
-    def _cached(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        meta = obj.get("metadata") or {}
-        ns, name = meta.get("namespace"), meta.get("name", "")
-        if obj["kind"] == "ConfigMap":
-            return self.caches.config_maps.get(ns, name)
-        if obj["kind"] == "Secret":
-            return self.caches.secrets.get(ns, name)
-        if obj["kind"] == c.KIND_POD_GROUP:
+    def _informer_for(self, obj: dict[str, Any]) -> Informer | None:
+        """The watch cache that holds objects like ``obj`` (None for a kind not cached)."""
+        kind = obj["kind"]
+        if kind == c.KIND_JOBSET:
+            return self.caches.jobsets
+        if kind == "ConfigMap":
+            return self.caches.config_maps
+        if kind == "Secret":
+            return self.caches.secrets
+        if kind == c.KIND_POD_GROUP:
             for inf in self.caches.pod_groups:
                 if inf.gvr.api_version == obj.get("apiVersion"):
-                    return inf.get(ns, name)
+                    return inf
         return None
+
+    def _cached(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        informer = self._informer_for(obj)
+        if informer is None:
+            return None
+        meta = obj.get("metadata") or {}
+        return informer.get(meta.get("namespace"), meta.get("name", ""))
 
     async def _delete_jobset(self, namespace: str, name: str) -> None:
         if self.caches.jobsets.get(namespace, name) is not None:
@@ -334,18 +362,44 @@ class Reconciler:
 
     async def _write_status(
         self, job: TrainJob, data: dict[str, Any], status: dict[str, Any]
-    ) -> None:
+    ) -> bool:
+        """Merge-patch ``/status`` when it changed. False when the TrainJob no longer exists
+        (deleted since the cache saw it: not an error, its DELETED event is on the way)."""
         current = data.get("status") or {}
         if current == status:
-            return
+            return True
         assert job.metadata is not None
-        await self.kube.patch_status(
-            r.TRAINJOBS,
-            job.metadata.namespace or "default",
-            job.metadata.name or "",
-            {"status": status},
-        )
+        try:
+            patched = await self.kube.patch_status(
+                r.TRAINJOBS,
+                job.metadata.namespace or "default",
+                job.metadata.name or "",
+                {"status": status},
+            )
+        except APIError as exc:
+            if exc.is_not_found:
+                log.info("TrainJob %s/%s was deleted", job.metadata.namespace, job.metadata.name)
+                return False
+            raise
+        self.caches.trainjobs.record_write(patched)
         await self._transition_events(data, current, status)
+        return True
+
+    async def _delete_written(self, written: list[dict[str, Any]]) -> None:
+        """Delete the objects this reconcile applied for a TrainJob that turned out to be
+        deleted (each only while it is still the object written: UID precondition). A
+        garbage collector removes them too when it notices their owner is gone; deleting
+        them here does not depend on that. Failures are logged: the objects are orphans
+        either way."""
+        for obj in written:
+            meta = obj.get("metadata") or {}
+            namespace, name = meta.get("namespace"), str(meta.get("name") or "")
+            try:
+                await self.kube.delete(
+                    r.gvr_of(obj), namespace, name, preconditions={"uid": str(meta.get("uid"))}
+                )
+            except (APIError, KeyError) as exc:
+                log.warning("could not delete %s %s/%s: %s", obj.get("kind"), namespace, name, exc)
 
     async def _transition_events(
         self, data: dict[str, Any], old: dict[str, Any], new: dict[str, Any]

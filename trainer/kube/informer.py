@@ -15,7 +15,10 @@ change:
   coscheduling and Volcano schedulers): a 404 on list leaves the cache empty and the list is
   retried every ``discovery_interval`` seconds;
 - ``resync_period`` re-emits MODIFIED for every cached object periodically (controller-runtime's
-  resync), so a reconciler also re-checks objects whose events it may have dropped.
+  resync), so a reconciler also re-checks objects whose events it may have dropped;
+- :meth:`Informer.record_write` puts the answer to a write of this process into the cache ahead
+  of its watch event (client-go's mutation cache), so a reconcile that follows reads what the
+  previous one wrote instead of writing it again.
 
 Handlers are synchronous ``(event_type, obj, old)`` callables run on the event loop; keep them
 cheap (enqueue a key). The emitted type follows the cache, not the wire: an ADDED for a cached
@@ -78,6 +81,16 @@ def key_of(obj: Obj) -> Key:
 
 def _rv(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _rv_number(rv: str) -> int | None:
+    """A resourceVersion as a number (None when it is not one). resourceVersions are opaque to
+    clients in general, but every API server (etcd revisions, and the local one) issues
+    increasing integers, which client-go's mutation cache relies on too."""
+    try:
+        return int(rv)
+    except ValueError:
+        return None
 
 
 def _controller_uid(obj: Obj) -> str | None:
@@ -161,6 +174,50 @@ class Informer:
 
     def __len__(self) -> int:
         return len(self._cache)
+
+    def record_write(self, obj: Obj) -> bool:
+        """Put ``obj``, the API's answer to a write this process just made, into the cache
+        ahead of its watch event, so the next read does not go back to the version before the
+        write (client-go's mutation cache). Returns whether it was stored.
+
+        Skipped when the watch already delivered this resourceVersion or a later one (the cache
+        is then at least as new, and the object may even have been deleted since), for an
+        object this informer does not watch (other namespace, or not matching its selectors),
+        and while the resource is not served (the next list, served or not, decides).
+        When the watch event for the write arrives it carries the same resourceVersion and is
+        not reported again; every other change still arrives as its own event. Handlers are not
+        called: the writer knows what it wrote."""
+        rv = _rv_number(_rv(obj))
+        if rv is None or rv <= (_rv_number(self.resource_version) or 0):
+            return False
+        if not self.served or not self._watches(obj):
+            return False
+        key = key_of(obj)
+        cached = self._cache.get(key)
+        if cached is not None and (_rv_number(_rv(cached)) or 0) >= rv:
+            return False
+        self._store(key, obj)
+        return True
+
+    def _watches(self, obj: Obj) -> bool:
+        """Whether ``obj`` is in this informer's scope (simple label selectors only: ``k``,
+        ``k=v``, comma-separated; anything else counts as not watched)."""
+        if self.field_selector:
+            return False
+        namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+        if self.namespace is not None and namespace != self.namespace:
+            return False
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        for raw in (self.label_selector or "").split(","):
+            term = raw.strip()
+            if not term:
+                continue
+            key, eq, value = term.partition("=")
+            if any(ch in term for ch in "!<>() ") or value.startswith("="):
+                return False
+            if key not in labels or (eq and labels[key] != value):
+                return False
+        return True
 
     # --- lifecycle --------------------------------------------------------------------------
     def add_handler(self, handler: Handler) -> None:
