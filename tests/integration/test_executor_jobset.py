@@ -233,3 +233,29 @@ async def test_suspend_and_resume(env: tuple[Plane, Executor]) -> None:
         what="Resumed",
     )
     assert any(c["reason"] == "ResumeJobs" for c in status["conditions"])
+
+
+async def test_jobset_webhook_rules_are_enforced(env: tuple[Plane, Executor]) -> None:
+    from trainer.kube import resources as r  # noqa: PLC0415
+    from trainer.kube.rest import APIError  # noqa: PLC0415
+
+    long_name = "a" * 50  # a-...-node-0-0-abcde is longer than 63
+    with pytest.raises(APIError) as err:
+        await create_jobset(plane := env[0], long_name, [rjob("node")])
+    assert err.value.status == 403
+    assert "vjobset.kb.io" in err.value.message and "63" in err.value.message
+    await create_jobset(plane, "frozen", [rjob("node")], suspend=True)
+    # While suspended, nodeSelector may change; the image may not.
+    patch_ok = {"spec": {"replicatedJobs": [rjob("node")]}}
+    patch_ok["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "nodeSelector"
+    ] = {"pool": "a"}
+    await plane.kube.patch(r.JOBSETS, "default", "frozen", patch_ok)
+    patch_bad = {"spec": {"replicatedJobs": [rjob("node")]}}
+    patch_bad["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0][
+        "image"
+    ] = "other"
+    with pytest.raises(APIError) as immutable:
+        await plane.kube.patch(r.JOBSETS, "default", "frozen", patch_bad)
+    assert immutable.value.status == 403
+    assert "field is immutable" in immutable.value.message

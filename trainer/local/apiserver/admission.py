@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import jsonpatch
 
+from trainer.api.errors import format_errors
 from trainer.api.openapi import apply_defaults, prune, validate
-from trainer.local.apiserver import builtin, crd
+from trainer.local.apiserver import builtin, crd, jobset_webhook
 from trainer.local.apiserver.errors import APIError, bad_request, invalid
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import parse_label_selector
@@ -118,6 +119,20 @@ class Admission:
             errors += validate(rt.schema, obj, old) if old is not None else validate(rt.schema, obj)
             if errors:
                 raise invalid(rt.kind, rt.group, name, errors)
+        if rt.group == "jobset.x-k8s.io" and rt.kind == "JobSet":
+            # JobSet's own validating webhook (vjobset.kb.io), built in.
+            denied = (
+                jobset_webhook.validate_create(obj)
+                if old is None
+                else jobset_webhook.validate_update(obj, old)
+            )
+            if denied:
+                raise APIError(
+                    403,
+                    "Forbidden",
+                    'admission webhook "vjobset.kb.io" denied the request: '
+                    + format_errors(denied),
+                )
         await self._webhooks(
             rt, operation, obj, old, mutating=False, dry_run=dry_run, warnings=warnings
         )

@@ -1,0 +1,94 @@
+"""What JobSet's own validating webhook enforces (jobset-kueue A.6, A.7), built into the local
+API server so violations show up locally as they would on a cluster:
+
+* on create: every generated name (Job, pod with the 5-character suffix, hostname,
+  subdomain) is a DNS-1035 label of at most 63 characters;
+* on update: ``spec.replicatedJobs`` is immutable except, while the old or the new object is
+  suspended, each pod template's labels, annotations, nodeSelector, tolerations and
+  schedulingGates; ``managedBy`` never changes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from trainer.api.errors import FORBIDDEN, INVALID, FieldError
+from trainer.api.jobset import JobSetSpec
+from trainer.runtime import naming
+
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+MUTABLE_POD_META = ("labels", "annotations")
+MUTABLE_POD_SPEC = ("nodeSelector", "tolerations", "schedulingGates")
+
+
+def validate_create(obj: dict[str, Any]) -> list[FieldError]:
+    name = (obj.get("metadata") or {}).get("name", "")
+    try:
+        spec = JobSetSpec.from_wire(obj.get("spec") or {})
+    except Exception:  # the CRD schema reports malformed specs
+        return []
+    errors = []
+    for gen in naming.generated_names(name, spec):
+        if gen.kind == "PersistentVolumeClaim":
+            continue
+        if len(gen.name) > naming.MAX_NAME or not DNS1035.match(gen.name):
+            where = (
+                f"spec.replicatedJobs[{gen.replicated_job}]"
+                if gen.replicated_job
+                else "spec.network.subdomain"
+            )
+            errors.append(
+                FieldError(
+                    where if gen.kind == "subdomain" else "metadata.name",
+                    INVALID,
+                    f"generated {gen.kind} name {gen.name!r} ({len(gen.name)} characters) must be "
+                    "a valid DNS-1035 label of at most 63 characters",
+                    name,
+                )
+            )
+    return errors
+
+
+def _mask(rjobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for rjob in rjobs:
+        job = dict(rjob)
+        tmpl = dict(job.get("template") or {})
+        jspec = dict(tmpl.get("spec") or {})
+        pod = dict(jspec.get("template") or {})
+        pod["metadata"] = {
+            k: v for k, v in (pod.get("metadata") or {}).items() if k not in MUTABLE_POD_META
+        }
+        pod["spec"] = {
+            k: v for k, v in (pod.get("spec") or {}).items() if k not in MUTABLE_POD_SPEC
+        }
+        jspec["template"] = pod
+        tmpl["spec"] = jspec
+        job["template"] = tmpl
+        out.append(job)
+    return out
+
+
+def validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+    spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
+    errors = []
+    if spec.get("managedBy") != old_spec.get("managedBy"):
+        errors.append(
+            FieldError("spec.managedBy", INVALID, "field is immutable", spec.get("managedBy"))
+        )
+    new_jobs, old_jobs = spec.get("replicatedJobs") or [], old_spec.get("replicatedJobs") or []
+    if new_jobs == old_jobs:
+        return errors
+    suspended = bool(spec.get("suspend")) or bool(old_spec.get("suspend"))
+    if not suspended or _mask(new_jobs) != _mask(old_jobs):
+        errors.append(
+            FieldError(
+                "spec.replicatedJobs",
+                FORBIDDEN,
+                "field is immutable: only the pod templates' labels, annotations, nodeSelector, "
+                "tolerations and schedulingGates may change, and only while the JobSet is "
+                "suspended",
+            )
+        )
+    return errors
