@@ -179,10 +179,10 @@ def env_of(ctr: dict[str, Any]) -> dict[str, Any]:
 
 
 async def pending_job(plane: Plane, name: str) -> dict[str, Any]:
-    """The TrainJob once its status says Pending=True (JobSet created, no pod running)."""
+    """The TrainJob once its status says Pending (JobSet created, no pod running)."""
     job: dict[str, Any] = await plane.until(
         lambda: (
-            conditions(plane.trainjob("default", name)).get("Pending") == ("True", "JobsPending")
+            ((plane.trainjob("default", name) or {}).get("status") or {}).get("state") == "Pending"
             and plane.trainjob("default", name)
         ),
         what=f"{name} Pending",

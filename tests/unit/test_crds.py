@@ -70,8 +70,8 @@ def test_trainjob_printer_columns_show_the_active_state() -> None:
         c["name"]: c for c in crds.trainjob_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
     }
     assert list(columns) == ["State", "Runtime", "Nodes", "Age"]
-    # The first True condition, not the last condition of any status (upstream #3666).
-    assert columns["State"]["jsonPath"] == '.status.conditions[?(@.status=="True")].type'
+    # The controller's state, not the last condition of any status (upstream #3666).
+    assert columns["State"]["jsonPath"] == ".status.state"
     assert columns["Runtime"]["jsonPath"] == ".spec.runtimeRef.name"
     assert columns["Nodes"]["jsonPath"] == ".spec.trainer.numNodes"
     assert columns["Age"]["type"] == "date"

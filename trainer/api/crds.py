@@ -298,9 +298,8 @@ TRAINJOB_COLUMNS = [
     {
         "name": "State",
         "type": "string",
-        "description": "The active state: the first condition that is True (Suspended, "
-        "Complete, Failed); empty while the TrainJob runs",
-        "jsonPath": '.status.conditions[?(@.status=="True")].type',
+        "description": "The current state: Pending, Running, Suspended, Complete or Failed",
+        "jsonPath": ".status.state",
     },
     {
         "name": "Runtime",

@@ -309,6 +309,13 @@ class TrainJobStatus(K8sModel):
         Schema(list_type="map", list_map_keys=("name",), max_items=100),
     ] = None
     trainer_status: TrainerStatus | None = None
+    state: Annotated[
+        str | None,
+        Schema(enum=("Pending", "Running", "Suspended", "Complete", "Failed")),
+    ] = None
+    """Beyond upstream: the TrainJob's current state, derived by the controller from its
+    conditions and jobsStatus (shown as STATE by ``kubectl get trainjobs``). A field, not a
+    condition, so clients that read conditions (the Kubeflow SDK) see upstream's set."""
 
 
 class TrainJob(TopLevel):

@@ -16,7 +16,6 @@ from trainer.api import constants as c
 from trainer.controller.config import Configuration
 from trainer.controller.leader import LeaderElector
 from trainer.controller.manager import Controller
-from trainer.controller.status import COND_PENDING, COND_RUNNING
 from trainer.kube.client import ApiClient
 from trainer.kube.leases import KubeLeaseClient
 from trainer.kube.rest import Kube
@@ -44,12 +43,9 @@ def own_namespace() -> str:
 
 def trainjob_state(obj: dict[str, object]) -> str:
     """The state a TrainJob is counted under in ``trainer_trainjobs``."""
-    status = obj.get("status") or {}
-    conds = status.get("conditions") if isinstance(status, dict) else None
-    for cond in conds or []:
-        if cond.get("status") == "True":
-            return str(cond.get("type"))
-    return COND_PENDING
+    status = obj.get("status")
+    state = status.get("state") if isinstance(status, dict) else None
+    return str(state or "Pending")
 
 
 @dataclass
@@ -181,7 +177,7 @@ async def run_controller(
 async def _count_states(controller: Controller, metrics: Metrics) -> None:
     while True:
         counts = Counter(trainjob_state(o) for o in controller.caches.trainjobs.list())
-        counts.setdefault(COND_RUNNING, 0)
+        counts.setdefault("Running", 0)
         metrics.set_trainjob_states(counts)
         await asyncio.sleep(STATE_INTERVAL)
 

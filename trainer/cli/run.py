@@ -41,10 +41,7 @@ class Printer:
 
 
 def _state(job: dict[str, Any]) -> str:
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if cond.get("status") == "True":
-            return str(cond.get("type"))
-    return "Created"
+    return str((job.get("status") or {}).get("state") or "Created")
 
 
 def _jobs_summary(job: dict[str, Any]) -> str:

@@ -4,10 +4,11 @@ the current time (spec 2.1, 2.10, 2.11, B.2), plus what this project adds beyond
 * ``BuildFailed``: a TrainJob whose objects cannot be built or applied says so in its status,
   with a machine-readable reason and a truncated message, and the condition turns False once
   the problem is fixed (upstream only emits an Event: trainer#3671);
-* ``Pending`` and ``Running``: the real state from ``jobsStatus`` (trainer#2713);
-* a fixed condition order (terminal first, then BuildFailed, Suspended, Running, Pending), so
-  the STATE printer column, which shows the first True condition, shows the active state even
-  after a resume (trainer#3666).
+* ``status.state`` (Pending, Running, Suspended, Complete, Failed): the real state from the
+  conditions and ``jobsStatus`` (trainer#2713), shown as STATE by ``kubectl get trainjobs``
+  also after a resume (trainer#3666). It is a field, not conditions, so clients that read the
+  conditions (the Kubeflow SDK infers Running only when there are none) see upstream's set;
+* a fixed condition order (terminal first, then BuildFailed and Suspended).
 """
 
 from __future__ import annotations
@@ -19,20 +20,16 @@ from trainer.api import constants as c
 from trainer.api.conditions import find_condition, is_true, set_condition
 from trainer.api.core import Condition
 from trainer.api.jobset import JobSet
-from trainer.api.v1alpha1 import TrainJob, TrainJobStatus
+from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
 from trainer.plugins.status import status_from_jobset
 
 COND_BUILD_FAILED = "BuildFailed"
-COND_RUNNING = "Running"
-COND_PENDING = "Pending"
 
 ORDER = (
     c.COND_FAILED,
     c.COND_COMPLETE,
     COND_BUILD_FAILED,
     c.COND_SUSPENDED,
-    COND_RUNNING,
-    COND_PENDING,
 )
 MAX_MESSAGE = 1024
 
@@ -155,51 +152,29 @@ def desired_status(
             ),
         )
 
-    conds = _progress(conds, status, suspended, jobset is not None, stamp)
-    status.conditions = sorted(
-        conds or [], key=lambda x: ORDER.index(x.type) if x.type in ORDER else len(ORDER)
-    )
+    previous = trainjob.status.state if trainjob.status else None
+    status.state = current_state(conds, status.jobs_status or [], suspended, previous)
+    if conds:
+        status.conditions = sorted(
+            conds, key=lambda x: ORDER.index(x.type) if x.type in ORDER else len(ORDER)
+        )
     return status
 
 
-def _progress(
-    conds: list[Condition] | None,
-    status: TrainJobStatus,
-    suspended: bool,
-    has_jobset: bool,
-    stamp: str,
-) -> list[Condition] | None:
-    """Pending / Running from the terminal conditions, suspension and jobsStatus."""
-    finished = is_true(conds, c.COND_COMPLETE) or is_true(conds, c.COND_FAILED)
-    jobs = status.jobs_status or []
-    total = len(jobs)
-    working = sum(1 for j in jobs if j.ready > 0 or j.succeeded > 0)
-    if finished:
-        reason = "Completed" if is_true(conds, c.COND_COMPLETE) else "Failed"
-        text = "The TrainJob has finished"
-        running = _cond(COND_RUNNING, False, reason, text, stamp)
-        pending = _cond(COND_PENDING, False, reason, text, stamp)
-    elif suspended:
-        running = _cond(COND_RUNNING, False, "Suspended", c.MSG_SUSPENDED, stamp)
-        pending = _cond(COND_PENDING, False, "Suspended", c.MSG_SUSPENDED, stamp)
-    elif has_jobset and (working or is_true(conds, COND_RUNNING)):
-        # Once running, a TrainJob stays Running until it finishes or is suspended (pods
-        # between finishing and their Job completing are not "pending" again).
-        text = f"{working} of {total} replicated jobs have ready or finished pods"
-        running = _cond(COND_RUNNING, True, "JobsRunning", text, stamp)
-        pending = _cond(COND_PENDING, False, "JobsRunning", text, stamp)
-    else:
-        text = (
-            "Waiting for the JobSet's pods to start"
-            if has_jobset
-            else "Waiting for the JobSet to be created"
-        )
-        running = _cond(COND_RUNNING, False, "JobsPending", text, stamp)
-        pending = _cond(COND_PENDING, True, "JobsPending", text, stamp)
-    existing = {x.type for x in conds or []}
-    for cond in (pending, running):
-        # Only ever-true conditions are recorded, like JobSet's own: a condition first
-        # appears when it becomes True, and later flips keep it.
-        if cond.status == "True" or cond.type in existing:
-            conds = set_condition(conds, cond)
-    return conds
+def current_state(
+    conds: list[Condition] | None, jobs: list[JobStatus], suspended: bool, previous: str | None
+) -> str:
+    """Pending, Running, Suspended, Complete or Failed, from the conditions and jobsStatus.
+
+    Running once any replicated job has ready or finished pods, and it stays Running until
+    the TrainJob finishes or is suspended (pods between finishing and their Job completing
+    are not "pending" again)."""
+    if is_true(conds, c.COND_FAILED):
+        return "Failed"
+    if is_true(conds, c.COND_COMPLETE):
+        return "Complete"
+    if suspended:
+        return "Suspended"
+    if any(j.ready > 0 or j.succeeded > 0 for j in jobs) or previous == "Running":
+        return "Running"
+    return "Pending"

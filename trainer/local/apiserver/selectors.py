@@ -169,3 +169,12 @@ def matcher(label_selector: str | None, field_selector: str | None) -> Matcher |
         return True
 
     return match
+
+
+TRUE_VALUES = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+
+
+def flag(value: str | None) -> bool:
+    """A boolean query parameter, parsed like Go's strconv.ParseBool (clients send ``true``,
+    ``True`` or ``1``)."""
+    return value in TRUE_VALUES

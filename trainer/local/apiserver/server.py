@@ -57,7 +57,7 @@ from trainer.local.apiserver.patch import (
 )
 from trainer.local.apiserver.persistence import Persistence
 from trainer.local.apiserver.resources import ResourceType
-from trainer.local.apiserver.selectors import matcher
+from trainer.local.apiserver.selectors import flag, matcher
 from trainer.local.apiserver.store import Event, Store
 from trainer.local.apiserver.watch import serve_watch
 
@@ -340,7 +340,7 @@ class APIServer:
     @staticmethod
     def _verb(method: str, route: Route, query: dict[str, str]) -> str:
         if method == "GET":
-            if route.legacy_watch or query.get("watch") in ("true", "1", "True"):
+            if route.legacy_watch or flag(query.get("watch")):
                 return "watch"
             return "get" if route.name else "list"
         return {
@@ -416,7 +416,7 @@ class APIServer:
             )
             return _json(self._served(rt, obj), warnings=warnings)
         if verb == "patch":
-            force = query.get("force") in ("true", "1")
+            force = flag(query.get("force"))
             obj, created = await self.patch(
                 rt,
                 route.namespace,
@@ -994,7 +994,7 @@ class APIServer:
                 f"choose one of: {containers}"
             )
         key = (route.namespace, route.name, container)
-        if query.get("follow") not in ("true", "1"):
+        if not flag(query.get("follow")):
             text = "".join(self.pod_logs.get(key, []))
             tail = query.get("tailLines")
             if tail:

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from trainer.local.apiserver import table
 from trainer.local.apiserver.errors import APIError, bad_request
-from trainer.local.apiserver.selectors import matcher
+from trainer.local.apiserver.selectors import flag, matcher
 from trainer.local.apiserver.store import Event
 
 if TYPE_CHECKING:
@@ -53,8 +53,8 @@ async def serve_watch(
         selector = f"{selector},{by_name}" if selector else by_name
     match = matcher(query.get("labelSelector"), selector)
     rv_param = query.get("resourceVersion", "")
-    send_initial = query.get("sendInitialEvents") in ("true", "1")
-    bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+    send_initial = flag(query.get("sendInitialEvents"))
+    bookmarks = flag(query.get("allowWatchBookmarks"))
     timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
     # kubectl get -w asks for Tables (Accept: application/json;as=Table;...): then every event's
     # object is a one-row Table, rendered like the list kubectl printed first.
