@@ -28,6 +28,8 @@ from trainer.local.executor.runner import Executor
 log = logging.getLogger(__name__)
 
 SYSTEM_NAMESPACE = "kubeflow-system"
+PUBLIC_CONFIG_MAP = "kubeflow-trainer-public"
+TRAINER_API_RELEASE = "2.3.0"
 VALIDATING = "validator.trainer.kubeflow.org"
 MUTATING = "defaulter.trainer.kubeflow.org"
 
@@ -145,6 +147,16 @@ def install_basics(server: APIServer) -> None:
             server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     if server.get_object("v1", "namespaces", "", SYSTEM_NAMESPACE) is None:
         server.create_direct("v1", "Namespace", {"metadata": {"name": SYSTEM_NAMESPACE}})
+    if server.get_object("v1", "configmaps", SYSTEM_NAMESPACE, PUBLIC_CONFIG_MAP) is None:
+        # What the Kubeflow SDK reads to learn the Trainer version (upstream's overlay ships it).
+        server.create_direct(
+            "v1",
+            "ConfigMap",
+            {
+                "metadata": {"name": PUBLIC_CONFIG_MAP, "namespace": SYSTEM_NAMESPACE},
+                "data": {"kubeflow_trainer_version": TRAINER_API_RELEASE},
+            },
+        )
     for doc in builtin_runtime_documents():
         runtime = dict(doc)
         meta = dict(runtime.get("metadata") or {})  # type: ignore[call-overload]

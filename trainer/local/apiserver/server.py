@@ -63,6 +63,17 @@ from trainer.local.apiserver.watch import serve_watch
 
 log = logging.getLogger("trainer.apiserver")
 
+PATCH_RETRIES = 5
+
+
+class StaleWrite(APIError):
+    """The stored object changed while a write was being admitted."""
+
+    def __init__(self, plural: str, group: str, name: str) -> None:
+        err = conflict(plural, group, name, MODIFIED)
+        super().__init__(err.code, err.reason, err.message, err.details)
+
+
 MODIFIED = (
     "the object has been modified; please apply your changes to the latest version and try again"
 )
@@ -794,6 +805,14 @@ class APIServer:
             field_validation=field_validation,
             warnings=warnings,
         )
+        current = self.store.get(rt.key, old_meta.get("namespace") or "", old_meta["name"])
+        if current is None:
+            raise not_found(rt.plural, rt.group, old_meta["name"])
+        if current["metadata"]["resourceVersion"] != old_meta["resourceVersion"]:
+            # Another write landed while admission ran (webhooks are awaited): never overwrite
+            # it. Patches are retried on the fresh object; updates answer 409, as the real
+            # server's guaranteed update does.
+            raise StaleWrite(rt.plural, rt.group, old_meta["name"])
         if not applied:
             ssa.track_update(
                 rt, old, new, manager or "unknown", subresource=subresource, now=_now_rfc3339(self)
@@ -813,6 +832,42 @@ class APIServer:
         return new
 
     async def patch(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        content_type: str,
+        body: Any,
+        *,
+        subresource: str = "",
+        manager: str = "",
+        force: bool = False,
+        dry_run: bool = False,
+        field_validation: str = "Strict",
+        warnings: list[str] | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """A patch, retried on the fresh object when another write lands while admission
+        runs (the real server retries patches the same way)."""
+        for _ in range(PATCH_RETRIES):
+            try:
+                return await self._patch_once(
+                    rt,
+                    namespace,
+                    name,
+                    content_type,
+                    body,
+                    subresource=subresource,
+                    manager=manager,
+                    force=force,
+                    dry_run=dry_run,
+                    field_validation=field_validation,
+                    warnings=warnings,
+                )
+            except StaleWrite:
+                continue
+        raise conflict(rt.plural, rt.group, name, MODIFIED)
+
+    async def _patch_once(
         self,
         rt: ResourceType,
         namespace: str,

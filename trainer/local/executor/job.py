@@ -67,6 +67,15 @@ class JobController:
         annotations[INDEX] = str(index)
         spec = template.get("spec") or {}
         spec["hostname"] = f"{meta['name']}-{index}"
+        # The Job controller gives every container of an Indexed Job its index.
+        index_env = {
+            "name": "JOB_COMPLETION_INDEX",
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX}']"}},
+        }
+        for group in ("initContainers", "containers"):
+            for ctr in spec.get(group) or []:
+                if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in ctr.get("env") or []):
+                    ctr["env"] = [*(ctr.get("env") or []), index_env]
         suffix = "".join(secrets.choice(SUFFIX_CHARS) for _ in range(5))
         return {
             "apiVersion": "v1",

@@ -196,11 +196,15 @@ class JobSetController:
         rjobs = spec.get("replicatedJobs") or []
 
         if not terminal:
+            # Policies first: a JobSet that fails or completes now creates no more Jobs.
+            await self._policies(js, status, rjobs, current)
+            terminal = status.get("terminalState")
+        if not terminal and status.get("restarts", 0) == (js.get("status") or {}).get(
+            "restarts", 0
+        ):
             await self._ensure_service(js)
             await self._ensure_jobs(js, rjobs, current, suspended)
         self._count(status, rjobs, current, name)
-        if not terminal:
-            await self._policies(js, status, rjobs, current)
         if suspended:
             set_condition(status, "Suspended", True, "SuspendedJobs", "jobset is suspended")
         elif condition(status, "Suspended"):
