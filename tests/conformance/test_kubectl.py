@@ -56,8 +56,8 @@ def rows(output: str) -> list[list[str]]:
 
 
 def complete(kubectl: Kubectl, namespace: str, name: str) -> None:
-    """Set the TrainJob's Complete condition through the status subresource, as the
-    controller would."""
+    """Set the TrainJob's Complete condition and state through the status subresource, as
+    the controller would."""
     server = kubectl.server
     rt = server.resource("trainer.kubeflow.org/v1alpha1", "trainjobs")
     condition = {
@@ -73,7 +73,7 @@ def complete(kubectl: Kubectl, namespace: str, name: str) -> None:
             namespace,
             name,
             MERGE,
-            {"status": {"conditions": [condition]}},
+            {"status": {"state": "Complete", "conditions": [condition]}},
             subresource="status",
             manager="trainer",
         )

@@ -378,3 +378,25 @@ async def test_watch_answering_410_relists(env: Env) -> None:
     assert await take(events, 1) == [("ADDED", "c", None)]
     assert inf.lists == 2 and env.requests("watch").count(410) == 1
     assert events.empty()
+
+
+async def test_cached_objects_carry_no_managed_fields(env: Env) -> None:
+    """The cache drops metadata.managedFields (listed, watched and recorded objects alike)
+    without touching the caller's copy of a write's answer."""
+    kube = env.kube
+    await kube.apply(configmap("listed", x="1"), field_manager="t")
+    inf = env.informer()
+    events = recorder(inf)
+    await inf.start()
+    await take(events, 1)
+    await kube.apply(configmap("watched", x="1"), field_manager="t")
+    await take(events, 1)
+    answer = await kube.apply(configmap("written", x="1"), field_manager="t")
+    assert answer["metadata"]["managedFields"]
+    assert inf.record_write(answer)
+    assert answer["metadata"]["managedFields"]  # the caller's object is unchanged
+    for name in ("listed", "watched", "written"):
+        cached = inf.get("default", name)
+        assert cached is not None and cached["data"] == {"x": "1"}
+        assert "managedFields" not in cached["metadata"], name
+        assert cached["metadata"]["resourceVersion"]

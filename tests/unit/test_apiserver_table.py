@@ -58,6 +58,7 @@ def test_trainjob_printer_columns(server: APIServer) -> None:
     rt = trainjob_type()
     done = trainjob(
         "done",
+        state="Complete",
         conditions=[
             {"type": "Suspended", "status": "False"},
             {"type": "Complete", "status": "True"},
@@ -193,7 +194,7 @@ def test_single_object_table_carries_its_resource_version(server: APIServer) -> 
 
 def test_watch_events_are_one_row_tables(server: APIServer) -> None:
     rt = trainjob_type()
-    obj = trainjob("x", conditions=[{"type": "Failed", "status": "True"}])
+    obj = trainjob("x", state="Failed", conditions=[{"type": "Failed", "status": "True"}])
     line = table.watch_line(server, rt, "MODIFIED", obj, include_object="Metadata")
 
     event = json.loads(line)

@@ -11,6 +11,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainer.api import constants as c
 from trainer.controller.config import Configuration
@@ -20,7 +21,9 @@ from trainer.kube.client import ApiClient
 from trainer.kube.leases import KubeLeaseClient
 from trainer.kube.rest import Kube
 from trainer.observability.metrics import HealthChecks, Metrics, ObservabilityServer, ping
-from webhooks.run import RunningWebhook, WebhookOptions, run_webhook
+
+if TYPE_CHECKING:
+    from webhooks.run import RunningWebhook
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +195,9 @@ async def _webhook(
     controller: Controller,
     state: ProcessState,
 ) -> None:
+    # Imported here: FastAPI and uvicorn cost ~14 MB, not paid when the webhook is off.
+    from webhooks.run import WebhookOptions, run_webhook  # noqa: PLC0415
+
     def cached_runtime(kind: str, ns: str, name: str) -> dict[str, object] | None:
         if kind == c.KIND_CLUSTER_TRAINING_RUNTIME:
             return controller.caches.cluster_runtimes.get(None, name)

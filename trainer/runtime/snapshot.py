@@ -23,6 +23,8 @@ PREFIX = "invalid runtime snapshot: "
 
 # libyaml's emitter when PyYAML was built with it (it is ~10x faster); same output.
 _Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader when PyYAML was built with it (about 10x faster), else SafeLoader."""
 
 
 def snapshot_name(trainjob_name: str) -> str:
@@ -65,7 +67,7 @@ def read_snapshot(trainjob: TrainJob, config_map: Mapping[str, Any]) -> Runtime:
     if c.RUNTIME_SNAPSHOT_KEY not in data:
         raise BuildError(PREFIX + f'snapshot ConfigMap missing "{c.RUNTIME_SNAPSHOT_KEY}" data key')
     try:
-        doc = yaml.safe_load(data[c.RUNTIME_SNAPSHOT_KEY])
+        doc = yaml.load(data[c.RUNTIME_SNAPSHOT_KEY], Loader=_Loader)
         runtime = parse_object(doc)
     except (yaml.YAMLError, ObjectError) as exc:
         raise BuildError(PREFIX + f"cannot decode the runtime: {exc}") from None
