@@ -1,8 +1,8 @@
 """End to end: JobSet-level flows of a TrainJob through the whole local control plane (API
 server, webhook, controller, executor running pods as processes): a failurePolicy restart of
 the whole job, dependsOn ordering of an initializer before the trainer, suspend and resume,
-``kubectl get trainjobs`` against the plane's kubeconfig, and the PlainML and MPI examples
-(each file's runtime, then its TrainJob, as ``trainer run -f`` applies them).
+``kubectl get``, ``wait`` and ``logs`` against the plane's kubeconfig, and the PlainML and MPI
+examples (each file's runtime, then its TrainJob, as ``trainer run -f`` applies them).
 
 The runtimes are written here (no mlPolicy framework: PlainML) so that each flow depends only
 on the fields it exercises; their commands run this interpreter with the standard library.
@@ -292,3 +292,41 @@ async def test_the_mpi_example_fails_clearly_without_mpi_on_this_host(plane: Loc
     terminated = status["state"]["terminated"]
     assert (terminated["reason"], terminated["exitCode"]) == ("ContainerCannotRun", 127)
     assert 'exec: "/usr/sbin/sshd": executable file not found' in terminated["message"]
+
+
+async def kubectl(plane_dir: Path, *args: str, timeout: float = 30) -> str:
+    """Run kubectl against the plane's kubeconfig in a subprocess (without blocking the loop
+    that serves it); returns stdout, failing the test with stderr on a non-zero exit."""
+    assert KUBECTL is not None
+    proc = await asyncio.create_subprocess_exec(
+        KUBECTL,
+        "--kubeconfig",
+        str(plane_dir / "state" / "kubeconfig"),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
+    return out.decode()
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+async def test_kubectl_wait_and_logs_follow_a_trainjob(plane: LocalPlane, tmp_path: Path) -> None:
+    """``kubectl wait --for=condition=Complete`` returns once the TrainJob completes, and
+    ``kubectl logs`` prints each node's output from its pod."""
+    script = "import os; print('hello from rank', os.environ['JOB_COMPLETION_INDEX'])"
+    job = trainjob("logged", [PY, "-c", script])
+    job["spec"]["trainer"]["numNodes"] = 2
+    await plane.kube.create(job, gvr=r.TRAINJOBS)
+    out = await kubectl(
+        tmp_path, "wait", "--for=condition=Complete", "trainjob/logged", "--timeout=40s", timeout=45
+    )
+    assert out.strip() == "trainjob.trainer.kubeflow.org/logged condition met"
+
+    names = sorted(p["metadata"]["name"] for p in pods(plane))
+    assert len(names) == 2, names
+    logs = [await kubectl(tmp_path, "logs", name) for name in names]
+    assert sorted(line.strip() for line in logs) == [
+        f"hello from rank {i}" for i in range(len(names))
+    ]
