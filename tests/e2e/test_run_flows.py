@@ -283,13 +283,24 @@ async def test_the_plainml_example_completes_on_two_nodes(plane: LocalPlane) -> 
     reason="checks how the MPI example fails on a host without OpenMPI and sshd",
 )
 async def test_the_mpi_example_fails_clearly_without_mpi_on_this_host(plane: LocalPlane) -> None:
+    # Every terminated container of node 0's pods, recorded as written: the Job controller may
+    # delete a failed pod again before the test gets to read it.
+    terminations: list[dict[str, Any]] = []
+
+    def record(ev: Any) -> None:
+        if ev.key[1] == "pods" and "-node-0-0-" in ev.obj["metadata"]["name"]:
+            for st in (ev.obj.get("status") or {}).get("containerStatuses") or []:
+                if "terminated" in (st.get("state") or {}):
+                    terminations.append(st["state"]["terminated"])
+
+    plane.server.store.on_write.append(record)
     name = await apply_example(plane, "examples/mpi/trainjob.yaml")
     failed = await until(plane, lambda: condition(plane, name, "Failed"), timeout=45)
+    plane.server.store.on_write.remove(record)
     assert failed["reason"] == "FailedJobs"
     assert f"first failed job: {name}-node-0" in failed["message"]
-    node = next(p for p in pods(plane) if p["metadata"]["name"].startswith(f"{name}-node-0-0"))
-    (status,) = node["status"]["containerStatuses"]
-    terminated = status["state"]["terminated"]
+    assert terminations, "node 0's container never terminated"
+    terminated = terminations[0]
     assert (terminated["reason"], terminated["exitCode"]) == ("ContainerCannotRun", 127)
     assert 'exec: "/usr/sbin/sshd": executable file not found' in terminated["message"]
 
