@@ -236,27 +236,37 @@ async def test_suspend_then_resume(plane: LocalPlane, tmp_path: Path) -> None:
 KUBECTL = shutil.which("kubectl")
 
 
+async def kubectl(
+    kubeconfig: Path, *args: str, stdin: str | None = None, timeout: float = 60
+) -> str:
+    """Run kubectl with ``kubeconfig`` in a subprocess, without blocking the loop that may be
+    serving it; returns stdout, failing the test with stderr on a non-zero exit."""
+    assert KUBECTL is not None
+    proc = await asyncio.create_subprocess_exec(
+        KUBECTL,
+        "--kubeconfig",
+        str(kubeconfig),
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    data = stdin.encode() if stdin is not None else None
+    out, err = await asyncio.wait_for(proc.communicate(data), timeout)
+    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
+    return out.decode()
+
+
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 async def test_kubectl_get_trainjobs_shows_the_state(plane: LocalPlane, tmp_path: Path) -> None:
     assert KUBECTL is not None
     await plane.kube.create(trainjob("listed", [PY, "-c", "print('done')"]), gvr=r.TRAINJOBS)
     await until(plane, lambda: condition(plane, "listed", "Complete"))
 
-    # kubectl is a separate process: run it without blocking the loop that serves it.
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        "--kubeconfig",
-        str(tmp_path / "state" / "kubeconfig"),
-        "get",
-        "trainjobs",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, err.decode()
-    header, *rows = [line.split() for line in out.decode().splitlines()]
-    assert header[:2] == ["NAME", "STATE"], out.decode()
-    assert [row[:2] for row in rows] == [["listed", "Complete"]], out.decode()
+    out = await kubectl(tmp_path / "state" / "kubeconfig", "get", "trainjobs")
+    header, *rows = [line.split() for line in out.splitlines()]
+    assert header[:2] == ["NAME", "STATE"], out
+    assert [row[:2] for row in rows] == [["listed", "Complete"]], out
 
 
 async def apply_example(plane: LocalPlane, path: str) -> str:
@@ -305,23 +315,6 @@ async def test_the_mpi_example_fails_clearly_without_mpi_on_this_host(plane: Loc
     assert 'exec: "/usr/sbin/sshd": executable file not found' in terminated["message"]
 
 
-async def kubectl(plane_dir: Path, *args: str, timeout: float = 30) -> str:
-    """Run kubectl against the plane's kubeconfig in a subprocess (without blocking the loop
-    that serves it); returns stdout, failing the test with stderr on a non-zero exit."""
-    assert KUBECTL is not None
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        "--kubeconfig",
-        str(plane_dir / "state" / "kubeconfig"),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
-    return out.decode()
-
-
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 async def test_kubectl_wait_and_logs_follow_a_trainjob(plane: LocalPlane, tmp_path: Path) -> None:
     """``kubectl wait --for=condition=Complete`` returns once the TrainJob completes, and
@@ -330,14 +323,15 @@ async def test_kubectl_wait_and_logs_follow_a_trainjob(plane: LocalPlane, tmp_pa
     job = trainjob("logged", [PY, "-c", script])
     job["spec"]["trainer"]["numNodes"] = 2
     await plane.kube.create(job, gvr=r.TRAINJOBS)
+    kubeconfig = tmp_path / "state" / "kubeconfig"
     out = await kubectl(
-        tmp_path, "wait", "--for=condition=Complete", "trainjob/logged", "--timeout=40s", timeout=45
+        kubeconfig, "wait", "--for=condition=Complete", "trainjob/logged", "--timeout=40s"
     )
     assert out.strip() == "trainjob.trainer.kubeflow.org/logged condition met"
 
     names = sorted(p["metadata"]["name"] for p in pods(plane))
     assert len(names) == 2, names
-    logs = [await kubectl(tmp_path, "logs", name) for name in names]
+    logs = [await kubectl(kubeconfig, "logs", name) for name in names]
     assert sorted(line.strip() for line in logs) == [
         f"hello from rank {i}" for i in range(len(names))
     ]

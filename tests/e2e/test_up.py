@@ -5,7 +5,6 @@ applies a TrainJob and waits for it to complete, SIGTERM stops it cleanly, and a
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -13,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-KUBECTL = shutil.which("kubectl")
+from tests.e2e.test_run_flows import KUBECTL, kubectl
+
 PY = sys.executable
 READY = "local control plane ready"
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
@@ -51,24 +51,6 @@ async def stop_up(proc: asyncio.subprocess.Process) -> str:
     proc.send_signal(signal.SIGTERM)
     out, _ = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, out.decode()
-    return out.decode()
-
-
-async def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
-    assert KUBECTL is not None
-    proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
-        "--kubeconfig",
-        str(kubeconfig),
-        *args,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(
-        proc.communicate(stdin.encode() if stdin is not None else None), 60
-    )
-    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
     return out.decode()
 
 
