@@ -400,3 +400,30 @@ async def test_cached_objects_carry_no_managed_fields(env: Env) -> None:
         assert cached is not None and cached["data"] == {"x": "1"}
         assert "managedFields" not in cached["metadata"], name
         assert cached["metadata"]["resourceVersion"]
+
+
+async def test_cached_objects_share_repeated_strings(env: Env) -> None:
+    """Objects decoded from separate events share one copy of each repeated key and value
+    (what keeps 10,000 cached jobs within the memory target), and still compare equal to what
+    the server stores."""
+    kube = env.kube
+    text = "the same long runtime snapshot text " * 20
+    inf = env.informer()
+    events = recorder(inf)
+    await inf.start()
+    for name in ("a", "b"):
+        await kube.apply(configmap(name, snapshot=text), field_manager="t")
+    await take(events, 2)
+    a, b = inf.get("default", "a"), inf.get("default", "b")
+    assert a is not None and b is not None
+    assert a["data"]["snapshot"] == text
+    assert a["data"]["snapshot"] is b["data"]["snapshot"]
+    key_a = next(k for k in a["metadata"] if k == "resourceVersion")
+    key_b = next(k for k in b["metadata"] if k == "resourceVersion")
+    assert key_a is key_b
+    stored = await kube.get(r.CONFIGMAPS, "default", "a")
+    assert stored is not None
+    assert {
+        **stored,
+        "metadata": {k: v for k, v in stored["metadata"].items() if k != "managedFields"},
+    } == a
