@@ -589,6 +589,93 @@ async def test_podgroup_crds_installed_after_the_controller_started(plane: Plane
         assert rv(ctl.caches.pod_groups[0].get("default", "early")) == rv(pod_group)
 
 
+async def test_suspended_gang_follows_limit_ranges_and_runtime_classes(plane: Plane) -> None:
+    """A suspended TrainJob's PodGroup reserves what its pods will request once admitted: a
+    LimitRange created in its namespace adds the container default, a RuntimeClass its
+    runtime uses adds the pod overhead, each re-applied without touching the TrainJob. Once
+    the job runs its PodGroup is left alone."""
+    await install_podgroup_crds(plane)
+    runtime = yaml.safe_load(gang_runtime("coscheduling"))
+    runtime["metadata"]["name"] = "gang-kata"
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    pod["template"]["spec"]["runtimeClassName"] = "kata"
+    await plane.kube.create(runtime)
+    podgroups = "scheduling.x-k8s.io/v1alpha1"
+
+    def min_resources() -> dict[str, str]:
+        pg = plane.get(podgroups, "podgroups", "default", "queued") or {}
+        return dict((pg.get("spec") or {}).get("minResources") or {})
+
+    async with running(plane) as run:
+        job = trainjob("queued", trainer={"numNodes": 2}, suspend=True)
+        job["spec"]["runtimeRef"]["name"] = "gang-kata"
+        await plane.kube.create(job)
+        await plane.until(lambda: min_resources() == {"cpu": "2", "memory": "8Gi"}, what="PG")
+
+        await plane.kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "LimitRange",
+                "metadata": {"name": "defaults", "namespace": "default"},
+                "spec": {
+                    "limits": [
+                        {"type": "Container", "defaultRequest": {"ephemeral-storage": "1Gi"}}
+                    ]
+                },
+            },
+            gvr=r.LIMIT_RANGES,
+        )
+        await plane.until(
+            lambda: min_resources().get("ephemeral-storage") == "2Gi", what="LimitRange default"
+        )
+        await plane.kube.create(
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "kata"},
+                "handler": "kata",
+                "overhead": {"podFixed": {"cpu": "250m", "memory": "160Mi"}},
+            },
+            gvr=r.RUNTIME_CLASSES,
+        )
+        await plane.until(
+            lambda: (
+                min_resources() == {"cpu": "2500m", "ephemeral-storage": "2Gi", "memory": "8512Mi"}
+            ),
+            what="RuntimeClass overhead",
+        )
+
+        # Resumed, the PodGroup no longer follows: a new default does not reach it.
+        await plane.kube.patch(r.TRAINJOBS, "default", "queued", {"spec": {"suspend": False}})
+        await plane.until(
+            lambda: (
+                (plane.jobset("default", "queued") or {}).get("spec", {}).get("suspend") is False
+            ),
+            what="JobSet resumed",
+        )
+        before = rv(plane.get(podgroups, "podgroups", "default", "queued"))
+        await plane.kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "LimitRange",
+                "metadata": {"name": "more", "namespace": "default"},
+                "spec": {
+                    "limits": [{"type": "Container", "defaultRequest": {"hugepages-2Mi": "2Mi"}}]
+                },
+            },
+            gvr=r.LIMIT_RANGES,
+        )
+        # A change to the TrainJob makes the controller reconcile it with the new default.
+        await plane.kube.patch(
+            r.TRAINJOBS, "default", "queued", {"metadata": {"labels": {"touched": "yes"}}}
+        )
+        limit_ranges = run.ctl.caches.limit_ranges
+        assert limit_ranges is not None
+        await run.settle(limit_ranges, run.ctl.caches.trainjobs)
+        assert rv(plane.get(podgroups, "podgroups", "default", "queued")) == before
+        assert "hugepages-2Mi" not in min_resources()
+
+
 # --- a TrainJob deleted while it is reconciled ---------------------------------------------------
 
 

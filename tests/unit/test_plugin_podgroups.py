@@ -262,6 +262,66 @@ def test_min_resources_mixed_units_and_zero_nodes() -> None:
     assert podgroup.min_resources_wire(info) == {"cpu": "3", "memory": "2G"}
 
 
+# --- What admitted pods request: limits, LimitRange defaults, RuntimeClass overhead ----------
+
+
+def _limit_range(name: str, **item: dict[str, str]) -> dict[str, Any]:
+    return {
+        "kind": "LimitRange",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"limits": [{"type": "Container", **item}]},
+    }
+
+
+def test_min_resources_count_what_admitted_pods_request() -> None:
+    """A limit without a request counts as the request (pod defaulting); a container without
+    either gets the namespace's LimitRange default (defaultRequest, else default, else max;
+    the first LimitRange by name wins); the RuntimeClass's pod overhead is added."""
+    node = {
+        "runtimeClassName": "kata",
+        "containers": [
+            {"name": "node", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+            {"name": "sidecar", "image": "i"},
+        ],
+    }
+    jobs = [_job("node", c.ANCESTOR_TRAINER, node)]
+    observed = Observed(
+        limit_ranges=[
+            _limit_range("b-later", defaultRequest={"cpu": "9", "ephemeral-storage": "1Gi"}),
+            _limit_range("a-first", default={"cpu": "500m"}, max={"memory": "2Gi"}),
+            {
+                "kind": "LimitRange",
+                "metadata": {"name": "pods"},
+                "spec": {"limits": [{"type": "Pod", "max": {"cpu": "100"}}]},
+            },
+        ],
+        runtime_classes={"kata": {"overhead": {"podFixed": {"cpu": "250m", "memory": "160Mi"}}}},
+    )
+    objs = rendered(
+        make_trainjob(num_nodes=2),
+        make_runtime(COSCHED, jobs),
+        CoschedulingPlugin(),
+        observed=observed,
+    )
+    assert objs["PodGroup"][0]["spec"]["minResources"] == {
+        "cpu": "2500m",  # 2 pods x (2 containers x 500m + 250m overhead)
+        "ephemeral-storage": "4Gi",  # 2 pods x 2 containers x 1Gi
+        "memory": "8512Mi",  # 2 pods x (2 x 2Gi + 160Mi)
+        "nvidia.com/gpu": "2",
+    }
+
+
+def test_min_resources_without_limit_ranges_or_runtime_classes_are_the_template() -> None:
+    """Offline (nothing observed) the template's requests alone count, as upstream's."""
+    node = {"runtimeClassName": "kata", "containers": [_ctr("node", {"cpu": "1"})]}
+    objs = rendered(
+        make_trainjob(num_nodes=3),
+        make_runtime(COSCHED, [_job("node", c.ANCESTOR_TRAINER, node)]),
+        CoschedulingPlugin(),
+    )
+    assert objs["PodGroup"][0]["spec"]["minResources"] == {"cpu": "3"}
+
+
 # --- Replicas (this project's decision: count x replicas, as JobSet will create them) ----------
 
 

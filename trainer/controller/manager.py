@@ -76,6 +76,8 @@ class Controller:
                 Informer(kube, r.COSCHEDULING_PODGROUPS, optional=True),
                 Informer(kube, r.VOLCANO_PODGROUPS, optional=True),
             ],
+            limit_ranges=Informer(kube, r.LIMIT_RANGES),
+            runtime_classes=Informer(kube, r.RUNTIME_CLASSES),
         )
         self.reconciler = Reconciler(
             kube, self.caches, ssh_keygen=ssh_keygen, now=now, feature_gates=feature_gates
@@ -93,6 +95,7 @@ class Controller:
             cs.cluster_runtimes,
             cs.runtimes,
             *cs.pod_groups,
+            *(inf for inf in (cs.limit_ranges, cs.runtime_classes) if inf is not None),
         ]
 
     def _wire(self) -> None:
@@ -119,7 +122,32 @@ class Controller:
                 ):
                     self.queue.add(key_of(job))
 
+        def suspended_in(namespace: str | None) -> list[dict[str, Any]]:
+            return [
+                job
+                for job in self.caches.trainjobs.list(namespace)
+                if (job.get("spec") or {}).get("suspend")
+            ]
+
+        def limit_range_event(_type: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+            # A suspended TrainJob's PodGroup is re-applied with the new container defaults
+            # (a running one's is left alone, so only suspended jobs are worth a reconcile).
+            for job in suspended_in((obj.get("metadata") or {}).get("namespace")):
+                self.queue.add(key_of(job))
+
+        def runtime_class_event(
+            _type: str, obj: dict[str, Any], _old: dict[str, Any] | None
+        ) -> None:
+            name = (obj.get("metadata") or {}).get("name")
+            for job in suspended_in(None):
+                if name in self._runtime_classes_of(job):
+                    self.queue.add(key_of(job))
+
         self.caches.trainjobs.add_handler(trainjob_event)
+        if self.caches.limit_ranges is not None:
+            self.caches.limit_ranges.add_handler(limit_range_event)
+        if self.caches.runtime_classes is not None:
+            self.caches.runtime_classes.add_handler(runtime_class_event)
         for informer in (
             self.caches.jobsets,
             self.caches.config_maps,
@@ -129,6 +157,33 @@ class Controller:
             informer.add_handler(child_event)
         self.caches.cluster_runtimes.add_handler(runtime_event)
         self.caches.runtimes.add_handler(runtime_event)
+
+    def _runtime_classes_of(self, job: dict[str, Any]) -> set[str]:
+        """``runtimeClassName`` values in the pod templates of ``job``'s runtime and in its
+        runtimePatches."""
+        meta = job.get("metadata") or {}
+        spec = job.get("spec") or {}
+        ref = spec.get("runtimeRef") or {}
+        if ref.get("kind", c.KIND_CLUSTER_TRAINING_RUNTIME) == c.KIND_CLUSTER_TRAINING_RUNTIME:
+            runtime = self.caches.cluster_runtimes.get(None, str(ref.get("name")))
+        else:
+            runtime = self.caches.runtimes.get(meta.get("namespace"), str(ref.get("name")))
+        names: set[str] = set()
+
+        def walk(value: Any) -> None:
+            if isinstance(value, dict):
+                found = value.get("runtimeClassName")
+                if isinstance(found, str):
+                    names.add(found)
+                for v in value.values():
+                    walk(v)
+            elif isinstance(value, list):
+                for v in value:
+                    walk(v)
+
+        walk(((runtime or {}).get("spec") or {}).get("template"))
+        walk(spec.get("runtimePatches"))
+        return names
 
     async def start_caches(self, timeout: float | None = 60.0) -> None:
         """Start every watch cache and wait until each has listed once."""

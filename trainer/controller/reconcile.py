@@ -56,6 +56,8 @@ class Caches:
     cluster_runtimes: Informer
     runtimes: Informer
     pod_groups: list[Informer] = field(default_factory=list)
+    limit_ranges: Informer | None = None
+    runtime_classes: Informer | None = None
 
 
 APPLIED_HASH = "trainer.kubeflow.org/applied-config-hash"
@@ -189,7 +191,7 @@ class Reconciler:
             return None, None, BuildFailure("InvalidRuntime", f"{ref.name} is not a runtime")
         return runtime, None, None
 
-    def _observed(self, job: TrainJob, jobset: dict[str, Any] | None) -> Observed:
+    def _observed(self, job: TrainJob, runtime: Runtime, jobset: dict[str, Any] | None) -> Observed:
         assert job.metadata is not None
         namespace, name = job.metadata.namespace or "default", job.metadata.name or ""
         secrets = {}
@@ -204,11 +206,25 @@ class Reconciler:
             (pg for inf in self.caches.pod_groups if (pg := inf.get(namespace, name)) is not None),
             None,
         )
+        # Only gangs need them (PodGroup minResources count LimitRange defaults and
+        # RuntimeClass overhead); other jobs do not rebuild when they change.
+        limit_ranges: list[dict[str, Any]] = []
+        runtime_classes: dict[str, dict[str, Any]] = {}
+        if runtime.spec is not None and runtime.spec.pod_group_policy is not None:
+            if self.caches.limit_ranges is not None:
+                limit_ranges = self.caches.limit_ranges.list(namespace)
+            if self.caches.runtime_classes is not None:
+                runtime_classes = {
+                    str((rc.get("metadata") or {}).get("name")): rc
+                    for rc in self.caches.runtime_classes.list()
+                }
         return Observed(
             jobset=JobSet.from_wire(jobset) if jobset is not None else None,
             pod_group=pod_group,
             secrets=secrets,
             config_maps=config_maps,
+            limit_ranges=limit_ranges,
+            runtime_classes=runtime_classes,
         )
 
     # --- the reconcile --------------------------------------------------------------------
@@ -298,7 +314,7 @@ class Reconciler:
         delivers it (no second apply, no status patch from a stale TrainJob)."""
         assert job.metadata is not None
         namespace, name = job.metadata.namespace or "default", job.metadata.name or ""
-        objects = render(job, runtime, observed=self._observed(job, jobset), ctx=self.ctx)
+        objects = render(job, runtime, observed=self._observed(job, runtime, jobset), ctx=self.ctx)
         for obj in objects:
             kind = obj["kind"]
             stamp_config_hash(obj)

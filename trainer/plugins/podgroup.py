@@ -20,6 +20,7 @@ from trainer.plugins.jobset import FORCED_SINGLE_REPLICA
 from trainer.runtime.info import Info, PodSet
 from trainer.runtime.objects import object_meta
 from trainer.runtime.quantity import Quantity
+from trainer.runtime.resources import admitted_pod_requests
 
 
 def effective_replicas(ps: PodSet) -> int:
@@ -53,11 +54,19 @@ def min_resources(info: Info) -> dict[str, Quantity]:
 
     Single-pod requests follow Kubernetes' ``PodRequests``: max(sum of containers, largest
     init container) plus the pod overhead. Resources totalling zero are kept, as upstream does.
+
+    Beyond upstream, which counts the template as written, they are the requests of the pods
+    as the API server will admit them (:func:`admitted_pod_requests`): a limit without a
+    request, a LimitRange default and a RuntimeClass overhead all count, so the gang reserves
+    what its pods will really ask the scheduler for. The controller re-applies the PodGroup
+    of a suspended TrainJob when a LimitRange or RuntimeClass changes.
     """
+    observed = info.observed
     totals: dict[str, Quantity] = {}
     for ps in info.pod_sets:
         pods = pod_count(ps)
-        for name, q in ps.single_pod_requests().items():
+        single = admitted_pod_requests(ps.pod_spec, observed.limit_ranges, observed.runtime_classes)
+        for name, q in single.items():
             totals[name] = _add(totals.get(name), q * pods)
     return {name: totals[name] for name in sorted(totals)}
 

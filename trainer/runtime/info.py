@@ -8,7 +8,7 @@ and set pod-set counts; the JobSet builder then turns the working copy into the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,10 @@ class Observed:
     pod_group: Mapping[str, Any] | None = None
     secrets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     config_maps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    limit_ranges: Sequence[Mapping[str, Any]] = ()
+    """LimitRanges of the TrainJob's namespace (container defaults count in PodGroups)."""
+    runtime_classes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """RuntimeClasses by name (their pod overhead counts in PodGroups)."""
 
 
 @dataclass(frozen=True)

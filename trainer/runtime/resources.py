@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from trainer.api.core import Container, PodSpec, Quantity, ResourceRequirements
 from trainer.runtime.apply import upsert_by
@@ -32,6 +33,65 @@ def pod_requests(pod: PodSpec) -> dict[str, Q]:
             if name not in total or q.value > total[name].value:
                 total[name] = q
     for name, q in _parsed(pod.overhead).items():
+        total[name] = total[name] + q if name in total else q
+    return total
+
+
+def limit_range_defaults(limit_ranges: Sequence[Mapping[str, Any]]) -> dict[str, Q]:
+    """The request a container gets for each resource it does not set, from the namespace's
+    LimitRanges (``Container`` items): ``defaultRequest``, else ``default``, else ``max`` (a
+    LimitRange defaults ``default`` to ``max`` and ``defaultRequest`` to ``default``). When
+    several LimitRanges name a resource, the first by name wins (LimitRanger only fills
+    values that are still missing)."""
+    merged: dict[str, Q] = {}
+    for lr in sorted(limit_ranges, key=lambda o: str((o.get("metadata") or {}).get("name"))):
+        for item in (lr.get("spec") or {}).get("limits") or []:
+            if not isinstance(item, Mapping) or item.get("type") != "Container":
+                continue
+            own: dict[str, Q] = {}
+            for key in ("max", "default", "defaultRequest"):  # later keys take precedence
+                for name, value in (item.get(key) or {}).items():
+                    own[name] = Q.parse(str(value))
+            for name, q in own.items():
+                merged.setdefault(name, q)
+    return merged
+
+
+def admitted_pod_requests(
+    pod: PodSpec,
+    limit_ranges: Sequence[Mapping[str, Any]] = (),
+    runtime_classes: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Q]:
+    """What one pod made from ``pod`` really requests once the API server has admitted it,
+    which is what a gang scheduler must reserve: a container's request is its own, else its
+    limit (pod defaulting), else the namespace's LimitRange default (LimitRanger); the pod's
+    overhead is its own, else its RuntimeClass's ``overhead.podFixed`` (the RuntimeClass
+    admission plugin). Otherwise as :func:`pod_requests`."""
+    defaults = limit_range_defaults(limit_ranges)
+
+    def container(ctr: Container) -> dict[str, Q]:
+        res = ctr.resources
+        out = _parsed(res.requests) if res is not None else {}
+        for name, q in (_parsed(res.limits) if res is not None else {}).items():
+            out.setdefault(name, q)
+        for name, q in defaults.items():
+            out.setdefault(name, q)
+        return out
+
+    total: dict[str, Q] = {}
+    for ctr in pod.containers or []:
+        for name, q in container(ctr).items():
+            total[name] = total[name] + q if name in total else q
+    for ctr in pod.init_containers or []:
+        for name, q in container(ctr).items():
+            if name not in total or q.value > total[name].value:
+                total[name] = q
+    overhead = _parsed(pod.overhead)
+    if not overhead and pod.runtime_class_name and runtime_classes:
+        rc = runtime_classes.get(pod.runtime_class_name) or {}
+        fixed = (rc.get("overhead") or {}).get("podFixed") or {}
+        overhead = {name: Q.parse(str(v)) for name, v in fixed.items()}
+    for name, q in overhead.items():
         total[name] = total[name] + q if name in total else q
     return total
 
