@@ -77,6 +77,15 @@ async def finish_pods(plane: Plane, job: str, phase: str = "Succeeded") -> None:
         )
 
 
+def events_about(plane: Plane, kind: str, name: str) -> list[tuple[str, str, str, str]]:
+    """(type, reason, message, source component) of the Events about one object, in order."""
+    return [
+        (e["type"], e["reason"], e["message"], e["source"]["component"])
+        for e in plane.server.objects("v1", "events", "default")
+        if e["involvedObject"]["kind"] == kind and e["involvedObject"]["name"] == name
+    ]
+
+
 def jobset_status(plane: Plane, name: str) -> dict[str, Any]:
     return (plane.get(JS, "jobsets", "default", name) or {}).get("status") or {}
 
@@ -119,6 +128,26 @@ async def test_jobs_pods_labels_service_and_completion(env: tuple[Plane, Executo
     assert status["replicatedJobsStatus"] == [
         {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
     ]
+    # kubectl describe tells the same story, as on a cluster.
+    job_events = await plane.until(
+        lambda: (
+            len(events_about(plane, "Job", "train-node-0")) >= 3
+            and events_about(plane, "Job", "train-node-0")
+        ),
+        what="Job events",
+    )
+    created = sorted(m for _, reason, m, _ in job_events if reason == "SuccessfulCreate")
+    assert created == [
+        f"Created pod: {p['metadata']['name']}"
+        for p in sorted(pods, key=lambda p: p["metadata"]["name"])
+    ]
+    assert ("Normal", "Completed", "Job completed", "job-controller") in job_events
+    jobset_events = await plane.until(
+        lambda: events_about(plane, "JobSet", "train"), what="JobSet event"
+    )
+    assert jobset_events == [
+        ("Normal", "AllJobsCompleted", "jobset completed successfully", "jobset-controller")
+    ]
 
 
 async def test_depends_on_waits_for_completion(env: tuple[Plane, Executor]) -> None:
@@ -158,6 +187,22 @@ async def test_failure_without_policy_fails_the_jobset(env: tuple[Plane, Executo
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "FailedJobs"
     assert "first failed job: bad-node-0" in failed["message"]
+    job_events = await plane.until(
+        lambda: [e for e in events_about(plane, "Job", "bad-node-0") if e[0] == "Warning"],
+        what="Job warning",
+    )
+    assert job_events == [
+        (
+            "Warning",
+            "BackoffLimitExceeded",
+            "Job has reached the specified backoff limit",
+            "job-controller",
+        )
+    ]
+    jobset_events = await plane.until(
+        lambda: events_about(plane, "JobSet", "bad"), what="JobSet event"
+    )
+    assert [(t, r) for t, r, _, _ in jobset_events] == [("Warning", "FailedJobs")]
 
 
 async def test_max_restarts_recreates_the_jobs(env: tuple[Plane, Executor]) -> None:

@@ -497,3 +497,57 @@ async def test_large_output_arrives_complete_and_in_order(env: Env) -> None:
     expected = "".join(f"line {i} {'x' * 20}\n" for i in range(20000))
     assert await env.log("chatty") == expected
     assert sum(1 for p, _c, _l in env.lines if p == "chatty") == 20000
+
+
+def pod_events(env: Env, name: str) -> list[tuple[str, str, str, str]]:
+    """(type, reason, message, source component) of the Events about pod ``name``."""
+    return [
+        (e["type"], e["reason"], e["message"], e["source"]["component"])
+        for e in env.server.objects("v1", "events", NS)
+        if e["involvedObject"]["kind"] == "Pod" and e["involvedObject"]["name"] == name
+    ]
+
+
+async def test_events_tell_what_happened_to_the_pod(env: Env) -> None:
+    """As ``kubectl describe pod`` shows on a cluster: the scheduler's assignment, each start
+    of the container, the back-off before a restart; a command that cannot run is a Warning
+    with the reason; a deleted pod's container is stopped."""
+    code = (
+        "import os, sys; m = os.path.join(os.environ['TMPDIR_X'], 'marker'); "
+        "done = os.path.exists(m); open(m, 'w').close(); sys.exit(0 if done else 1)"
+    )
+    marker_dir = env.state_dir.parent / "markers"
+    marker_dir.mkdir()
+    container = {"env": [{"name": "TMPDIR_X", "value": str(marker_dir)}]}
+    await env.client.create(
+        pod("twice", [PY, "-c", code], container=container, restartPolicy="OnFailure"), "pods"
+    )
+    await env.finished("twice")
+    events = await env.until(
+        lambda: len(pod_events(env, "twice")) >= 4 and pod_events(env, "twice"), "events"
+    )
+    reasons = [(t, r, src) for t, r, _, src in events]
+    assert reasons.count(("Normal", "Started", "kubelet")) == 2
+    assert ("Normal", "Scheduled", "default-scheduler") in reasons
+    assert ("Warning", "BackOff", "kubelet") in reasons
+    scheduled = next(m for _, r, m, _ in events if r == "Scheduled")
+    assert scheduled == f"Successfully assigned {NS}/twice to local"
+
+    await env.client.create(pod("missing", ["no-such-tool-xyz"]), "pods")
+    await env.finished("missing")
+    failed = await env.until(
+        lambda: [e for e in pod_events(env, "missing") if e[0] == "Warning"], "Warning"
+    )
+    assert failed[0][1] == "Failed"
+    assert 'exec: "no-such-tool-xyz": executable file not found in $PATH' in failed[0][2]
+
+    await env.client.create(
+        pod("stopped", [PY, "-c", "import time; time.sleep(60)"], terminationGracePeriodSeconds=1),
+        "pods",
+    )
+    await env.ready("stopped")
+    await env.client.delete("v1", "pods", NS, "stopped")
+    killing = await env.until(
+        lambda: [e for e in pod_events(env, "stopped") if e[1] == "Killing"], "Killing"
+    )
+    assert killing == [("Normal", "Killing", "Stopping container main", "kubelet")]

@@ -12,6 +12,7 @@ from typing import Any
 
 from trainer.local.executor.cache import Cache
 from trainer.local.executor.client import ClientError, LocalClient
+from trainer.local.executor.events import NORMAL, WARNING, Recorder
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ def job_finished(job: dict[str, Any]) -> bool:
 
 class JobController:
     def __init__(self, client: LocalClient, jobs: Cache, pods: Cache) -> None:
+        self.events = Recorder(client, "job-controller")
         self.client = client
         self.jobs = jobs
         self.pods = pods
@@ -124,12 +126,15 @@ class JobController:
 
         if suspended or finished:
             for pod in live:
-                await self._delete_pod(pod)
+                await self._delete_pod(job, pod)
             live = []
         elif failed + restarts > backoff_limit:
             for pod in live:
-                await self._delete_pod(pod)
+                await self._delete_pod(job, pod)
             live = []
+            await self.events.record(
+                job, WARNING, "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+            )
             status["conditions"] = [
                 *(status.get("conditions") or []),
                 {
@@ -154,6 +159,7 @@ class JobController:
             ]
             status["completionTime"] = now()
             finished = True
+            await self.events.record(job, NORMAL, "Completed", "Job completed")
         else:
             running_idx = {pod_index(p) for p in live}
             # Failed pods of an index are replaced (restartPolicy Never); the kubelet restarts
@@ -170,6 +176,9 @@ class JobController:
                     break
                 live.append(created)
                 running_idx.add(index)
+                await self.events.record(
+                    job, NORMAL, "SuccessfulCreate", f"Created pod: {created['metadata']['name']}"
+                )
 
         status.update(
             {
@@ -193,6 +202,7 @@ class JobController:
                 if exc.status != 404:
                     raise
 
-    async def _delete_pod(self, pod: dict[str, Any]) -> None:
+    async def _delete_pod(self, job: dict[str, Any], pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         await self.client.delete("v1", "pods", meta["namespace"], meta["name"])
+        await self.events.record(job, NORMAL, "SuccessfulDelete", f"Deleted pod: {meta['name']}")

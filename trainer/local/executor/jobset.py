@@ -10,13 +10,14 @@ import copy
 import hashlib
 import json
 import logging
-import socket
 from typing import Any
 
 from trainer.local.executor.cache import Cache
 from trainer.local.executor.client import ClientError, LocalClient
+from trainer.local.executor.events import NORMAL, WARNING, Recorder
 from trainer.local.executor.job import job_condition, job_finished, now
 from trainer.local.executor.podenv import LOCAL_PORTS
+from trainer.local.executor.ports import PortAllocator
 
 log = logging.getLogger(__name__)
 
@@ -25,13 +26,6 @@ JOBSET_NAME = P + "jobset-name"
 MANAGED_BY_JOBSET = "jobset.sigs.k8s.io/jobset-controller"
 TRAINER_PORT = 29500
 FIELD_MANAGER = "jobset-controller"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
@@ -75,6 +69,8 @@ class JobSetController:
         self.jobs = jobs
         self.services = services
         self.ports: dict[str, dict[str, int]] = {}  # JobSet uid -> {"29500": local port}
+        self.allocator = PortAllocator()
+        self.events = Recorder(client, "jobset-controller")
 
     # --- naming and labels --------------------------------------------------------------------
     def job_labels(
@@ -119,8 +115,22 @@ class JobSetController:
                 ),
                 None,
             )
-            self.ports[uid] = existing or {str(TRAINER_PORT): free_port()}
+            if existing:
+                for port in existing.values():
+                    self.allocator.hold(int(port), uid)
+            self.ports[uid] = existing or {str(TRAINER_PORT): self.allocator.allocate(uid)}
         return self.ports[uid]
+
+    def release_ports(self) -> None:
+        """Give back the ports of JobSets that are gone or being deleted."""
+        live = {
+            js["metadata"]["uid"]
+            for js in self.jobsets.all()
+            if not js["metadata"].get("deletionTimestamp")
+        }
+        for uid in [u for u in self.ports if u not in live]:
+            del self.ports[uid]
+            self.allocator.release(uid)
 
     def new_job(
         self, js: dict[str, Any], rjob: dict[str, Any], index: int, global_index: int
@@ -172,6 +182,7 @@ class JobSetController:
     async def reconcile(self, namespace: str, name: str) -> None:
         js = self.jobsets.get(namespace, name)
         if js is None or js["metadata"].get("deletionTimestamp"):
+            self.release_ports()
             return
         spec = js.get("spec") or {}
         if spec.get("managedBy") not in (None, "", MANAGED_BY_JOBSET):
@@ -205,10 +216,16 @@ class JobSetController:
             await self._ensure_service(js)
             await self._ensure_jobs(js, rjobs, current, suspended)
         self._count(status, rjobs, current, name)
+        was = condition(js.get("status") or {}, "Suspended")
+        was_suspended = was is not None and was.get("status") == "True"
         if suspended:
             set_condition(status, "Suspended", True, "SuspendedJobs", "jobset is suspended")
+            if not was_suspended:
+                await self.events.record(js, NORMAL, "SuspendedJobs", "jobset is suspended")
         elif condition(status, "Suspended"):
             set_condition(status, "Suspended", False, "ResumeJobs", "jobset is resumed")
+            if was_suspended:
+                await self.events.record(js, NORMAL, "ResumeJobs", "jobset is resumed")
         if status != (js.get("status") or {}):
             try:
                 await self.client.patch(
@@ -431,6 +448,7 @@ class JobSetController:
     ) -> None:
         set_condition(status, type_, True, reason, message)
         status["terminalState"] = type_
+        await self.events.record(js, NORMAL if type_ == "Completed" else WARNING, reason, message)
         for job in self.jobs.owned_by(js["metadata"]["uid"]):
             if not job_finished(job):
                 meta = job["metadata"]

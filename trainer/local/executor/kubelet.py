@@ -70,6 +70,7 @@ import aiohttp
 
 from trainer.local.executor import podenv
 from trainer.local.executor.client import ClientError, LocalClient
+from trainer.local.executor.events import NORMAL, WARNING, Recorder
 from trainer.local.executor.podenv import (
     LOOPBACK,
     NODE_NAME,
@@ -319,6 +320,14 @@ class _Pod:
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self.run(), name=f"pod {self.key}")
 
+    def event(self, type_: str, reason: str, message: str) -> None:
+        """Post an Event about this pod in the background (best effort, never waited for)."""
+        self.k._background(
+            asyncio.get_running_loop().create_task(
+                self.k.events.record(self.pod, type_, reason, message)
+            )
+        )
+
     # --- lifecycle --------------------------------------------------------------------------------
     async def run(self) -> None:
         deadline: asyncio.Task[None] | None = None
@@ -442,6 +451,9 @@ class _Pod:
         if self.terminating.is_set():
             return
         self.terminating.set()
+        for c in self.containers:
+            if c.proc is not None:
+                self.event(NORMAL, "Killing", f"Stopping container {c.name}")
         if not self.done.is_set():
             self._kill_task = asyncio.get_running_loop().create_task(self._kill())
 
@@ -582,6 +594,11 @@ class _Pod:
                     f"pod={self.name}_{self.namespace}({self.uid})",
                 }
             }
+            self.event(
+                WARNING,
+                "BackOff",
+                f"Back-off restarting failed container {c.name} in pod {self.name}",
+            )
             await self.sync_status()
             if await self._sleep(backoff):
                 return False
@@ -600,6 +617,7 @@ class _Pod:
             }
         }
         c.ready = False
+        self.event(WARNING, "Failed", f"Error: {message}")
         sink = self.sinks[c.name]
         await sink.line(f"[local kubelet] {message}")
         await sink.flush()
@@ -656,6 +674,7 @@ class _Pod:
             return None
         c.proc = proc
         self.k._groups.add(proc.pid)
+        self.event(NORMAL, "Started", f"Started container {c.name} (host process {proc.pid})")
         if self.terminating.is_set() or c.stop_requested:
             _killpg(proc.pid, signal.SIGTERM)
         started_at = now()
@@ -993,6 +1012,8 @@ class Kubelet:
         self._shutdown_task: asyncio.Task[None] | None = None
         self.synced = asyncio.Event()
         """Set once the first list of pods has been handled."""
+        self.events = Recorder(client, "kubelet")
+        self.scheduler_events = Recorder(client, "default-scheduler")
 
     # --- public -----------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -1131,6 +1152,17 @@ class Kubelet:
             return
         pod = _Pod(self, obj)
         self._pods[uid] = pod
+        if not pod.resumed:
+            self._background(
+                asyncio.get_running_loop().create_task(
+                    self.scheduler_events.record(
+                        obj,
+                        NORMAL,
+                        "Scheduled",
+                        f"Successfully assigned {pod.key} to {NODE_NAME}",
+                    )
+                )
+            )
         pod.start()
 
     def _deleted(self, pod: _Pod) -> None:
