@@ -551,3 +551,27 @@ async def test_events_tell_what_happened_to_the_pod(env: Env) -> None:
         lambda: [e for e in pod_events(env, "stopped") if e[1] == "Killing"], "Killing"
     )
     assert killing == [("Normal", "Killing", "Stopping container main", "kubelet")]
+
+
+async def test_a_gated_pod_waits_until_its_gates_are_removed(env: Env) -> None:
+    spec = pod("gated", [PY, "-c", "print('ran')"], schedulingGates=[{"name": "example.com/g"}])
+    await env.client.create(spec, "pods")
+
+    def gated() -> bool:
+        conditions = ((env.pod_now("gated") or {}).get("status") or {}).get("conditions") or []
+        return any(c.get("reason") == "SchedulingGated" for c in conditions)
+
+    await env.until(gated, "SchedulingGated")
+    assert env.phase("gated") == "Pending"
+    assert not env.lines  # nothing ran
+    await env.client.request(
+        "PATCH",
+        path("v1", "pods", NS, "gated"),
+        [{"op": "remove", "path": "/spec/schedulingGates"}],
+        content_type="application/json-patch+json",
+    )
+    p = await env.finished("gated")
+    assert p["status"]["phase"] == "Succeeded"
+    scheduled = next(c for c in p["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert scheduled["status"] == "True"
+    assert await env.log("gated") == "ran\n"

@@ -135,6 +135,50 @@ def needs_recreate(live: dict[str, Any], desired: dict[str, Any]) -> bool:
     )
 
 
+def _pod_templates(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        str(job.get("name")): ((job.get("template") or {}).get("spec") or {}).get("template") or {}
+        for job in spec.get("replicatedJobs") or []
+    }
+
+
+def drops_mutable(live: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """The desired JobSet takes away a pod-template label, annotation, nodeSelector key,
+    toleration or scheduling gate the live one has.
+
+    JobSet lets these change while suspended, but on resume it *merges* them into the Jobs it
+    already made (jobset-kueue A.5): what was taken away stays on those Jobs and reaches the
+    pods. That is how a preempted TrainJob re-admitted on another flavor would keep the old
+    flavor's nodeSelector keys; recreating the JobSet while nothing runs avoids it."""
+    live_pods = _pod_templates(live.get("spec") or {})
+    for name, want in _pod_templates(desired.get("spec") or {}).items():
+        have = live_pods.get(name)
+        if have is None:
+            continue
+        for part, key in (
+            ("metadata", "labels"),
+            ("metadata", "annotations"),
+            ("spec", "nodeSelector"),
+        ):
+            old = (have.get(part) or {}).get(key) or {}
+            new = (want.get(part) or {}).get(key) or {}
+            if any(k not in new for k in old):
+                return True
+        old_tolerations = (have.get("spec") or {}).get("tolerations") or []
+        new_tolerations = (want.get("spec") or {}).get("tolerations") or []
+        if any(t not in new_tolerations for t in old_tolerations):
+            return True
+        old_gates = {g.get("name") for g in (have.get("spec") or {}).get("schedulingGates") or []}
+        new_gates = {g.get("name") for g in (want.get("spec") or {}).get("schedulingGates") or []}
+        if old_gates - new_gates:
+            return True
+    return False
+
+
+def jobset_suspended(jobset: dict[str, Any]) -> bool:
+    return bool((jobset.get("spec") or {}).get("suspend"))
+
+
 def any_active(jobset: dict[str, Any]) -> str | None:
     for status in (jobset.get("status") or {}).get("replicatedJobsStatus") or []:
         if status.get("active", 0) > 0:
@@ -321,14 +365,24 @@ class Reconciler:
             if kind == c.KIND_JOBSET and jobset is not None:
                 if unchanged(jobset, obj):
                     continue
+                active = any_active(jobset)
                 if needs_recreate(jobset, obj):
-                    active = any_active(jobset)
                     if active is not None:
                         raise BuildError(
                             f"the JobSet must be recreated to change fields JobSet does not let "
                             f"change, but its replicated job {active} is still active"
                         )
                     log.info("recreating JobSet %s/%s for an immutable change", namespace, name)
+                    await self.kube.delete(r.JOBSETS, namespace, name, propagation="Foreground")
+                    return None, RECREATE_RETRY_SECONDS
+                if active is None and jobset_suspended(jobset) and drops_mutable(jobset, obj):
+                    # While suspended and idle: recreate so no Job keeps what was taken away.
+                    log.info(
+                        "recreating suspended JobSet %s/%s: its pod templates lose fields its "
+                        "Jobs would keep on resume",
+                        namespace,
+                        name,
+                    )
                     await self.kube.delete(r.JOBSETS, namespace, name, propagation="Foreground")
                     return None, RECREATE_RETRY_SECONDS
             elif kind != c.KIND_JOBSET and unchanged(self._cached(obj), obj):

@@ -46,6 +46,10 @@ A pod, once seen (and not yet finished):
    ``<state_dir>/<ns>/<pod>`` is removed. :meth:`Kubelet.stop` ends every process the same
    way, without further status writes.
 
+A pod with ``spec.schedulingGates`` is not run: like the scheduler, the kubelet leaves it
+``Pending`` with ``PodScheduled=False`` (reason ``SchedulingGated``) until the gates are removed
+(Kueue's topology ungater does that on a cluster).
+
 A pod found already started by an earlier executor (``status.startTime`` set, not finished)
 has lost its processes: with ``restartPolicy: Never`` it is failed, otherwise run again.
 """
@@ -1150,6 +1154,9 @@ class Kubelet:
         phase = (obj.get("status") or {}).get("phase")
         if meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
             return
+        if (obj.get("spec") or {}).get("schedulingGates"):
+            self._gated(obj)
+            return
         pod = _Pod(self, obj)
         self._pods[uid] = pod
         if not pod.resumed:
@@ -1164,6 +1171,43 @@ class Kubelet:
                 )
             )
         pod.start()
+
+    def _gated(self, obj: dict[str, Any]) -> None:
+        """Report a gated pod as the scheduler would (once per pod)."""
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        if any(c.get("reason") == "SchedulingGated" for c in conditions):
+            return
+        meta = obj.get("metadata") or {}
+        status = {
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    *[c for c in conditions if c.get("type") != "PodScheduled"],
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "SchedulingGated",
+                        "message": "Scheduling is blocked due to non-empty scheduling gates",
+                        "lastTransitionTime": now(),
+                    },
+                ],
+            }
+        }
+
+        async def write() -> None:
+            try:
+                await self.client.patch(
+                    "v1",
+                    "pods",
+                    str(meta.get("namespace")),
+                    str(meta.get("name")),
+                    status,
+                    sub="status",
+                )
+            except ClientError as exc:
+                log.debug("gated pod %s: status not written: %s", meta.get("name"), exc)
+
+        self._background(asyncio.get_running_loop().create_task(write()))
 
     def _deleted(self, pod: _Pod) -> None:
         """A pod is gone from the API: end its processes, then remove its directory."""

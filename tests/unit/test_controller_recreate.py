@@ -1,0 +1,60 @@
+"""When the controller recreates a JobSet instead of applying to it: a change JobSet forbids on
+an existing object (A.7), or, while suspended, a pod-template field taken away that JobSet's
+resume would leave on the Jobs it already made (A.5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from trainer.controller.reconcile import drops_mutable, needs_recreate
+
+
+def jobset(image: str = "img", **pod: Any) -> dict[str, Any]:
+    meta = {k: pod.pop(k) for k in ("labels", "annotations") if k in pod}
+    return {
+        "spec": {
+            "suspend": True,
+            "replicatedJobs": [
+                {
+                    "name": "node",
+                    "template": {
+                        "spec": {
+                            "template": {
+                                "metadata": meta,
+                                "spec": {"containers": [{"name": "node", "image": image}], **pod},
+                            }
+                        }
+                    },
+                }
+            ],
+        }
+    }
+
+
+FLAVOR_A = {"pool": "a", "spot": "true"}
+TOL = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(
+    ("live", "desired", "drops"),
+    [
+        (jobset(nodeSelector=FLAVOR_A), jobset(nodeSelector={"pool": "b"}), True),
+        (jobset(nodeSelector={"pool": "a"}), jobset(nodeSelector={"pool": "b"}), False),
+        (jobset(), jobset(nodeSelector=FLAVOR_A), False),
+        (jobset(tolerations=[TOL]), jobset(), True),
+        (jobset(tolerations=[TOL]), jobset(tolerations=[TOL]), False),
+        (jobset(labels={"kueue.x-k8s.io/podset": "node"}), jobset(), True),
+        (jobset(annotations={"a": "1"}), jobset(annotations={"a": "2"}), False),
+        (jobset(schedulingGates=[{"name": "g"}]), jobset(schedulingGates=[]), True),
+    ],
+)
+def test_drops_mutable(live: dict[str, Any], desired: dict[str, Any], drops: bool) -> None:
+    assert drops_mutable(live, desired) is drops
+    assert not needs_recreate(live, desired)  # all of these JobSet allows while suspended
+
+
+def test_an_image_change_needs_a_recreate() -> None:
+    assert needs_recreate(jobset("old"), jobset("new"))
+    assert not drops_mutable(jobset("old"), jobset("new"))
