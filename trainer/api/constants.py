@@ -47,6 +47,8 @@ LABEL_FRAMEWORK = "trainer.kubeflow.org/framework"
 # controller watch only its own ConfigMaps and Secrets, and users find them.
 LABEL_TRAINJOB_NAME = "trainer.kubeflow.org/trainjob-name"
 LABEL_MANAGED_BY_INSTALLER = "trainer.kubeflow.org/managed-by"
+# On runtimes written by `trainer convert`: the v1 apiVersion/kind they were converted from.
+ANNOTATION_CONVERTED_FROM = "trainer.kubeflow.org/converted-from"
 FINALIZER_RESOURCE_IN_USE = "trainer.kubeflow.org/resource-in-use"  # legacy: only removed
 
 ANNOTATION_JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
