@@ -40,7 +40,7 @@ def test_converted_pytorchjob_runs_to_complete(tmp_path: Path) -> None:
     conv = trainer(
         "convert",
         "-f",
-        str(ROOT / "examples/convert/pytorchjob.yaml"),
+        str(ROOT / "tests/e2e/data/v1-pytorchjob.yaml"),
         "-o",
         str(out_dir),
         timeout=60,
