@@ -651,3 +651,87 @@ def test_update_judges_the_new_object() -> None:
     new = trainjob(trainer={"env": env("PET_NNODES")})
     v = validate_policies(new_info(new, TORCH), old, ClusterView())
     assert [(e.path, e.type, e.message) for e in v.errors] == [reserved("PET_NNODES")]
+
+
+# --- Beyond upstream: TensorFlow, Paddle and elastic torch --------------------------------------
+ELASTIC_RUNTIME = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata: {name: rt}
+spec:
+  mlPolicy:
+    numNodes: 3
+    torch: {elasticPolicy: {minNodes: 2, maxNodes: 4, maxRestarts: 1}}
+  template:
+    spec:
+      replicatedJobs:
+      - name: node
+        template:
+          metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
+          spec: {template: {spec: {containers: [{name: node, image: x}]}}}
+"""
+
+
+def test_tensorflow_reserved_envs() -> None:
+    job = trainjob("tensorflow-distributed", {"env": env("TF_CONFIG", "OK", "TF_TASK_INDEX")})
+    assert errors(job, builtin("tensorflow-distributed")) == [reserved("TF_CONFIG TF_TASK_INDEX")]
+    assert (
+        errors(
+            trainjob("tensorflow-distributed", {"env": env("OK")}),
+            builtin("tensorflow-distributed"),
+        )
+        == []
+    )
+
+
+def test_paddle_reserved_envs() -> None:
+    names = ("PADDLE_RANK", "PADDLE_MASTER", "PADDLE_NNODES", "PADDLE_JOB_ID")
+    job = trainjob("paddle-distributed", {"env": env(*names, "FLAGS_x")})
+    assert errors(job, builtin("paddle-distributed")) == [
+        reserved("PADDLE_JOB_ID PADDLE_MASTER PADDLE_NNODES PADDLE_RANK")
+    ]
+
+
+def test_elastic_torch_reserves_the_rendezvous_envs_only_when_elastic() -> None:
+    job = trainjob("rt", {"env": env("PET_RDZV_ENDPOINT", "PET_MAX_RESTARTS")})
+    assert errors(job, runtime(ELASTIC_RUNTIME)) == [reserved("PET_MAX_RESTARTS PET_RDZV_ENDPOINT")]
+    assert errors(job, builtin("torch-distributed")) == []
+
+
+@pytest.mark.parametrize(
+    ("num_nodes", "ok"), [(None, True), (2, True), (4, True), (1, False), (5, False)]
+)
+def test_elastic_torch_num_nodes_within_the_range(num_nodes: int | None, ok: bool) -> None:
+    trainer = {} if num_nodes is None else {"numNodes": num_nodes}
+    got = errors(trainjob("rt", trainer), runtime(ELASTIC_RUNTIME))
+    if ok:
+        assert got == []
+    else:
+        assert got == [
+            (
+                "spec.trainer.numNodes",
+                INVALID,
+                "must be within the runtime's elastic range [2, 4] "
+                "(spec.mlPolicy.torch.elasticPolicy minNodes..maxNodes)",
+            )
+        ]
+
+
+def test_elastic_torch_range_must_be_ordered() -> None:
+    text = ELASTIC_RUNTIME.replace("minNodes: 2, maxNodes: 4", "minNodes: 5, maxNodes: 4")
+    got = errors(trainjob("rt", {"numNodes": 4}), runtime(text))
+    assert got == [
+        (
+            "spec.runtimeRef",
+            INVALID,
+            "runtime spec.mlPolicy.torch.elasticPolicy: minNodes (5) must be less than or "
+            "equal to maxNodes (4)",
+        )
+    ]
+
+
+def test_elastic_torch_runtime_count_outside_the_range() -> None:
+    text = ELASTIC_RUNTIME.replace("numNodes: 3", "numNodes: 1")
+    got = errors(trainjob("rt", {}), runtime(text))
+    assert [(p, t) for p, t, _ in got] == [("spec.runtimeRef", INVALID)]
+    assert "node count 1" in got[0][2]

@@ -12,7 +12,16 @@ from trainer.plugins.registry import default_framework, render
 
 def test_plugins_run_in_a_fixed_declared_order() -> None:
     assert default_framework().phases() == {
-        "EnforceMLPolicy": ["PlainML", "Torch", "MPI", "JAX", "XGBoost", "Flux"],
+        "EnforceMLPolicy": [
+            "PlainML",
+            "Torch",
+            "MPI",
+            "JAX",
+            "XGBoost",
+            "TensorFlow",
+            "Paddle",
+            "Flux",
+        ],
         "EnforcePodGroupPolicy": ["CoScheduling", "Volcano"],
         "EnforcePodSpec": ["DataCache"],
         "PreBuild": ["JobSet"],

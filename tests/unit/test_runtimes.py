@@ -26,6 +26,8 @@ EXPECTED = {
     "torchtune-qwen2.5-1.5b": "torch",
     "torch-distributed-with-cache": "torch",
     "torch-local-cpu": "torch",
+    "tensorflow-distributed": "tensorflow",
+    "paddle-distributed": "paddle",
 }
 
 
@@ -56,7 +58,11 @@ def test_runtime_is_valid(path: Path) -> None:
     assert runtime.spec is not None and runtime.spec.ml_policy is not None
     policy = runtime.spec.ml_policy
     assert policy.num_nodes == 1
-    set_policies = [p for p in ("torch", "mpi", "jax", "xgboost", "flux") if getattr(policy, p)]
+    set_policies = [
+        p
+        for p in ("torch", "mpi", "jax", "xgboost", "flux", "tensorflow", "paddle")
+        if getattr(policy, p) is not None
+    ]
     assert set_policies == [EXPECTED[path.stem]]
     # Every known ancestor job has replicas 1 and its mapped container.
     for job in jobs(runtime).values():

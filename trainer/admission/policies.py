@@ -5,8 +5,14 @@ the TrainJob merged onto its live runtime, *before* any plugin ran. Each rule is
 for its policy, and every error is collected (never only the first):
 
 Torch (``mlPolicy.torch``)
-    reserved ``PET_*`` names in ``spec.trainer.env``; envInjection targets that do not exist;
-    the TorchTune checks when ``spec.trainer.command`` is exactly ``["tune", "run"]``.
+    reserved ``PET_*`` names in ``spec.trainer.env`` (with ``elasticPolicy`` also
+    ``PET_RDZV_BACKEND``, ``PET_RDZV_ENDPOINT``, ``PET_MAX_RESTARTS``); envInjection targets
+    that do not exist; the TorchTune checks when ``spec.trainer.command`` is exactly
+    ``["tune", "run"]``; with ``elasticPolicy`` (beyond upstream): ``minNodes <= maxNodes`` and
+    the node count within ``[minNodes, maxNodes]``.
+TensorFlow / Paddle (``mlPolicy.tensorflow`` / ``mlPolicy.paddle``, beyond upstream)
+    reserved ``TF_CONFIG``, ``TF_TASK_INDEX`` / ``PADDLE_MASTER``, ``PADDLE_NNODES``,
+    ``PADDLE_RANK``, ``PADDLE_JOB_ID`` in ``spec.trainer.env``.
 MPI (``mlPolicy.mpi``)
     reserved launcher env names (OpenMPI's, and the MPICH and Intel names this project's MPI
     plugin injects); ``numNodes >= 2`` with ``runLauncherAsNode`` on a runtime without both a
@@ -20,9 +26,9 @@ Data cache (a runtime with a ``cache-initializer`` job)
 JAX
     nothing.
 
-Reserved-env errors of Torch or MPI and of the data cache are reported as ONE error at
-``spec.trainer.env`` listing every reserved name found (they share upstream's message format;
-one error reads better than two at the same path).
+Reserved-env errors of Torch, MPI, TensorFlow or Paddle and of the data cache are reported as ONE
+error at ``spec.trainer.env`` listing every reserved name found (they share upstream's message
+format; one error reads better than two at the same path).
 
 The checks only read ``info``: nothing is mutated (``PodSet.pod_spec`` would create missing
 specs, so pod specs are reached without it).
@@ -120,6 +126,12 @@ def _reserved_names(info: Info) -> tuple[str, ...]:
     names: tuple[str, ...] = ()
     if policy is not None and policy.torch is not None:
         names += c.TORCH_RESERVED_ENVS
+        if policy.torch.elastic_policy is not None:
+            names += c.TORCH_ELASTIC_RESERVED_ENVS
+    if policy is not None and policy.tensorflow is not None:
+        names += c.TENSORFLOW_RESERVED_ENVS
+    if policy is not None and policy.paddle is not None:
+        names += c.PADDLE_RESERVED_ENVS
     if policy is not None and policy.mpi is not None:
         names += MPI_ALL_RESERVED_ENVS
     if info.pod_sets_with_ancestor(c.ANCESTOR_CACHE_INITIALIZER):
@@ -246,12 +258,59 @@ def validate_torchtune(info: Info) -> list[FieldError]:
     return errors
 
 
+PATH_ELASTIC_POLICY = "spec.mlPolicy.torch.elasticPolicy"
+
+
+def validate_torch_elastic(info: Info) -> list[FieldError]:
+    """Beyond upstream: an elastic range must be ordered, and the node count the job starts
+    with must lie inside it (torchrun would wait forever below minNodes, and refuses nodes
+    above maxNodes)."""
+    torch = info.ml_policy.torch if info.ml_policy else None
+    elastic = torch.elastic_policy if torch is not None else None
+    if elastic is None:
+        return []
+    trainer = _trainer(info)
+    ps = info.trainer_pod_set()
+    runtime_count = ps.count if ps is not None else 1
+    count = trainer.num_nodes if trainer is not None and trainer.num_nodes is not None else None
+    nodes = count if count is not None else runtime_count
+    low = elastic.min_nodes if elastic.min_nodes is not None else nodes
+    high = elastic.max_nodes if elastic.max_nodes is not None else nodes
+    if low > high:
+        return [
+            FieldError(
+                PATH_RUNTIME_REF,
+                INVALID,
+                f"runtime {PATH_ELASTIC_POLICY}: minNodes ({low}) must be less than or equal "
+                f"to maxNodes ({high})",
+                info.trainjob.spec.runtime_ref.name if info.trainjob.spec else "",
+            )
+        ]
+    if low <= nodes <= high:
+        return []
+    message = (
+        f"must be within the runtime's elastic range [{low}, {high}] "
+        f"({PATH_ELASTIC_POLICY} minNodes..maxNodes)"
+    )
+    if count is not None:
+        return [FieldError(PATH_NUM_NODES, INVALID, message, count)]
+    return [
+        FieldError(
+            PATH_RUNTIME_REF,
+            INVALID,
+            f"the runtime's node count {nodes} (mlPolicy.numNodes) {message}",
+            info.trainjob.spec.runtime_ref.name if info.trainjob.spec else "",
+        )
+    ]
+
+
 def validate_torch(info: Info) -> list[FieldError]:
     """Spec 2.5: envInjection targets exist, and the TorchTune rules (reserved env names are
-    checked with the other reserved names in :func:`validate_reserved_envs`)."""
+    checked with the other reserved names in :func:`validate_reserved_envs`); beyond upstream,
+    the elastic range."""
     if info.ml_policy is None or info.ml_policy.torch is None:
         return []
-    return validate_env_injection(info) + validate_torchtune(info)
+    return validate_env_injection(info) + validate_torchtune(info) + validate_torch_elastic(info)
 
 
 # --- MPI -----------------------------------------------------------------------------------------

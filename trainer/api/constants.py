@@ -47,12 +47,16 @@ LABEL_FRAMEWORK = "trainer.kubeflow.org/framework"
 # controller watch only its own ConfigMaps and Secrets, and users find them.
 LABEL_TRAINJOB_NAME = "trainer.kubeflow.org/trainjob-name"
 LABEL_MANAGED_BY_INSTALLER = "trainer.kubeflow.org/managed-by"
+# On runtimes written by `trainer convert`: the v1 apiVersion/kind they were converted from.
+ANNOTATION_CONVERTED_FROM = "trainer.kubeflow.org/converted-from"
 FINALIZER_RESOURCE_IN_USE = "trainer.kubeflow.org/resource-in-use"  # legacy: only removed
 
 ANNOTATION_JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 FIELD_PATH_COMPLETION_INDEX = f"metadata.annotations['{ANNOTATION_JOB_COMPLETION_INDEX}']"
 
 LABEL_JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+LABEL_JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+FIELD_PATH_JOB_INDEX = f"metadata.labels['{LABEL_JOBSET_JOB_INDEX}']"
 LABEL_COSCHEDULING_POD_GROUP = "scheduling.x-k8s.io/pod-group"
 ANNOTATION_VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"
 ANNOTATION_VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
@@ -115,6 +119,13 @@ TORCH_RESERVED_ENVS = (
 ENV_MASTER_ADDR = "MASTER_ADDR"
 ENV_MASTER_PORT = "MASTER_PORT"
 
+# Beyond upstream: elastic torchrun (mlPolicy.torch.elasticPolicy).
+ENV_PET_RDZV_BACKEND = "PET_RDZV_BACKEND"
+ENV_PET_RDZV_ENDPOINT = "PET_RDZV_ENDPOINT"
+ENV_PET_MAX_RESTARTS = "PET_MAX_RESTARTS"
+TORCH_ELASTIC_RESERVED_ENVS = (ENV_PET_RDZV_BACKEND, ENV_PET_RDZV_ENDPOINT, ENV_PET_MAX_RESTARTS)
+RDZV_BACKEND_C10D = "c10d"
+
 ENV_OMPI_HOSTFILE = "OMPI_MCA_orte_default_hostfile"
 ENV_OMPI_KEEP_FQDN = "OMPI_MCA_orte_keep_fqdn_hostnames"
 ENV_OMPI_DEFAULT_SLOTS = "OMPI_MCA_orte_set_default_slots"
@@ -140,6 +151,24 @@ XGBOOST_RESERVED_ENVS = (
     ENV_DMLC_TASK_ID,
     ENV_DMLC_NUM_WORKER,
 )
+
+# Beyond upstream: TensorFlow (mlPolicy.tensorflow). TF_TASK_INDEX holds the pod's index within
+# its role; TF_CONFIG refers to it as $(TF_TASK_INDEX), expanded by the kubelet.
+ENV_TF_CONFIG = "TF_CONFIG"
+ENV_TF_TASK_INDEX = "TF_TASK_INDEX"
+TENSORFLOW_RESERVED_ENVS = (ENV_TF_CONFIG, ENV_TF_TASK_INDEX)
+TF_ROLE_CHIEF = "chief"
+TF_ROLE_MASTER = "master"
+TF_ROLE_WORKER = "worker"
+TF_ROLE_PS = "ps"
+TF_ROLE_EVALUATOR = "evaluator"
+
+# Beyond upstream: PaddlePaddle collective (mlPolicy.paddle), read by paddle.distributed.launch.
+ENV_PADDLE_MASTER = "PADDLE_MASTER"
+ENV_PADDLE_NNODES = "PADDLE_NNODES"
+ENV_PADDLE_RANK = "PADDLE_RANK"
+ENV_PADDLE_JOB_ID = "PADDLE_JOB_ID"
+PADDLE_RESERVED_ENVS = (ENV_PADDLE_MASTER, ENV_PADDLE_NNODES, ENV_PADDLE_RANK, ENV_PADDLE_JOB_ID)
 
 ENV_DATA_CACHE_ENDPOINT = "DATA_CACHE_ENDPOINT"
 

@@ -2,9 +2,13 @@
 ClusterTrainingRuntime, with every field, CRD default and validation rule of upstream's CRDs.
 
 Objects stored under an older schema still parse: removed fields (``podTemplateOverrides``,
-``spec.labels``, torch ``elasticPolicy``) are kept as extra fields, and
-``trainer.numProcPerNode`` still accepts the v2.1 strings (``auto``) although the CRD now says
-integer.
+``spec.labels``) are kept as extra fields, and ``trainer.numProcPerNode`` still accepts the
+v2.1 strings (``auto``) although the CRD now says integer.
+
+Beyond upstream (additive optional fields; every upstream object stays valid and round-trips
+unchanged): ``mlPolicy.torch.elasticPolicy`` (v2.1's shape, which v2.2 removed, brought back and
+implemented: torchrun elastic rendezvous), ``mlPolicy.tensorflow`` (TF_CONFIG) and
+``mlPolicy.paddle`` (PaddlePaddle collective env).
 """
 
 from __future__ import annotations
@@ -371,10 +375,31 @@ class EnvInjection(K8sModel):
     ] = None
 
 
+class TorchElasticPolicy(K8sModel):
+    """Beyond upstream: elastic torchrun. The job starts ``numNodes`` pods and keeps training
+    while at least ``minNodes`` of them are up (c10d rendezvous on node 0)."""
+
+    crd_rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "!has(self.minNodes) || !has(self.maxNodes) || self.minNodes <= self.maxNodes",
+            "minNodes must be less than or equal to maxNodes",
+        ),
+    )
+
+    min_nodes: Annotated[Int32 | None, Schema(minimum=1)] = None
+    """Fewest nodes training continues with (default: the node count)."""
+    max_nodes: Annotated[Int32 | None, Schema(minimum=1)] = None
+    """Most nodes that may join the rendezvous (default: the node count)."""
+    max_restarts: Annotated[Int32 | None, Schema(minimum=0)] = None
+    """How often torchrun restarts the worker group before giving up (PET_MAX_RESTARTS)."""
+
+
 class TorchMLPolicySource(K8sModel):
     """torchrun: the controller injects PET_* env and the rendezvous port."""
 
     env_injection: EnvInjection | None = None
+    elastic_policy: TorchElasticPolicy | None = None
+    """Beyond upstream: elastic training over a node range (PET_NNODES=min:max)."""
 
 
 class MPIMLPolicySource(K8sModel):
@@ -401,6 +426,18 @@ class XGBoostMLPolicySource(K8sModel):
     """XGBoost collective: DMLC_* env."""
 
 
+class TensorFlowMLPolicySource(K8sModel):
+    """Beyond upstream: TensorFlow multi-worker training. Every pod of the replicated jobs
+    ``chief``, ``master``, ``ps``, ``evaluator`` and ``worker`` (and of the trainer step) gets
+    ``TF_CONFIG`` with the cluster spec and its own task type and index."""
+
+
+class PaddleMLPolicySource(K8sModel):
+    """Beyond upstream: PaddlePaddle collective training. The trainer step's ``node``
+    container gets ``PADDLE_MASTER``, ``PADDLE_NNODES``, ``PADDLE_RANK`` and ``PADDLE_JOB_ID``
+    for ``python -m paddle.distributed.launch``."""
+
+
 class FluxMLPolicySource(K8sModel):
     """Flux framework bootstrap (HPC)."""
 
@@ -416,7 +453,7 @@ class MLPolicy(K8sModel):
     crd_rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
             "[has(self.torch), has(self.mpi), has(self.jax), has(self.xgboost), "
-            "has(self.flux)].filter(x, x).size() <= 1",
+            "has(self.flux), has(self.tensorflow), has(self.paddle)].filter(x, x).size() <= 1",
             "Only one of the policy can be configured",
         ),
     )
@@ -428,6 +465,10 @@ class MLPolicy(K8sModel):
     jax: JAXMLPolicySource | None = None
     xgboost: XGBoostMLPolicySource | None = None
     flux: FluxMLPolicySource | None = None
+    tensorflow: TensorFlowMLPolicySource | None = None
+    """Beyond upstream: TF_CONFIG for TensorFlow distribution strategies."""
+    paddle: PaddleMLPolicySource | None = None
+    """Beyond upstream: PaddlePaddle collective env."""
 
 
 class CoschedulingPodGroupPolicySource(K8sModel):

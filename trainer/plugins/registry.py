@@ -14,8 +14,10 @@ from trainer.plugins.flux import FluxPlugin
 from trainer.plugins.jax import JAXPlugin
 from trainer.plugins.jobset import JobSetPlugin
 from trainer.plugins.mpi import MPIPlugin
+from trainer.plugins.paddle import PaddlePlugin
 from trainer.plugins.plainml import PlainMLPlugin
 from trainer.plugins.status import JobSetStatusPlugin
+from trainer.plugins.tensorflow import TensorFlowPlugin
 from trainer.plugins.torch import TorchPlugin
 from trainer.plugins.volcano import VolcanoPlugin
 from trainer.plugins.xgboost import XGBoostPlugin
@@ -29,12 +31,15 @@ from trainer.runtime.snapshot import build_snapshot, snapshot_name
 def default_plugins() -> list[Plugin]:
     """Every plugin, in the order they run within each phase."""
     return [
-        # EnforceMLPolicy: PlainML first, so XGBoost and Flux see the node count it sets.
+        # EnforceMLPolicy: PlainML first, so XGBoost, TensorFlow, Paddle and Flux see the node
+        # count it sets.
         PlainMLPlugin(),
         TorchPlugin(),
         MPIPlugin(),
         JAXPlugin(),
         XGBoostPlugin(),
+        TensorFlowPlugin(),
+        PaddlePlugin(),
         FluxPlugin(),
         # EnforcePodGroupPolicy (and Build: the PodGroup)
         CoschedulingPlugin(),

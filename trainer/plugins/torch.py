@@ -4,13 +4,18 @@ For ``mlPolicy.torch`` runtimes: the trainer step's count comes from ``trainer.n
 container ``node`` gets the torchrun rendezvous env (``PET_*``) and port 29500; envInjection
 targets get the same env; a TrainJob whose command is exactly ``["tune", "run"]`` has its
 command rewritten into a full TorchTune invocation for its model and recipe.
+
+Beyond upstream, ``mlPolicy.torch.elasticPolicy`` makes the rendezvous elastic: ``PET_NNODES``
+becomes ``<minNodes>:<maxNodes>`` (each defaulting to the node count), with
+``PET_RDZV_BACKEND=c10d``, ``PET_RDZV_ENDPOINT=<node 0>:29500`` and, when set,
+``PET_MAX_RESTARTS``; torchrun then keeps training while at least ``minNodes`` nodes are up.
 """
 
 from __future__ import annotations
 
 from trainer.api import constants as c
 from trainer.api.core import ContainerPort, EnvVar
-from trainer.api.v1alpha1 import Trainer
+from trainer.api.v1alpha1 import TorchElasticPolicy, Trainer
 from trainer.plugins import torchtune
 from trainer.plugins.common import runtime_resources_per_node
 from trainer.runtime import apply
@@ -34,9 +39,26 @@ def resolve_num_proc_per_node(info: Info) -> int | str:
     return value
 
 
-def rendezvous_env(info: Info, nnodes: int, nproc: int | str, master: bool) -> list[EnvVar]:
+def node_range(elastic: TorchElasticPolicy, nnodes: int) -> tuple[int, int]:
+    """``(minNodes, maxNodes)``, each defaulting to the node count."""
+    low = elastic.min_nodes if elastic.min_nodes is not None else nnodes
+    high = elastic.max_nodes if elastic.max_nodes is not None else nnodes
+    return low, high
+
+
+def rendezvous_env(
+    info: Info,
+    nnodes: int,
+    nproc: int | str,
+    master: bool,
+    elastic: TorchElasticPolicy | None = None,
+) -> list[EnvVar]:
+    nnodes_value = str(nnodes)
+    if elastic is not None:
+        low, high = node_range(elastic, nnodes)
+        nnodes_value = f"{low}:{high}"
     envs = [
-        apply.env(c.ENV_PET_NNODES, str(nnodes)),
+        apply.env(c.ENV_PET_NNODES, nnodes_value),
         apply.env(c.ENV_PET_NPROC_PER_NODE, str(nproc)),
         apply.env_from_field(c.ENV_PET_NODE_RANK, c.FIELD_PATH_COMPLETION_INDEX),
     ]
@@ -45,6 +67,15 @@ def rendezvous_env(info: Info, nnodes: int, nproc: int | str, master: bool) -> l
             apply.env(c.ENV_PET_MASTER_ADDR, info.first_endpoint()),
             apply.env(c.ENV_PET_MASTER_PORT, str(c.CONTAINER_TRAINER_PORT)),
         ]
+    if elastic is not None:
+        envs += [
+            apply.env(c.ENV_PET_RDZV_BACKEND, c.RDZV_BACKEND_C10D),
+            apply.env(
+                c.ENV_PET_RDZV_ENDPOINT, f"{info.first_endpoint()}:{c.CONTAINER_TRAINER_PORT}"
+            ),
+        ]
+        if elastic.max_restarts is not None:
+            envs.append(apply.env(c.ENV_PET_MAX_RESTARTS, str(elastic.max_restarts)))
     return envs
 
 
@@ -65,11 +96,14 @@ class TorchPlugin:
             ps.count = trainer.num_nodes
         nnodes = ps.count if ps is not None else 1
         nproc = resolve_num_proc_per_node(info)
+        elastic = policy.elastic_policy
         if ps is not None and trainer is not None:
             node = ps.container(c.CONTAINER_NODE)
             if node is not None:
                 tune = is_torchtune(trainer)
-                apply.upsert_env(node, rendezvous_env(info, nnodes, nproc, master=not tune))
+                apply.upsert_env(
+                    node, rendezvous_env(info, nnodes, nproc, master=not tune, elastic=elastic)
+                )
                 apply.upsert_port(node, ContainerPort(container_port=c.CONTAINER_TRAINER_PORT))
                 if tune:
                     node.command = torchtune.command(info, nnodes, nproc)
@@ -83,4 +117,6 @@ class TorchPlugin:
                         f'envInjection target podSet "{target.job_name}" container "{name}" '
                         "not found in runtime template"
                     )
-                apply.upsert_env(ctr, rendezvous_env(info, nnodes, nproc, master=True))
+                apply.upsert_env(
+                    ctr, rendezvous_env(info, nnodes, nproc, master=True, elastic=elastic)
+                )

@@ -1,0 +1,72 @@
+"""Golden tests of ``trainer convert``: a v1 job -> the converted objects and warnings
+(``converted.yaml``) -> what the controller renders for them (``rendered.yaml``).
+
+Each directory under ``convert/`` holds ``v1.yaml``. ``pytest tests/golden --update-golden``
+rewrites the expectations; review the diff.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainer.api.load import check_object, parse_object
+from trainer.api.v1alpha1 import TrainingRuntime, TrainJob
+from trainer.cli.render import to_yaml_stream
+from trainer.convert import Converted, convert
+from trainer.plugins.registry import render
+from trainer.runtime.info import BuildContext, SSHKeyPair
+
+CASES = Path(__file__).parent / "convert"
+FAKE_KEYS = SSHKeyPair(
+    b"-----BEGIN EC PRIVATE KEY-----\nZ29sZGVu\n-----END EC PRIVATE KEY-----\n",
+    b"ecdsa-sha2-nistp521 Z29sZGVu golden",
+)
+CASE_DIRS = sorted(p for p in CASES.iterdir() if p.is_dir())
+
+
+def converted(case: Path) -> Converted:
+    return convert(yaml.safe_load((case / "v1.yaml").read_text()), "v1.yaml")
+
+
+def converted_text(result: Converted) -> str:
+    head = "".join(f"# warning: {w}\n" for w in result.warnings)
+    return head + to_yaml_stream(result.objects)
+
+
+def rendered_text(result: Converted) -> str:
+    runtime, trainjob = (parse_object(o) for o in result.objects)
+    assert isinstance(runtime, TrainingRuntime) and isinstance(trainjob, TrainJob)
+    if trainjob.metadata is not None and trainjob.metadata.namespace is None:
+        trainjob.metadata.namespace = "default"
+    return to_yaml_stream(render(trainjob, runtime, ctx=BuildContext(lambda: FAKE_KEYS)))
+
+
+def test_every_v1_kind_has_a_case() -> None:
+    kinds = {yaml.safe_load((d / "v1.yaml").read_text())["kind"] for d in CASE_DIRS}
+    assert kinds == {"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob"}
+
+
+@pytest.mark.parametrize("case", CASE_DIRS, ids=[p.name for p in CASE_DIRS])
+def test_converted_objects_pass_the_crd_checks(case: Path) -> None:
+    for obj in converted(case).objects:
+        result = check_object(obj)
+        assert result.ok, [str(e) for e in result.errors]
+        assert result.stored is not None
+
+
+@pytest.mark.parametrize("case", CASE_DIRS, ids=[p.name for p in CASE_DIRS])
+@pytest.mark.parametrize("what", ["converted", "rendered"])
+def test_convert_golden(case: Path, what: str, request: pytest.FixtureRequest) -> None:
+    result = converted(case)
+    actual = converted_text(result) if what == "converted" else rendered_text(result)
+    path = case / f"{what}.yaml"
+    if request.config.getoption("--update-golden"):
+        path.write_text(actual)
+    assert path.exists(), f"{case.name}: run pytest tests/golden --update-golden and review"
+    assert actual == path.read_text(), (
+        f"{case.name}: {what} output differs from {path.name} (pytest tests/golden "
+        "--update-golden rewrites it; review the diff)"
+    )

@@ -1,0 +1,84 @@
+"""``trainer convert``: Training Operator v1 jobs -> TrainJob + TrainingRuntime YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from trainer.api.load import ObjectError
+from trainer.cli.files import read_documents
+from trainer.cli.render import to_yaml_stream
+from trainer.convert import Converted, ConvertError, convert
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
+def convert_cmd(
+    files: Annotated[
+        list[str],
+        typer.Option(
+            "--filename",
+            "-f",
+            help="v1 job YAML/JSON (PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob, JAXJob): "
+            "a file, a directory or - for stdin. Repeat for several.",
+        ),
+    ],
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--output-dir",
+            "-o",
+            help="Write <namespace>-<name>.yaml (or <name>.yaml) per job into this directory "
+            "instead of printing one YAML stream.",
+        ),
+    ] = None,
+) -> None:
+    """Convert Training Operator v1 jobs into TrainJobs and the TrainingRuntimes they run on.
+
+    For each job: a TrainingRuntime named like the job (its pod templates, ML policy, gang
+    scheduling, retries and TTL) and a TrainJob referencing it, ready for kubectl apply.
+    Fields without a v2 equivalent are reported on stderr as warnings naming the field and
+    what the converted job does instead. Exits 1 with a one-line error, writing nothing, when
+    any input is unreadable or not a v1 job.
+    """
+    try:
+        docs = read_documents(files)
+    except ObjectError as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"cannot read {exc.filename}: {exc.strerror}") from None
+    if not docs:
+        raise _fail("no documents found in " + ", ".join(files))
+    results: list[Converted] = []
+    for doc in docs:
+        try:
+            results.append(convert(doc.data, doc.label))
+        except ConvertError as exc:
+            raise _fail(str(exc)) from None
+    for result in results:
+        for warning in result.warnings:
+            typer.echo(f"warning: {result.kind}/{result.name}: {warning}", err=True)
+    if output_dir is None:
+        objects: list[dict[str, Any]] = [o for r in results for o in r.objects]
+        typer.echo(to_yaml_stream(objects), nl=False)
+        return
+    outputs: dict[Path, str] = {}
+    for result in results:
+        stem = f"{result.namespace}-{result.name}" if result.namespace else result.name
+        path = output_dir / f"{stem}.yaml"
+        if path in outputs:
+            raise _fail(f"two jobs convert to the same file {path}")
+        outputs[path] = to_yaml_stream(result.objects)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        for path, text in outputs.items():
+            path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise _fail(f"cannot write {exc.filename}: {exc.strerror}") from None
+    for path in outputs:
+        typer.echo(f"wrote {path}")
