@@ -19,6 +19,7 @@ TrainJobs naming missing runtimes (the webhook's live reads). Then, in both dire
 from __future__ import annotations
 
 import asyncio
+import functools
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -191,7 +192,7 @@ async def run_flows(plane: Plane) -> None:
     await kube.create(trainjob("deadline", "torch-distributed", activeDeadlineSeconds=1))
     await kube.create(trainjob("held", "torch-distributed", suspend=True))
     for name in ("torch", "mpi", "cosched", "volcano", "held"):
-        await plane.until(lambda n=name: plane.jobset("default", n), what=f"JobSet {name}")
+        await plane.until(functools.partial(plane.jobset, "default", name), what=f"JobSet {name}")
     await plane.until(lambda: condition("deadline", "Failed"), timeout=20, what="deadline")
     await plane.until(lambda: plane.jobset("default", "deadline") is None, what="JobSet deleted")
     # An update: the webhook reads the live JobSet to check runtimePatches.
