@@ -69,3 +69,12 @@ def test_links_between_pages_resolve() -> None:
             if target in WRITTEN_ELSEWHERE:
                 continue
             assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def test_install_md_names_the_supported_versions() -> None:
+    from trainer.deploy.render import JOBSET_VERSION, MIN_KUBERNETES  # noqa: PLC0415
+
+    text = (DOCS / "install.md").read_text()
+    assert f"Kubernetes {MIN_KUBERNETES} or later" in text
+    assert f"JobSet {JOBSET_VERSION}" in text
+    assert f"releases/download/{JOBSET_VERSION}/manifests.yaml" in text

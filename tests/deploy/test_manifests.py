@@ -21,13 +21,13 @@ from trainer.api.crds import schema_for_kind
 from trainer.api.openapi.validate import check
 from trainer.cli.main import app
 from trainer.controller.config import parse_config
-from trainer.deploy import generate
+from trainer.deploy import generate, render
 from trainer.deploy.render import install_objects, runtime_objects
 from trainer.deploy.values import Values, load_values
 from trainer.local.apiserver import APIServer
 
 ROOT = Path(__file__).resolve().parents[2]
-MIN_KUBERNETES = "1.31.0"
+MIN_KUBERNETES = render.MIN_KUBERNETES + ".0"
 """The oldest Kubernetes this install supports (docs/install.md): every built-in object must
 validate against its schemas."""
 OVERLAYS = ("standalone", "runtimes", "kueue")
@@ -261,8 +261,8 @@ def test_flags_and_values_reach_every_object(tmp_path: Path) -> None:
         ("resources: {limits: {gpu: '1'}}\n", [], "resources.limits: unknown resource 'gpu'"),
         ("featureGates: {Nope: true}\n", [], "featureGates: unknown feature gate 'Nope'"),
         ("- a\n", [], "must be a YAML map"),
-        ("{}\n", ["--namespace", "Bad"], "namespace: 'Bad' is not a namespace name"),
-        ("{}\n", ["--replicas", "0"], "replicas: Input should be greater than or equal to 1"),
+        ("{}\n", ["--namespace", "Bad"], "--namespace: 'Bad' is not a namespace name"),
+        ("{}\n", ["--replicas", "0"], "--replicas: Input should be greater than or equal to 1"),
     ],
 )
 def test_bad_values_exit_2_naming_the_key(

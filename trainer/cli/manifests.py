@@ -45,7 +45,7 @@ def manifests(
         typer.echo(to_stream(runtime_objects()), nl=False)
         return
     text = None
-    source = "flags"
+    source = "values"
     if values_file is not None:
         source = str(values_file)
         try:

@@ -23,6 +23,10 @@ NAME = "kubeflow-trainer-controller-manager"
 CONFIG_MAP = "kubeflow-trainer-config"
 SECRET_NAME = "kubeflow-trainer-webhook-cert"
 LEASE_NAME = "trainer.kubeflow.org"
+JOBSET_VERSION = "v0.12.0"
+"""The JobSet release to install before this (upstream Trainer v2.3's chart depends on it)."""
+MIN_KUBERNETES = "1.31"
+"""The oldest Kubernetes the install supports (its objects are validated against 1.31)."""
 WEBHOOK_VALIDATION_LABEL = "trainer.kubeflow.org/webhook-validation"
 
 COMPONENTS = ("rbac", "manager", "webhook")

@@ -130,10 +130,14 @@ def _key(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def _problems(exc: ValidationError, source: str) -> list[str]:
+def _problems(exc: ValidationError, source: str, flags: frozenset[str]) -> list[str]:
     lines = []
     for error in exc.errors():
         loc = tuple(error["loc"])
+        if len(loc) == 1 and loc[0] in flags:  # a command-line flag: name the flag
+            message = str((error.get("ctx") or {}).get("error") or error["msg"])
+            lines.append(f"--{loc[0]}: {message} (got {error.get('input')!r})")
+            continue
         if error["type"] == "extra_forbidden":
             accepted = _accepted(loc[:-1])
             lines.append(
@@ -152,7 +156,8 @@ def load_values(
     text: str | None = None, source: str = "values", overrides: Mapping[str, Any] | None = None
 ) -> Values:
     """Values from YAML ``text`` (None: the defaults), with ``overrides`` (the command-line
-    flags, keyed by their values-file name) applied on top."""
+    flags, keyed by their values-file name; None values are unset flags) applied on top.
+    Errors name the key of the file (prefixed by ``source``) or the flag."""
     data: Any = {}
     if text is not None:
         try:
@@ -163,8 +168,8 @@ def load_values(
             data = {}
         if not isinstance(data, dict):
             raise ValuesError(f"{source}: must be a YAML map, got {type(data).__name__}")
-    data = {**data, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    flags = {k: v for k, v in (overrides or {}).items() if v is not None}
     try:
-        return Values.model_validate(data)
+        return Values.model_validate({**data, **flags})
     except ValidationError as exc:
-        raise ValuesError("\n".join(_problems(exc, source))) from None
+        raise ValuesError("\n".join(_problems(exc, source, frozenset(flags)))) from None
