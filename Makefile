@@ -5,12 +5,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: quickstart test lint typecheck unit crds check-crds install clean help
+.PHONY: quickstart test lint typecheck unit crds check-crds manifests install clean help
 
 help:
 	@echo "make quickstart  - install into $(VENV) and run the quickstart"
 	@echo "make test        - install into $(VENV), then lint, type-check and run every test"
 	@echo "make crds        - regenerate manifests/ CRDs from the API models"
+	@echo "make manifests   - regenerate manifests/base and overlays from trainer/deploy/templates"
 	@echo "make clean       - remove $(VENV) and caches"
 
 $(BIN)/python:
@@ -45,6 +46,9 @@ test: lint typecheck check-crds unit
 
 crds: $(STAMP)
 	$(BIN)/python -m trainer.api.crds
+
+manifests: $(STAMP)
+	$(BIN)/python -m trainer.deploy.generate
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

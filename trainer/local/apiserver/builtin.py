@@ -73,6 +73,21 @@ def builtin_types() -> list[ResourceType]:
         rt("events.k8s.io", "v1", "Event", "events", True, short_names=("ev",)),
         rt("coordination.k8s.io", "v1", "Lease", "leases", True),
         rt("batch", "v1", "Job", "jobs", True, status=True, categories=("all",)),
+        # Stored only (nothing runs them): enough to apply a real install (manifests/).
+        rt("apps", "v1", "Deployment", "deployments", True, short_names=("deploy",), status=True),
+        rt(
+            "policy",
+            "v1",
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+            True,
+            short_names=("pdb",),
+            status=True,
+        ),
+        rt("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False),
+        rt("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False),
+        rt("rbac.authorization.k8s.io", "v1", "Role", "roles", True),
+        rt("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", True),
         rt(
             "scheduling.k8s.io",
             "v1",

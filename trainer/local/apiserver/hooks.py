@@ -19,6 +19,8 @@ class RequestRecord:
     code: int
     field_manager: str = ""
     user_agent: str = ""
+    path: str = ""
+    """The URL path (tells non-resource requests such as discovery apart)."""
 
     @property
     def is_write(self) -> bool:

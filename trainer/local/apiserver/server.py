@@ -282,6 +282,7 @@ class APIServer:
                     code,
                     manager,
                     request.headers.get("User-Agent", ""),
+                    request.path,
                 )
             )
             log.debug(
