@@ -55,6 +55,18 @@ def _jobs_summary(job: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _progress(job: dict[str, Any]) -> str:
+    """``status.trainerStatus`` in one line (TrainJobStatus gate), or ""."""
+    ts = (job.get("status") or {}).get("trainerStatus") or {}
+    parts = []
+    if ts.get("progressPercentage") is not None:
+        parts.append(f"progress {ts['progressPercentage']}%")
+    if ts.get("estimatedRemainingSeconds") is not None:
+        parts.append(f"ETA {ts['estimatedRemainingSeconds']}s")
+    parts += [f"{m.get('name')}={m.get('value')}" for m in ts.get("metrics") or []]
+    return ", ".join(parts)
+
+
 async def _apply_all(plane: LocalPlane, docs: list[Any], namespace: str) -> list[tuple[str, str]]:
     """Create the runtimes first, then the TrainJobs; returns the TrainJobs' (ns, name)."""
     jobs: list[tuple[str, str]] = []
@@ -94,6 +106,10 @@ async def _follow(
             if last.get((ns, name)) != summary:
                 printer.line(summary)
                 last[(ns, name)] = summary
+            progress = _progress(job)
+            if progress and last.get(("progress", ns + "/" + name)) != progress:
+                printer.line(f"TrainJob {ns}/{name} reports {progress}")
+                last[("progress", ns + "/" + name)] = progress
             if state in (c.COND_COMPLETE, c.COND_FAILED):
                 finished[(ns, name)] = state
                 if state == c.COND_FAILED:
