@@ -2,7 +2,9 @@
 
 Each directory under ``cases/`` holds ``input.yaml`` (runtimes and one TrainJob; without a
 runtime document the built-in runtimes are used), an optional ``observed.yaml`` (objects that
-already exist: JobSet, Secrets, ConfigMaps, PodGroup) and ``expected.yaml``. Run
+already exist: JobSet, Secrets, ConfigMaps, PodGroup; a Secret in the operator namespace
+``kubeflow-system`` is the webhook certificate Secret), an optional ``context.yaml``
+(``featureGates`` and ``statusServerURL`` of the build) and ``expected.yaml``. Run
 ``pytest tests/golden --update-golden`` to rewrite the expectations, then review the diff.
 """
 
@@ -23,6 +25,7 @@ from trainer.plugins.registry import render
 from trainer.runtime.info import BuildContext, Observed, Runtime, SSHKeyPair
 
 CASES = Path(__file__).parent / "cases"
+OPERATOR_NAMESPACE = "kubeflow-system"
 CASE_DIRS = sorted(p for p in CASES.iterdir() if p.is_dir())
 
 FAKE_KEYS = SSHKeyPair(
@@ -47,6 +50,7 @@ def load_case(case: Path) -> tuple[TrainJob, Runtime, Observed]:
     name = trainjob.spec.runtime_ref.name
     runtime = runtimes.get(name) or builtin_runtimes()[name]
     observed = Observed()
+    status_secret = None
     if (case / "observed.yaml").exists():
         secrets: dict[str, Any] = {}
         config_maps: dict[str, Any] = {}
@@ -54,7 +58,9 @@ def load_case(case: Path) -> tuple[TrainJob, Runtime, Observed]:
         pod_group = None
         for doc in yaml.safe_load_all((case / "observed.yaml").read_text()):
             kind, name = doc["kind"], doc["metadata"]["name"]
-            if kind == "Secret":
+            if kind == "Secret" and doc["metadata"].get("namespace") == OPERATOR_NAMESPACE:
+                status_secret = doc
+            elif kind == "Secret":
                 secrets[name] = doc
             elif kind == "ConfigMap":
                 config_maps[name] = doc
@@ -62,13 +68,26 @@ def load_case(case: Path) -> tuple[TrainJob, Runtime, Observed]:
                 jobset = JobSet.from_wire(doc)
             elif kind == "PodGroup":
                 pod_group = doc
-        observed = Observed(jobset, pod_group, secrets, config_maps)
+        observed = Observed(
+            jobset, pod_group, secrets, config_maps, status_server_secret=status_secret
+        )
     return trainjob, runtime, observed
+
+
+def build_context(case: Path) -> BuildContext:
+    settings: dict[str, Any] = {}
+    if (case / "context.yaml").exists():
+        settings = yaml.safe_load((case / "context.yaml").read_text()) or {}
+    return BuildContext(
+        lambda: FAKE_KEYS,
+        feature_gates=settings.get("featureGates") or {},
+        status_server_url=settings.get("statusServerURL"),
+    )
 
 
 def rendered(case: Path) -> str:
     trainjob, runtime, observed = load_case(case)
-    objects = render(trainjob, runtime, observed=observed, ctx=BuildContext(lambda: FAKE_KEYS))
+    objects = render(trainjob, runtime, observed=observed, ctx=build_context(case))
     return to_yaml_stream(objects)
 
 

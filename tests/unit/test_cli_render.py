@@ -171,3 +171,32 @@ def test_build_error_is_exit_1() -> None:
     assert result.exit_code == 1
     assert result.stdout == ""
     assert 'envInjection target podSet "node" container "sidecar" not found' in result.stderr
+
+
+def test_trainjob_status_gate_needs_a_ca_and_renders_the_tls_config(tmp_path: Path) -> None:
+    example = str(ROOT / "examples/torch-ddp-cpu/trainjob.yaml")
+    missing = run("-f", example, "--feature-gates", "TrainJobStatus=true")
+    assert missing.exit_code == 2
+    assert "needs --status-server-ca FILE" in missing.output
+    unknown = run("-f", example, "--feature-gates", "Nope=true")
+    assert unknown.exit_code == 2 and "unrecognized feature gate: Nope" in unknown.output
+    ca = tmp_path / "ca.crt"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nQUJD\n-----END CERTIFICATE-----\n")
+    result = run(
+        "-f",
+        example,
+        "--feature-gates",
+        "TrainJobStatus=true",
+        "--status-server-ca",
+        str(ca),
+        "--status-server-url",
+        "https://status.example:8443",
+    )
+    assert result.exit_code == 0, result.output
+    docs = list(yaml.safe_load_all(result.stdout))
+    tls = next(d for d in docs if d["metadata"]["name"].endswith("-tls-config"))
+    assert tls["data"] == {"ca.crt": ca.read_text()}
+    env = {e["name"]: e.get("value") for e in node_container(jobset_of(result.stdout))["env"]}
+    assert env["KUBEFLOW_TRAINER_SERVER_URL"].startswith("https://status.example:8443/apis/")
+    off = run("-f", example)
+    assert "KUBEFLOW_TRAINER_SERVER_URL" not in off.stdout

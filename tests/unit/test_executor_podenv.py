@@ -27,6 +27,8 @@ from trainer.local.executor.podenv import (
     referenced_objects,
     resolve_env,
     resource_value,
+    service_account,
+    token_requests,
     write_volume,
 )
 
@@ -480,12 +482,15 @@ def test_volume_layout_and_files(tmp_path: Path) -> None:
             {"name": "odd", "nfs": {"server": "x", "path": "/"}},
         ],
     )
-    plans = {p.name: p for p in plan_volumes(pod, SOURCES, tmp_path, NODE)}
+    with_token = Sources(SOURCES.config_maps, SOURCES.secrets, {("", 3600): "a.jwt.token"})
+    with pytest.raises(ConfigError, match="no service account token for audience ''"):
+        plan_volumes(pod, SOURCES, tmp_path, NODE)
+    plans = {p.name: p for p in plan_volumes(pod, with_token, tmp_path, NODE)}
     base = tmp_path / "team" / "train-node-0-0-abcde" / "volumes"
     assert plans["scratch"].path == str(base / "scratch")
     assert plans["init"].path == str(tmp_path / "team" / "pvc" / "initializer")
     assert "nfs" in plans["odd"].note
-    assert "serviceAccountToken" in plans["proj"].note
+    assert plans["proj"].note == ""
     for plan in plans.values():
         write_volume(plan)
     cfg = base / "cfg"
@@ -496,6 +501,7 @@ def test_volume_layout_and_files(tmp_path: Path) -> None:
     assert (base / "sec" / "TOKEN").read_text() == "s3cr3t"
     assert stat.S_IMODE((base / "sec" / "TOKEN").stat().st_mode) == 0o644
     assert (base / "proj" / "user").read_text() == "alice"
+    assert (base / "proj" / "token").read_text() == "a.jwt.token"
     assert (base / "proj" / "labels").read_text() == 'jobset.sigs.k8s.io/jobset-name="train"'
     assert (base / "proj" / "cpu").read_text() == "8"
     assert (tmp_path / "team" / "pvc" / "initializer").is_dir()
@@ -528,3 +534,32 @@ def test_optional_volume_sources_are_empty(tmp_path: Path) -> None:
     pod = pod_with({}, volumes=[{"name": "v", "configMap": {"name": "absent", "optional": True}}])
     (plan,) = plan_volumes(pod, SOURCES, tmp_path, NODE)
     assert plan.files == []
+
+
+def test_token_requests_name_audience_and_expiry() -> None:
+    pod = {
+        "spec": {
+            "volumes": [
+                {
+                    "name": "t",
+                    "projected": {
+                        "sources": [
+                            {"serviceAccountToken": {"path": "a", "audience": "x"}},
+                            {
+                                "serviceAccountToken": {
+                                    "path": "b",
+                                    "audience": "y",
+                                    "expirationSeconds": 600,
+                                }
+                            },
+                            {"configMap": {"name": "c"}},
+                        ]
+                    },
+                },
+                {"name": "e", "emptyDir": {}},
+            ]
+        }
+    }
+    assert token_requests(pod) == {("x", 3600), ("y", 600)}
+    assert service_account(pod) == "default"
+    assert service_account({"spec": {"serviceAccountName": "trainer"}}) == "trainer"

@@ -176,6 +176,18 @@ ENV_STATUS_SERVER_URL = "KUBEFLOW_TRAINER_SERVER_URL"
 ENV_STATUS_SERVER_CA_CERT = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
 ENV_STATUS_SERVER_TOKEN = "KUBEFLOW_TRAINER_SERVER_TOKEN"
 
+# --- TrainJobStatus (status server) ---------------------------------------------------------
+FEATURE_TRAINJOB_STATUS = "TrainJobStatus"
+STATUS_SERVER_VOLUME = "kubeflow-trainer-token"
+STATUS_SERVER_MOUNT_PATH = "/var/run/secrets/kubeflow/trainer"
+STATUS_SERVER_CA_KEY = "ca.crt"
+STATUS_SERVER_TOKEN_PATH = "token"
+STATUS_SERVER_TOKEN_EXPIRATION_SECONDS = 3600
+DEFAULT_WEBHOOK_SERVICE_NAME = "kubeflow-trainer-controller-manager"
+DEFAULT_WEBHOOK_SECRET_NAME = "kubeflow-trainer-webhook-cert"
+DEFAULT_OPERATOR_NAMESPACE = "kubeflow-system"
+DEFAULT_STATUS_SERVER_PORT = 10443
+
 # --- Side objects ---------------------------------------------------------------------------
 RUNTIME_SNAPSHOT_SUFFIX = "-runtime-snapshot"
 RUNTIME_SNAPSHOT_KEY = "runtime"

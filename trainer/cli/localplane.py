@@ -96,8 +96,12 @@ def webhook_configurations(port: int) -> list[dict[str, Any]]:
     ]
 
 
-def local_config(webhook_port: int) -> Configuration:
-    return parse_config(
+def local_config(
+    webhook_port: int,
+    status_server_port: int = c.DEFAULT_STATUS_SERVER_PORT,
+    feature_gates: dict[str, bool] | None = None,
+) -> Configuration:
+    config = parse_config(
         f"""
 apiVersion: config.trainer.kubeflow.org/v1alpha1
 kind: Configuration
@@ -105,9 +109,11 @@ webhook: {{port: {webhook_port}, host: 127.0.0.1}}
 metrics: {{bindAddress: "127.0.0.1:0"}}
 health: {{healthProbeBindAddress: "127.0.0.1:0"}}
 controller: {{groupKindConcurrency: {{TrainJob.trainer.kubeflow.org: 5}}}}
+statusServer: {{port: {status_server_port}}}
 """,
         "<local>",
     )
+    return config.with_feature_gates(feature_gates or {})
 
 
 @dataclass
@@ -179,14 +185,18 @@ async def start_local_plane(
     port: int = 0,
     on_log: Callable[[str, str, str], None] | None = None,
     state_dir: Path | None = None,
+    feature_gates: dict[str, bool] | None = None,
 ) -> LocalPlane:
+    """Start the local plane. With ``feature_gates`` TrainJobStatus=true the status server
+    runs too, on 127.0.0.1 (its certificate covers 127.0.0.1), and pods are told
+    ``https://127.0.0.1:<port>`` as its base URL."""
     server = APIServer(port=port, state_file=state_file)
     await server.start()
     install_basics(server)
     webhook_port = free_port()
-    for config in webhook_configurations(webhook_port):
+    for hook_config in webhook_configurations(webhook_port):
         # (Re)registered at every start: the webhook's port is new each time.
-        server.create_direct(config["apiVersion"], config["kind"], config)
+        server.create_direct(hook_config["apiVersion"], hook_config["kind"], hook_config)
     tmp = None
     if state_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="trainer-local-")
@@ -199,12 +209,20 @@ async def start_local_plane(
     stop = asyncio.Event()
     ready = asyncio.Event()
     controller_state = ProcessState()
+    status_port = free_port()
+    config = local_config(webhook_port, status_port, feature_gates)
+    status_gate = config.feature_enabled(c.FEATURE_TRAINJOB_STATUS)
     controller = asyncio.create_task(
         run_controller(
             api,
-            local_config(webhook_port),
+            config,
             stop,
-            options=ProcessOptions(webhook=True, webhook_extra_hosts=("127.0.0.1",)),
+            options=ProcessOptions(
+                webhook=True,
+                webhook_extra_hosts=("127.0.0.1",),
+                status_server_url=f"https://127.0.0.1:{status_port}",
+                status_server_host="127.0.0.1",
+            ),
             ready=ready,
             state=controller_state,
         ),
@@ -222,6 +240,8 @@ async def start_local_plane(
     )
     await asyncio.wait_for(controller_state.webhook_serving.wait(), 30)
     await _wait_webhook_ready(plane)
+    if status_gate:
+        await asyncio.wait_for(controller_state.status_server_serving.wait(), 30)
     return plane
 
 

@@ -55,6 +55,11 @@ def trainjob_state(obj: dict[str, object]) -> str:
 class ProcessOptions:
     webhook: bool = True
     webhook_extra_hosts: tuple[str, ...] = ()
+    status_server_url: str | None = None
+    """Base URL pods reach the status server at (TrainJobStatus gate); None: upstream's
+    ``https://<webhookServiceName>.<namespace>.svc:<statusServer.port>``."""
+    status_server_host: str = ""
+    """Address the status server binds ("" = all)."""
 
 
 @dataclass
@@ -68,6 +73,9 @@ class ProcessState:
     elector: LeaderElector | None = None
     webhook_serving: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the webhook accepts connections with its certificate."""
+    status_server_port: int | None = None
+    status_server_serving: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the status server (TrainJobStatus gate) accepts connections."""
 
 
 async def run_controller(
@@ -88,12 +96,18 @@ async def run_controller(
     concurrency = config.controller.group_kind_concurrency.get(
         TRAINJOB_GROUP_KIND, DEFAULT_CONCURRENCY
     )
+    namespace = own_namespace()
+    status_gate = config.feature_enabled(c.FEATURE_TRAINJOB_STATUS)
+    certs = config.cert_management
     controller = Controller(
         kube,
         concurrency=concurrency,
         queue_metrics=metrics.queue("trainjob"),
         reconcile_metrics=metrics.reconciler("trainjob"),
-        feature_gates=dict(config.feature_gates),
+        feature_gates={**config.feature_gates, c.FEATURE_TRAINJOB_STATUS: status_gate},
+        status_server_url=options.status_server_url
+        or f"https://{certs.webhook_service_name}.{namespace}.svc:{config.status_server.port}",
+        status_server_secret=(namespace, certs.webhook_secret_name),
     )
     liveness = HealthChecks()
     liveness.add("ping", ping)
@@ -107,13 +121,32 @@ async def run_controller(
     readiness.add("caches", caches_synced)
     tasks: list[asyncio.Task[None]] = []
     servers: list[ObservabilityServer] = []
-    namespace = own_namespace()
+    webhook_started: asyncio.Future[RunningWebhook] = asyncio.get_running_loop().create_future()
     try:
         if options.webhook:
             tasks.append(
                 asyncio.create_task(
-                    _webhook(api, config, namespace, stop, readiness, options, controller, state),
+                    _webhook(
+                        api,
+                        config,
+                        namespace,
+                        stop,
+                        readiness,
+                        options,
+                        controller,
+                        state,
+                        webhook_started,
+                    ),
                     name="webhook",
+                )
+            )
+        if status_gate:
+            tasks.append(
+                asyncio.create_task(
+                    _status_server(
+                        api, config, stop, options, state, webhook_started, liveness, readiness
+                    ),
+                    name="status-server",
                 )
             )
         health = ObservabilityServer(
@@ -194,6 +227,7 @@ async def _webhook(
     options: ProcessOptions,
     controller: Controller,
     state: ProcessState,
+    started: asyncio.Future[RunningWebhook],
 ) -> None:
     # Imported here: FastAPI and uvicorn cost ~14 MB, not paid when the webhook is off.
     from webhooks.run import WebhookOptions, run_webhook  # noqa: PLC0415
@@ -203,7 +237,6 @@ async def _webhook(
             return controller.caches.cluster_runtimes.get(None, name)
         return controller.caches.runtimes.get(ns, name)
 
-    started: asyncio.Future[RunningWebhook] = asyncio.get_running_loop().create_future()
     started.add_done_callback(lambda _f: state.webhook_serving.set())
 
     def certs_ready() -> None:
@@ -224,6 +257,68 @@ async def _webhook(
             tls_min_version=config.tls.min_version or "1.2",
             runtime_cache=cached_runtime,
         ),
+        stop,
+        started,
+    )
+
+
+async def _status_server(
+    api: ApiClient,
+    config: Configuration,
+    stop: asyncio.Event,
+    options: ProcessOptions,
+    state: ProcessState,
+    webhook_started: asyncio.Future[RunningWebhook],
+    liveness: HealthChecks,
+    readiness: HealthChecks,
+) -> None:
+    """The TrainJob status server (every replica, not leader-gated), on the webhook's TLS
+    context (same certificate and reloads); without the webhook, on the cert dir's files.
+    Both probes gain a TLS dial of it."""
+    from webhooks.certs import ServerTLS, read_cert_dir, tls_version  # noqa: PLC0415
+    from webhooks.run import WebhookOptions  # noqa: PLC0415
+    from webhooks.statusserver import (  # noqa: PLC0415
+        RunningStatusServer,
+        StatusServerOptions,
+        run_status_server,
+        tls_dial,
+    )
+
+    async def dial() -> None:
+        if state.status_server_port is None:
+            raise RuntimeError("the status server is not serving yet")
+        await tls_dial(options.status_server_host, state.status_server_port)
+
+    liveness.add("status-server", dial)
+    readiness.add("status-server", dial)
+    if options.webhook:
+        context = (await webhook_started).tls.context
+    else:
+        files = read_cert_dir(WebhookOptions().cert_dir)
+        if files is None:
+            log.error("status server: no certificate in %s", WebhookOptions().cert_dir)
+            return
+        tls = ServerTLS(min_version=tls_version(config.tls.min_version or "1.2"))
+        tls.reload(*files)
+        context = tls.context
+    started: asyncio.Future[RunningStatusServer] = asyncio.get_running_loop().create_future()
+
+    def serving(f: asyncio.Future[RunningStatusServer]) -> None:
+        if not f.cancelled() and f.exception() is None:
+            state.status_server_port = f.result().port
+            state.status_server_serving.set()
+
+    started.add_done_callback(serving)
+    status_kube = Kube(api)
+    await run_status_server(
+        status_kube,
+        StatusServerOptions(
+            host=options.status_server_host,
+            port=config.status_server.port,
+            qps=config.status_server.qps,
+            burst=config.status_server.burst,
+        ),
+        context,
         stop,
         started,
     )

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
 
+from trainer.api import constants as c
 from trainer.api.errors import format_errors
 from trainer.api.load import ObjectError, check_object, parse_object
 from trainer.api.v1alpha1 import TrainJob
 from trainer.builtin import builtin_runtime_documents
 from trainer.cli.catalog import RuntimeCatalog, is_runtime
 from trainer.cli.files import read_documents
+from trainer.controller.config import parse_feature_gates
 from trainer.plugins.registry import render as render_objects
-from trainer.runtime.info import BuildContext, BuildError
+from trainer.runtime.info import BuildContext, BuildError, Observed
 from trainer.runtime.sshkeys import generate_ssh_keypair
 
 
@@ -85,6 +89,29 @@ def render(
     output: Annotated[
         Output, typer.Option("--output", "-o", help="yaml (a multi-document stream) or json.")
     ] = Output.yaml,
+    feature_gates: Annotated[
+        str | None,
+        typer.Option(
+            "--feature-gates",
+            help="Feature gates of the build, e.g. TrainJobStatus=true (needs --status-server-ca).",
+        ),
+    ] = None,
+    status_server_ca: Annotated[
+        str | None,
+        typer.Option(
+            "--status-server-ca",
+            help="With TrainJobStatus=true: the CA certificate (PEM file) that goes into each "
+            "<job>-tls-config ConfigMap, as the controller copies it from the webhook Secret.",
+        ),
+    ] = None,
+    status_server_url: Annotated[
+        str | None,
+        typer.Option(
+            "--status-server-url",
+            help="With TrainJobStatus=true: the status server's base URL (default "
+            "https://kubeflow-trainer-controller-manager.kubeflow-system.svc:10443).",
+        ),
+    ] = None,
 ) -> None:
     """Print every object the controller would apply for each TrainJob, in apply order: the
     runtime snapshot ConfigMap, side objects (MPI Secret and hostfile, PodGroup, Flux
@@ -124,8 +151,29 @@ def render(
     if not trainjobs:
         raise fail("no TrainJob found in " + ", ".join(files))
 
+    try:
+        gates = parse_feature_gates(feature_gates) if feature_gates else {}
+    except ValueError as exc:
+        raise fail(f"--feature-gates: {exc}") from None
+    status_secret: dict[str, Any] | None = None
+    if gates.get(c.FEATURE_TRAINJOB_STATUS):
+        if not status_server_ca:
+            raise fail(
+                "--feature-gates TrainJobStatus=true needs --status-server-ca FILE: the CA "
+                "certificate that goes into each <job>-tls-config ConfigMap"
+            )
+        try:
+            ca = Path(status_server_ca).read_bytes()
+        except OSError as exc:
+            raise fail(f"cannot read {status_server_ca}: {exc.strerror}") from None
+        status_secret = {"data": {c.STATUS_SERVER_CA_KEY: base64.b64encode(ca).decode()}}
     objects: list[dict[str, Any]] = []
-    ctx = BuildContext(ssh_keygen=generate_ssh_keypair)
+    ctx = BuildContext(
+        ssh_keygen=generate_ssh_keypair,
+        feature_gates=gates,
+        status_server_url=status_server_url,
+    )
+    observed = Observed(status_server_secret=status_secret)
     for job in trainjobs:
         meta = job.metadata
         assert meta is not None and job.spec is not None
@@ -135,7 +183,7 @@ def render(
         if runtime is None:
             raise fail(f"TrainJob {meta.name} references {problem}")
         try:
-            objects.extend(render_objects(job, runtime, ctx=ctx))
+            objects.extend(render_objects(job, runtime, ctx=ctx, observed=observed))
         except BuildError as exc:
             typer.echo(f"error: TrainJob {meta.name}: {exc}", err=True)
             raise typer.Exit(1) from None

@@ -16,6 +16,7 @@ from trainer.api import constants as c
 from trainer.api.load import ObjectError
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
+from trainer.controller.config import parse_feature_gates
 from trainer.kube import resources as r
 from trainer.kube.rest import APIError
 from trainer.observability.logging import setup_logging
@@ -52,6 +53,18 @@ def _jobs_summary(job: dict[str, Any]) -> str:
             f"succeeded {js['succeeded']} failed {js['failed']}"
         )
     return "; ".join(parts)
+
+
+def _progress(job: dict[str, Any]) -> str:
+    """``status.trainerStatus`` in one line (TrainJobStatus gate), or ""."""
+    ts = (job.get("status") or {}).get("trainerStatus") or {}
+    parts = []
+    if ts.get("progressPercentage") is not None:
+        parts.append(f"progress {ts['progressPercentage']}%")
+    if ts.get("estimatedRemainingSeconds") is not None:
+        parts.append(f"ETA {ts['estimatedRemainingSeconds']}s")
+    parts += [f"{m.get('name')}={m.get('value')}" for m in ts.get("metrics") or []]
+    return ", ".join(parts)
 
 
 async def _apply_all(plane: LocalPlane, docs: list[Any], namespace: str) -> list[tuple[str, str]]:
@@ -93,6 +106,10 @@ async def _follow(
             if last.get((ns, name)) != summary:
                 printer.line(summary)
                 last[(ns, name)] = summary
+            progress = _progress(job)
+            if progress and last.get(("progress", ns + "/" + name)) != progress:
+                printer.line(f"TrainJob {ns}/{name} reports {progress}")
+                last[("progress", ns + "/" + name)] = progress
             if state in (c.COND_COMPLETE, c.COND_FAILED):
                 finished[(ns, name)] = state
                 if state == c.COND_FAILED:
@@ -115,7 +132,13 @@ async def _follow(
             await asyncio.wait_for(changed.wait(), wait)
 
 
-async def _run(files: list[str], runtimes: list[str], namespace: str, timeout: float | None) -> int:
+async def _run(
+    files: list[str],
+    runtimes: list[str],
+    namespace: str,
+    timeout: float | None,
+    gates: dict[str, bool] | None = None,
+) -> int:
     printer = Printer()
     try:
         docs = read_documents([*runtimes, *files])
@@ -123,7 +146,7 @@ async def _run(files: list[str], runtimes: list[str], namespace: str, timeout: f
         typer.echo(f"error: {exc}", err=True)
         return 2
     printer.line("starting the local control plane (API server, webhook, controller, executor)")
-    plane = await start_local_plane(work_dir=Path.cwd(), on_log=printer.log)
+    plane = await start_local_plane(work_dir=Path.cwd(), on_log=printer.log, feature_gates=gates)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -151,6 +174,21 @@ async def _run(files: list[str], runtimes: list[str], namespace: str, timeout: f
         await plane.close()
 
 
+FEATURE_GATES_HELP = (
+    "Controller feature gates, e.g. TrainJobStatus=true: the status server runs on 127.0.0.1 "
+    "and trainer pods get KUBEFLOW_TRAINER_SERVER_URL, a token and the CA to report progress "
+    "into status.trainerStatus (docs/status-server.md)."
+)
+
+
+def _gates(text: str | None) -> dict[str, bool]:
+    try:
+        return parse_feature_gates(text) if text else {}
+    except ValueError as exc:
+        typer.echo(f"error: --feature-gates: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 def run(
     files: Annotated[
         list[str], typer.Option("--filename", "-f", help="TrainJob (and runtime) YAML; repeatable.")
@@ -166,6 +204,9 @@ def run(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log the control plane's own messages.")
     ] = False,
+    feature_gates: Annotated[
+        str | None, typer.Option("--feature-gates", help=FEATURE_GATES_HELP)
+    ] = None,
 ) -> None:
     """Run TrainJobs end to end on a local control plane and exit with their result.
 
@@ -175,15 +216,22 @@ def run(
     logs prefixed by pod name. Exit status: 0 Complete, 1 Failed or rejected, 2 bad input or
     timeout, 130 interrupted.
     """
+    gates = _gates(feature_gates)
     setup_logging("DEBUG" if verbose else "WARNING", "text")
-    code = asyncio.run(_run(files, runtimes or [], namespace, timeout))
+    code = asyncio.run(_run(files, runtimes or [], namespace, timeout, gates))
     raise typer.Exit(code)
 
 
-async def _up(kubeconfig: Path, state_file: str | None, port: int) -> None:
+async def _up(
+    kubeconfig: Path, state_file: str | None, port: int, gates: dict[str, bool] | None = None
+) -> None:
     printer = Printer()
     plane = await start_local_plane(
-        work_dir=Path.cwd(), state_file=state_file, port=port, on_log=printer.log
+        work_dir=Path.cwd(),
+        state_file=state_file,
+        port=port,
+        on_log=printer.log,
+        feature_gates=gates,
     )
     plane.server.write_kubeconfig(str(kubeconfig))
     printer.line(f"local control plane ready: API server {plane.server.url}")
@@ -215,9 +263,13 @@ def up(
     ] = None,
     port: Annotated[int, typer.Option(help="API server port on 127.0.0.1 (0: any).")] = 0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    feature_gates: Annotated[
+        str | None, typer.Option("--feature-gates", help=FEATURE_GATES_HELP)
+    ] = None,
 ) -> None:
     """Start the local control plane and leave it running (kubectl, the Kubeflow SDK and
     `trainer` commands work against the kubeconfig it writes) until SIGINT/SIGTERM."""
+    gates = _gates(feature_gates)
     setup_logging("DEBUG" if verbose else "INFO", "text")
-    asyncio.run(_up(kubeconfig, state_file, port))
+    asyncio.run(_up(kubeconfig, state_file, port, gates))
     sys.exit(0)

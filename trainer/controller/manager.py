@@ -60,7 +60,12 @@ class Controller:
         queue_metrics: QueueMetrics | None = None,
         reconcile_metrics: ReconcileMetrics | None = None,
         feature_gates: dict[str, bool] | None = None,
+        status_server_url: str | None = None,
+        status_server_secret: tuple[str, str] | None = None,
     ) -> None:
+        """With the TrainJobStatus gate on, ``status_server_secret`` (namespace, name) is the
+        webhook certificate Secret whose ``ca.crt`` each TrainJob's ``<job>-tls-config``
+        carries: it is watched (that one object) and a change re-queues every TrainJob."""
         self.kube = kube
         self.concurrency = concurrency
         self.queue = WorkQueue(name="trainjob", metrics=queue_metrics)
@@ -79,8 +84,24 @@ class Controller:
             limit_ranges=Informer(kube, r.LIMIT_RANGES),
             runtime_classes=Informer(kube, r.RUNTIME_CLASSES),
         )
+        gates = feature_gates or {}
+        if gates.get(c.FEATURE_TRAINJOB_STATUS):
+            secret = status_server_secret or (
+                c.DEFAULT_OPERATOR_NAMESPACE,
+                c.DEFAULT_WEBHOOK_SECRET_NAME,
+            )
+            status_server_secret = secret
+            self.caches.status_server_secret = Informer(
+                kube, r.SECRETS, secret[0], field_selector=f"metadata.name={secret[1]}"
+            )
         self.reconciler = Reconciler(
-            kube, self.caches, ssh_keygen=ssh_keygen, now=now, feature_gates=feature_gates
+            kube,
+            self.caches,
+            ssh_keygen=ssh_keygen,
+            now=now,
+            feature_gates=gates,
+            status_server_url=status_server_url,
+            status_server_secret=status_server_secret,
         )
         self._wire()
         self._workers: asyncio.Task[None] | None = None
@@ -96,6 +117,7 @@ class Controller:
             cs.runtimes,
             *cs.pod_groups,
             *(inf for inf in (cs.limit_ranges, cs.runtime_classes) if inf is not None),
+            *([cs.status_server_secret] if cs.status_server_secret is not None else []),
         ]
 
     def _wire(self) -> None:
@@ -155,6 +177,17 @@ class Controller:
             *self.caches.pod_groups,
         ):
             informer.add_handler(child_event)
+
+        def status_secret_event(
+            _type: str, _obj: dict[str, Any], _old: dict[str, Any] | None
+        ) -> None:
+            # A new or rotated CA: every TrainJob's tls-config (and a build that failed for
+            # want of the Secret) is due again.
+            for job in self.caches.trainjobs.list():
+                self.queue.add(key_of(job))
+
+        if self.caches.status_server_secret is not None:
+            self.caches.status_server_secret.add_handler(status_secret_event)
         self.caches.cluster_runtimes.add_handler(runtime_event)
         self.caches.runtimes.add_handler(runtime_event)
 

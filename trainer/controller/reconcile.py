@@ -58,6 +58,8 @@ class Caches:
     pod_groups: list[Informer] = field(default_factory=list)
     limit_ranges: Informer | None = None
     runtime_classes: Informer | None = None
+    status_server_secret: Informer | None = None
+    """The webhook certificate Secret of the operator namespace (TrainJobStatus gate only)."""
 
 
 APPLIED_HASH = "trainer.kubeflow.org/applied-config-hash"
@@ -179,6 +181,11 @@ def jobset_suspended(jobset: dict[str, Any]) -> bool:
     return bool((jobset.get("spec") or {}).get("suspend"))
 
 
+def without_trainer_status(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` without ``trainerStatus`` (the status server's field)."""
+    return {k: v for k, v in status.items() if k != "trainerStatus"}
+
+
 def any_active(jobset: dict[str, Any]) -> str | None:
     for status in (jobset.get("status") or {}).get("replicatedJobsStatus") or []:
         if status.get("active", 0) > 0:
@@ -195,11 +202,24 @@ class Reconciler:
         ssh_keygen: Callable[[], SSHKeyPair],
         now: Callable[[], dt.datetime] | None = None,
         feature_gates: dict[str, bool] | None = None,
+        status_server_url: str | None = None,
+        status_server_secret: tuple[str, str] | None = None,
     ) -> None:
+        """``status_server_url`` (base URL, ``https://host:port``) and
+        ``status_server_secret`` (namespace and name of the webhook certificate Secret) are
+        used when the TrainJobStatus gate is on."""
         self.kube = kube
         self.caches = caches
         self.now = now or (lambda: dt.datetime.now(dt.UTC))
-        self.ctx = BuildContext(ssh_keygen=ssh_keygen, feature_gates=feature_gates or {})
+        self.status_server_secret = status_server_secret
+        self.ctx = BuildContext(
+            ssh_keygen=ssh_keygen,
+            feature_gates=feature_gates or {},
+            status_server_url=status_server_url,
+            status_server_secret_name=(
+                status_server_secret[1] if status_server_secret else c.DEFAULT_WEBHOOK_SECRET_NAME
+            ),
+        )
         self.events = ev.EventRecorder(kube, lambda: format_time(self.now()))
 
     # --- observing ------------------------------------------------------------------------
@@ -262,6 +282,9 @@ class Reconciler:
                     str((rc.get("metadata") or {}).get("name")): rc
                     for rc in self.caches.runtime_classes.list()
                 }
+        status_secret = None
+        if self.caches.status_server_secret is not None and self.status_server_secret:
+            status_secret = self.caches.status_server_secret.get(*self.status_server_secret)
         return Observed(
             jobset=JobSet.from_wire(jobset) if jobset is not None else None,
             pod_group=pod_group,
@@ -269,6 +292,7 @@ class Reconciler:
             config_maps=config_maps,
             limit_ranges=limit_ranges,
             runtime_classes=runtime_classes,
+            status_server_secret=status_secret,
         )
 
     # --- the reconcile --------------------------------------------------------------------
@@ -434,8 +458,13 @@ class Reconciler:
         self, job: TrainJob, data: dict[str, Any], status: dict[str, Any]
     ) -> bool:
         """Merge-patch ``/status`` when it changed. False when the TrainJob no longer exists
-        (deleted since the cache saw it: not an error, its DELETED event is on the way)."""
-        current = data.get("status") or {}
+        (deleted since the cache saw it: not an error, its DELETED event is on the way).
+
+        ``trainerStatus`` belongs to the status server (SSA manager ``trainer-status``): it
+        is left out of both the comparison and the patch, so a merge patch built from a cached
+        copy never puts back an older trainerStatus than the one the server just wrote."""
+        current = without_trainer_status(data.get("status") or {})
+        status = without_trainer_status(status)
         if current == status:
             return True
         assert job.metadata is not None

@@ -7,6 +7,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from trainer.api import constants as c
 from trainer.api.v1alpha1 import TrainJob
 from trainer.plugins.coscheduling import CoschedulingPlugin
 from trainer.plugins.datacache import DataCachePlugin
@@ -19,6 +20,7 @@ from trainer.plugins.plainml import PlainMLPlugin
 from trainer.plugins.status import JobSetStatusPlugin
 from trainer.plugins.tensorflow import TensorFlowPlugin
 from trainer.plugins.torch import TorchPlugin
+from trainer.plugins.trainjobstatus import TrainJobStatusPlugin
 from trainer.plugins.volcano import VolcanoPlugin
 from trainer.plugins.xgboost import XGBoostPlugin
 from trainer.runtime.assemble import new_info
@@ -28,8 +30,9 @@ from trainer.runtime.quantity import QuantityError
 from trainer.runtime.snapshot import build_snapshot, snapshot_name
 
 
-def default_plugins() -> list[Plugin]:
-    """Every plugin, in the order they run within each phase."""
+def default_plugins(*, trainjob_status: bool = False) -> list[Plugin]:
+    """Every plugin, in the order they run within each phase. ``trainjob_status``: the
+    TrainJobStatus plugin too (feature gate ``TrainJobStatus``)."""
     return [
         # EnforceMLPolicy: PlainML first, so XGBoost, TensorFlow, Paddle and Flux see the node
         # count it sets.
@@ -46,6 +49,7 @@ def default_plugins() -> list[Plugin]:
         VolcanoPlugin(),
         # EnforcePodSpec
         DataCachePlugin(),
+        *([TrainJobStatusPlugin()] if trainjob_status else []),
         # PreBuild and Build; the JobSet goes last.
         JobSetPlugin(),
         # Status
@@ -54,9 +58,17 @@ def default_plugins() -> list[Plugin]:
 
 
 @functools.cache
-def default_framework() -> Framework:
-    """The framework of the default plugins, built once (plugins keep no per-build state)."""
-    return Framework(default_plugins())
+def default_framework(*, trainjob_status: bool = False) -> Framework:
+    """The framework of the default plugins, built once per set of gates (plugins keep no
+    per-build state)."""
+    return Framework(default_plugins(trainjob_status=trainjob_status))
+
+
+def framework_for(ctx: BuildContext) -> Framework:
+    """The default framework with the plugins the context's feature gates enable."""
+    return default_framework(
+        trainjob_status=bool(ctx.feature_gates.get(c.FEATURE_TRAINJOB_STATUS, False))
+    )
 
 
 def render(
@@ -73,7 +85,7 @@ def render(
     observed = observed or Observed()
     ctx = ctx or BuildContext()
     if framework is None:
-        framework = Framework(list(plugins)) if plugins is not None else default_framework()
+        framework = Framework(list(plugins)) if plugins is not None else framework_for(ctx)
     try:
         info = new_info(trainjob, runtime, observed)
         objects = framework.run(info, ctx)

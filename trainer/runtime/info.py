@@ -53,6 +53,9 @@ class Observed:
     """LimitRanges of the TrainJob's namespace (container defaults count in PodGroups)."""
     runtime_classes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """RuntimeClasses by name (their pod overhead counts in PodGroups)."""
+    status_server_secret: Mapping[str, Any] | None = None
+    """The webhook certificate Secret of the operator namespace (TrainJobStatus gate): its
+    ``ca.crt`` goes into the ``<job>-tls-config`` ConfigMap. None: it does not exist."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,10 @@ class BuildContext:
     """Makes a fresh key pair for an MPI job (only called when no Secret exists)."""
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     status_server_url: str | None = None
-    """Base URL of the TrainJob status server (TrainJobStatus gate)."""
+    """Base URL of the TrainJob status server (TrainJobStatus gate), ``https://host:port``
+    with no path; None: upstream's ``https://<webhookService>.<namespace>.svc:10443``."""
+    status_server_secret_name: str = c.DEFAULT_WEBHOOK_SECRET_NAME
+    """Name of the webhook certificate Secret (only for error messages)."""
 
 
 @dataclass

@@ -56,7 +56,15 @@ def builtin_types() -> list[ResourceType]:
             status=True,
             categories=("all",),
         ),
-        rt("", "v1", "ServiceAccount", "serviceaccounts", True, short_names=("sa",)),
+        rt("", "v1", "ServiceAccount", "serviceaccounts", True, short_names=("sa",), token=True),
+        rt(
+            "authentication.k8s.io",
+            "v1",
+            "TokenReview",
+            "tokenreviews",
+            False,
+            verbs=("create",),
+        ),
         rt(
             "",
             "v1",

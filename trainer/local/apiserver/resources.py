@@ -35,6 +35,10 @@ class ResourceType:
     storage_version: str | None = None
     merge_keys: dict[str, str] = field(default_factory=dict)
     """Strategic-merge / SSA list-map keys by field name, for built-in kinds."""
+    verbs: tuple[str, ...] = ALL_VERBS
+    """What discovery says the resource supports (``create`` only for a review)."""
+    token: bool = False
+    """Has a ``/token`` subresource (service accounts: TokenRequest)."""
 
     def __post_init__(self) -> None:
         if not self.singular:
@@ -60,7 +64,7 @@ class ResourceType:
             "singularName": self.singular,
             "namespaced": self.namespaced,
             "kind": self.kind,
-            "verbs": list(ALL_VERBS),
+            "verbs": list(self.verbs),
         }
         if self.short_names:
             main["shortNames"] = list(self.short_names)
@@ -75,6 +79,18 @@ class ResourceType:
                     "namespaced": self.namespaced,
                     "kind": self.kind,
                     "verbs": ["get", "patch", "update"],
+                }
+            )
+        if self.token:
+            out.append(
+                {
+                    "name": f"{self.plural}/token",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "group": "authentication.k8s.io",
+                    "version": "v1",
+                    "kind": "TokenRequest",
+                    "verbs": ["create"],
                 }
             )
         if self.log:

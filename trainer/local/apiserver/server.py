@@ -59,6 +59,7 @@ from trainer.local.apiserver.persistence import Persistence
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import flag, matcher
 from trainer.local.apiserver.store import Event, Store
+from trainer.local.apiserver.tokens import TokenIssuer, TokenRequestError
 from trainer.local.apiserver.watch import serve_watch
 
 log = logging.getLogger("trainer.apiserver")
@@ -79,6 +80,7 @@ MODIFIED = (
 )
 GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
+TOKEN_REVIEWS = ("authentication.k8s.io", "tokenreviews")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -119,6 +121,7 @@ class APIServer:
         self.hooks = Hooks()
         self.admission = Admission(self)
         self.gc = gc.GarbageCollector(self)
+        self.tokens = TokenIssuer()
         self.pod_logs: dict[tuple[str, str, str], list[str]] = {}
         self._log_waiters: dict[tuple[str, str, str], asyncio.Event] = {}
         self._runner: web.AppRunner | None = None
@@ -136,6 +139,8 @@ class APIServer:
         for ns in SYSTEM_NAMESPACES:
             if self.store.get(("", "namespaces"), "", ns) is None:
                 self.create_direct("v1", "Namespace", {"metadata": {"name": ns}})
+        for namespace in self.store.items(("", "namespaces"), None):
+            self._default_service_account(namespace["metadata"]["name"])
 
     async def start(self) -> str:
         app = web.Application(client_max_size=self.max_body)
@@ -339,6 +344,8 @@ class APIServer:
             raise APIError(404, "NotFound", "the server could not find the requested resource")
         if namespace and not rt.namespaced:
             raise APIError(404, "NotFound", "the server could not find the requested resource")
+        if sub == "token" and rt.token:
+            return Route(rt, namespace, name, sub, legacy_watch)
         if sub and sub not in ("status", "log", "finalize"):
             raise APIError(
                 404, "NotFound", f"the server could not find the requested resource ({sub})"
@@ -376,6 +383,12 @@ class APIServer:
         self, request: web.Request, route: Route, verb: str, query: dict[str, str]
     ) -> web.StreamResponse:
         rt = route.rt
+        if verb not in rt.verbs or (route.subresource == "token" and verb != "create"):
+            raise method_not_allowed(
+                f"the server does not allow this method on the requested resource ({verb})"
+            )
+        if route.subresource == "token" or rt.key == TOKEN_REVIEWS:
+            return await self._tokens(request, route)
         if verb == "watch":
             return await serve_watch(self, request, route, query)
         if verb == "list":
@@ -473,6 +486,29 @@ class APIServer:
                     )
             return _json(self._list_body(rt, [self._out(rt, o) for o in items]))
         raise method_not_allowed(f"{request.method} is not supported")
+
+    def _lookup(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.store.get(("", plural), namespace, name)
+
+    async def _tokens(self, request: web.Request, route: Route) -> web.StreamResponse:
+        """TokenRequest (``serviceaccounts/{name}/token``) and TokenReview: answers made,
+        nothing stored."""
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise APIError(400, "BadRequest", "the request body must be a JSON object")
+        now = self.hooks.clock.now().timestamp()
+        if route.subresource == "token":
+            sa = self._get_or_404(route.rt, route.namespace, route.name)
+            try:
+                answer = self.tokens.token_request(sa, body, now, self._lookup)
+            except TokenRequestError as exc:
+                raise APIError(
+                    422,
+                    "Invalid",
+                    f'TokenRequest.authentication.k8s.io "{route.name}" is invalid: {exc}',
+                ) from None
+            return _json(answer, status=201)
+        return _json(self.tokens.token_review(body, now, self._lookup), status=201)
 
     async def _body(self, request: web.Request) -> Any:
         if request.content_length is not None and request.content_length > self.max_body:
@@ -1022,7 +1058,17 @@ class APIServer:
     ) -> None:
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
             crd.on_crd_write(self, obj)
+        if rt.key == ("", "namespaces") and old is None:
+            self._default_service_account(obj["metadata"]["name"])
         self.gc.notice(rt, obj)
+
+    def _default_service_account(self, namespace: str) -> None:
+        """Every namespace has a ``default`` ServiceAccount, as the service-account
+        controller of a cluster makes it (pods run as it unless they name another)."""
+        if self.store.get(("", "serviceaccounts"), namespace, "default") is None:
+            self.create_direct(
+                "v1", "ServiceAccount", {"metadata": {"name": "default", "namespace": namespace}}
+            )
 
     def _after_delete(self, rt: ResourceType, ev: Event) -> None:
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":

@@ -74,6 +74,7 @@ import aiohttp
 
 from trainer.local.executor import podenv
 from trainer.local.executor.client import ClientError, LocalClient
+from trainer.local.executor.client import path as client_path
 from trainer.local.executor.events import NORMAL, WARNING, Recorder
 from trainer.local.executor.podenv import (
     LOOPBACK,
@@ -562,7 +563,41 @@ class _Pod:
             sources.config_maps[name] = await client.get("v1", "configmaps", self.namespace, name)
         for name in sorted(secrets):
             sources.secrets[name] = await client.get("v1", "secrets", self.namespace, name)
+        for audience, expiration in sorted(podenv.token_requests(self.pod)):
+            sources.tokens[(audience, expiration)] = await self._token(audience, expiration)
         return sources
+
+    async def _token(self, audience: str, expiration: int) -> str:
+        """A token of the pod's service account for ``audience``, bound to the pod, from
+        TokenRequest (as a kubelet gets one for a projected serviceAccountToken)."""
+        sa = podenv.service_account(self.pod)
+        meta = self.pod.get("metadata") or {}
+        spec: dict[str, Any] = {
+            "expirationSeconds": expiration,
+            "boundObjectRef": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": meta.get("name"),
+                "uid": meta.get("uid"),
+            },
+        }
+        if audience:
+            spec["audiences"] = [audience]
+        try:
+            answer = await self.k.client.request(
+                "POST",
+                client_path("v1", "serviceaccounts", self.namespace, sa, "token"),
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+            )
+        except ClientError as exc:
+            if exc.status in (404, 422):
+                message = exc.body.get("message") if isinstance(exc.body, dict) else exc.body
+                raise ConfigError(
+                    f"cannot get a token of service account {sa!r}: {message}",
+                    reason="ContainerCreating",
+                ) from None
+            raise
+        return str(answer["status"]["token"])
 
     # --- containers -------------------------------------------------------------------------------
     async def _container_loop(self, c: _Container) -> bool:

@@ -41,8 +41,10 @@ Volumes (materialised per pod under ``<state_dir>/<ns>/<pod>/volumes/<name>``)
     ``emptyDir`` (any medium) and anything unknown: an empty directory. ``configMap`` /
     ``secret``: one file per key (``data`` and ``binaryData``; secrets decoded), or only
     ``items`` (key -> path, per-item ``mode``), files ``defaultMode`` (default 0644);
-    ``optional`` tolerates a missing object. ``projected``: configMap, secret and downwardAPI
-    sources into one directory (``serviceAccountToken`` / ``clusterTrustBundle`` are skipped).
+    ``optional`` tolerates a missing object. ``projected``: configMap, secret, downwardAPI and
+    serviceAccountToken sources into one directory (the token is one the kubelet requested
+    through TokenRequest for the pod's service account, bound to the pod: :func:`token_requests`
+    says which; it is not refreshed while the pod runs). ``clusterTrustBundle`` is skipped.
     ``downwardAPI``: fieldRef / resourceFieldRef items (``metadata.labels`` and
     ``metadata.annotations`` as ``key="value"`` lines). ``persistentVolumeClaim``:
     ``<state_dir>/<ns>/pvc/<claimName>``, shared by every pod of the namespace that mounts the
@@ -104,10 +106,38 @@ class Node:
 
 @dataclass
 class Sources:
-    """The ConfigMaps and Secrets a pod references, read from the API by name (None: absent)."""
+    """The ConfigMaps and Secrets a pod references, read from the API by name (None: absent),
+    and the service-account tokens its projected volumes need, by (audience, expiry)."""
 
     config_maps: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     secrets: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    tokens: dict[tuple[str, int], str] = field(default_factory=dict)
+
+
+DEFAULT_TOKEN_EXPIRATION = 3600
+
+
+def token_key(source: Mapping[str, Any]) -> tuple[str, int]:
+    """(audience, expirationSeconds) of a ``serviceAccountToken`` projection ("" is the API
+    server's own audience; the expiry defaults to an hour, as in the API)."""
+    exp = source.get("expirationSeconds")
+    return str(source.get("audience") or ""), int(DEFAULT_TOKEN_EXPIRATION if exp is None else exp)
+
+
+def token_requests(pod: dict[str, Any]) -> set[tuple[str, int]]:
+    """The tokens the pod's projected volumes need, as :func:`token_key` names them."""
+    out: set[tuple[str, int]] = set()
+    for vol in (pod.get("spec") or {}).get("volumes") or []:
+        for src in (vol.get("projected") or {}).get("sources") or []:
+            if src.get("serviceAccountToken") is not None:
+                out.add(token_key(src["serviceAccountToken"]))
+    return out
+
+
+def service_account(pod: dict[str, Any]) -> str:
+    """The pod's service account (``default`` when unset)."""
+    spec = pod.get("spec") or {}
+    return str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
 
 
 # --- $(VAR) expansion ---------------------------------------------------------------------------
@@ -697,6 +727,22 @@ def plan_volumes(
                 elif src.get("downwardAPI") is not None:
                     items = (src.get("downwardAPI") or {}).get("items") or []
                     files += _downward_files(name, pod, items, default_mode, node)
+                elif src.get("serviceAccountToken") is not None:
+                    sat = src["serviceAccountToken"]
+                    token = sources.tokens.get(token_key(sat))
+                    if token is None:
+                        raise ConfigError(
+                            f'MountVolume.SetUp failed for volume "{name}": no service account '
+                            f"token for audience {token_key(sat)[0]!r}",
+                            reason="ContainerCreating",
+                        )
+                    files.append(
+                        VolumeFile(
+                            _item_path(name, str(sat.get("path") or "")),
+                            token.encode(),
+                            default_mode,
+                        )
+                    )
                 else:
                     notes.append(", ".join(sorted(src)))
             note = (

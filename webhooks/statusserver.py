@@ -1,0 +1,426 @@
+"""The TrainJob status server (spec 2.13; feature gate ``TrainJobStatus``).
+
+Training code reports progress to ``POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/
+trainjobs/{name}/status`` with a body ``{"trainerStatus": {...}}`` (at most 64 KiB) and its
+projected service-account token as ``Authorization: Bearer <token>``. The server checks the
+token, validates the payload against the TrainerStatus schema and server-side-applies it to the
+TrainJob's ``/status`` with field manager ``trainer-status`` (force), so each post replaces the
+previous trainerStatus. Answers are ``metav1.Status`` JSON, except a 200 that echoes the request.
+
+Authentication (our choice; upstream verifies the JWT itself by OIDC discovery against the
+issuer of its own token): a ``TokenReview`` (authentication.k8s.io/v1) with
+``spec.audiences = [trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{name}/status]``.
+That works with any issuer (no discovery endpoint, no JWKS), and the API server applies its own
+revocation rules (a token bound to a deleted pod fails). The review must say authenticated,
+echo the audience, and name a service account of namespace ``{ns}``
+(``system:serviceaccount:<ns>:<sa>``). Positive reviews are cached for a few seconds (never
+past the token's ``exp``), keyed by a SHA-256 of token and audience; the token itself is never
+stored or logged.
+
+Every API call (TokenReview, apply) goes through the server's own token bucket
+(``statusServer.qps``/``burst``), apart from the controller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import json
+import logging
+import re
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+
+from trainer.api import constants as c
+from trainer.api.crds import schema_for_kind
+from trainer.api.errors import FORBIDDEN, INVALID, FieldError, format_errors
+from trainer.api.openapi.defaults import prune
+from trainer.api.openapi.validate import validate
+from trainer.kube import resources as r
+from trainer.kube.rest import APIError, Kube
+from webhooks.server import WebhookServer, bind_socket
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 * 1024
+REVIEW_CACHE_SECONDS = 10.0
+REVIEW_CACHE_SIZE = 4096
+ROUTE = re.compile(
+    r"^/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/(?P<ns>[^/]+)/trainjobs/(?P<name>[^/]+)"
+    r"/status$"
+)
+SA_PREFIX = "system:serviceaccount:"
+TOKEN_REVIEWS = r.GVR("authentication.k8s.io", "v1", "tokenreviews", False, "TokenReview")
+
+
+def audience(namespace: str, name: str) -> str:
+    return f"{c.GROUP}/{c.VERSION}/namespaces/{namespace}/trainjobs/{name}/status"
+
+
+def status_body(code: int, message: str, reason: str = "") -> dict[str, Any]:
+    """A ``metav1.Status`` failure."""
+    reasons = {
+        403: "Forbidden",
+        404: "NotFound",
+        405: "MethodNotAllowed",
+        413: "RequestEntityTooLarge",
+        422: "Invalid",
+        429: "TooManyRequests",
+        500: "InternalError",
+    }
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason or reasons.get(code, ""),
+        "code": code,
+    }
+
+
+def _json(body: Any, code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        json.dumps(body, separators=(",", ":")),
+        status_code=code,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def _status(code: int, message: str) -> Response:
+    return _json(status_body(code, message), code)
+
+
+# --- rate limit ---------------------------------------------------------------------------------
+
+
+class RateLimiter:
+    """A token bucket: ``qps`` tokens a second, at most ``burst`` saved (``qps <= 0``: no
+    limit). :meth:`acquire` waits for a token, first come first served."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self.clock = clock
+        self.tokens = float(self.burst)
+        self.stamp = clock()
+        self._lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.qps)
+        self.stamp = now
+
+    async def acquire(self) -> None:
+        if self.qps <= 0:
+            return
+        async with self._lock:
+            self._refill()
+            if self.tokens < 1:
+                await asyncio.sleep((1 - self.tokens) / self.qps)
+                self._refill()
+            self.tokens -= 1
+
+
+# --- authentication ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Identity:
+    username: str
+    namespace: str | None
+
+
+def bearer_token(headers: list[str]) -> str | None:
+    """The one credential of ``Authorization: Bearer <token>`` (scheme case-insensitive);
+    None when the header is missing, repeated, of another scheme, or has no or two
+    credentials."""
+    if len(headers) != 1:
+        return None
+    parts = headers[0].split()
+    if len(parts) != 2 or parts[0].lower() != "bearer":
+        return None
+    return parts[1]
+
+
+def namespace_of(user: dict[str, Any]) -> str | None:
+    """The namespace of a service-account user (its username, else ``extra``)."""
+    username = str(user.get("username") or "")
+    if username.startswith(SA_PREFIX):
+        ns, _, sa = username[len(SA_PREFIX) :].partition(":")
+        if ns and sa:
+            return ns
+    extra = user.get("extra") or {}
+    for key in ("authentication.kubernetes.io/namespace", "kubernetes.io/namespace"):
+        values = extra.get(key) or []
+        if len(values) == 1 and values[0]:
+            return str(values[0])
+    return None
+
+
+def unverified_expiry(token: str) -> float | None:
+    """``exp`` of a JWT, read without checking it (only to bound a cache entry of a token the
+    API server has just verified)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+        exp = payload.get("exp") if isinstance(payload, dict) else None
+        return float(exp) if isinstance(exp, int | float) else None
+    except ValueError:
+        return None
+
+
+class TokenReviewer:
+    """Authenticates tokens with TokenReview, caching positive answers briefly."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        limiter: RateLimiter,
+        *,
+        ttl: float = REVIEW_CACHE_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.kube = kube
+        self.limiter = limiter
+        self.ttl = ttl
+        self.clock = clock
+        self._cache: dict[str, tuple[float, Identity]] = {}
+
+    async def review(self, token: str, aud: str) -> Identity | None:
+        """The identity of ``token`` for audience ``aud``; None when the API server does not
+        authenticate it for that audience. API errors propagate (a 500, not a 403)."""
+        key = hashlib.sha256(f"{aud}\0{token}".encode()).hexdigest()
+        now = self.clock()
+        cached = self._cache.get(key)
+        if cached is not None:
+            if cached[0] > now:
+                return cached[1]
+            del self._cache[key]
+        await self.limiter.acquire()
+        answer = await self.kube.create(
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenReview",
+                "metadata": {},
+                "spec": {"token": token, "audiences": [aud]},
+            },
+            gvr=TOKEN_REVIEWS,
+        )
+        status = answer.get("status") or {}
+        if not status.get("authenticated"):
+            log.info("status server: token rejected: %s", status.get("error") or "unauthenticated")
+            return None
+        if aud not in (status.get("audiences") or []):
+            log.info("status server: token review did not confirm the audience %s", aud)
+            return None
+        user = status.get("user") or {}
+        identity = Identity(str(user.get("username") or ""), namespace_of(user))
+        until = now + self.ttl
+        exp = unverified_expiry(token)
+        if exp is not None:
+            until = min(until, exp)
+        if until > now:
+            if len(self._cache) >= REVIEW_CACHE_SIZE:
+                self._cache.clear()
+            self._cache[key] = (until, identity)
+        return identity
+
+
+# --- validation ----------------------------------------------------------------------------------
+
+
+def trainer_status_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = schema_for_kind(c.KIND_TRAINJOB)["properties"]["status"]["properties"][
+        "trainerStatus"
+    ]
+    return schema
+
+
+def validate_trainer_status(value: Any) -> list[FieldError]:
+    """Errors of a trainerStatus against the CRD schema (unknown fields included: the API
+    server would drop them silently, we say so)."""
+    schema = trainer_status_schema()
+    path = "status.trainerStatus"
+    if not isinstance(value, dict):
+        return [FieldError(path, INVALID, "must be an object", value)]
+    _, removed = prune(schema, value, resource_root=False)
+    errors = [FieldError(f"{path}.{p}", FORBIDDEN, "unknown field") for p in removed]
+    return errors + validate(schema, value, path=path)
+
+
+# --- the app -------------------------------------------------------------------------------------
+
+
+class StatusService:
+    """What a post does: authenticate, read, validate, apply."""
+
+    def __init__(self, kube: Kube, reviewer: TokenReviewer, limiter: RateLimiter) -> None:
+        self.kube = kube
+        self.reviewer = reviewer
+        self.limiter = limiter
+
+    async def handle(self, request: Request) -> Response:
+        match = ROUTE.match(request.url.path)
+        if match is None:
+            return _status(404, "Not found")
+        if request.method != "POST":
+            return _json(status_body(405, "Method not allowed"), 405, headers={"Allow": "POST"})
+        namespace, name = match["ns"], match["name"]
+        token = bearer_token(request.headers.getlist("authorization"))
+        if token is None:
+            return _status(403, "Forbidden")
+        try:
+            identity = await self.reviewer.review(token, audience(namespace, name))
+        except APIError as exc:
+            log.error("status server: TokenReview failed: %s", exc.message)
+            return _status(500, "Internal error")
+        if identity is None or identity.namespace != namespace:
+            if identity is not None:
+                log.info(
+                    "status server: %s may not report for %s/%s",
+                    identity.username,
+                    namespace,
+                    name,
+                )
+            return _status(403, "Forbidden")
+
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return _status(413, "Payload too large")
+        raw = bytearray()
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > MAX_BODY_BYTES:
+                return _status(413, "Payload too large")
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return _status(422, "Invalid payload")
+        if not isinstance(body, dict):
+            return _status(422, "Invalid payload")
+        trainer_status = body.get("trainerStatus")
+        if trainer_status is None:
+            return _json(body)  # nothing to report: no write
+        errors = validate_trainer_status(trainer_status)
+        if errors:
+            return _status(422, f'TrainJob.{c.GROUP} "{name}" is invalid: {format_errors(errors)}')
+        await self.limiter.acquire()
+        try:
+            await self.kube.apply(
+                {
+                    "apiVersion": c.API_VERSION,
+                    "kind": c.KIND_TRAINJOB,
+                    "metadata": {"name": name, "namespace": namespace},
+                    "status": {"trainerStatus": trainer_status},
+                },
+                c.FIELD_MANAGER_STATUS_SERVER,
+                force=True,
+                subresource="status",
+                gvr=r.TRAINJOBS,
+            )
+        except APIError as exc:
+            if exc.is_not_found:
+                return _status(404, "Train job not found")
+            if exc.status == 422:
+                return _status(422, exc.message)
+            log.error("status server: applying %s/%s failed: %s", namespace, name, exc.message)
+            return _status(500, "Internal error")
+        log.info("status server: trainerStatus of %s/%s updated", namespace, name)
+        return _json(body)
+
+
+def create_status_app(service: StatusService) -> FastAPI:
+    app = FastAPI(
+        title="Kubeflow Trainer status server", docs_url=None, redoc_url=None, openapi_url=None
+    )
+
+    async def handle(request: Request) -> Response:
+        try:
+            return await service.handle(request)
+        except Exception:  # the server answers, whatever went wrong
+            log.exception("status server: internal error on %s", request.url.path)
+            return _status(500, "Internal error")
+
+    app.add_route(
+        "/{path:path}",
+        handle,
+        methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+    )
+    return app
+
+
+# --- serving -------------------------------------------------------------------------------------
+
+
+@dataclass
+class StatusServerOptions:
+    host: str = ""
+    port: int = c.DEFAULT_STATUS_SERVER_PORT
+    qps: float = 5.0
+    burst: int = 10
+
+
+@dataclass
+class RunningStatusServer:
+    host: str
+    port: int
+
+
+async def run_status_server(
+    kube: Kube,
+    options: StatusServerOptions,
+    tls: ssl.SSLContext,
+    stop: asyncio.Event,
+    started: asyncio.Future[RunningStatusServer] | None = None,
+) -> None:
+    """Serve HTTPS on ``tls`` (the webhook's context: same certificate, same reloads) until
+    ``stop`` is set; ``started`` resolves once connections are accepted."""
+    limiter = RateLimiter(options.qps, options.burst)
+    service = StatusService(kube, TokenReviewer(kube, limiter), limiter)
+    host = options.host or "0.0.0.0"
+    server = WebhookServer(
+        create_status_app(service), host, options.port, tls, sock=bind_socket(host, options.port)
+    )
+    serving = asyncio.create_task(server.serve(), name="status-server")
+    try:
+        ready = asyncio.create_task(server.ready.wait())
+        await asyncio.wait({ready, serving}, return_when=asyncio.FIRST_COMPLETED)
+        if serving.done():
+            ready.cancel()
+            await serving
+            raise RuntimeError("the status server stopped before it was ready")
+        log.info("status server serving on port %d", server.port)
+        if started is not None and not started.done():
+            started.set_result(RunningStatusServer(host, server.port))
+        await stop.wait()
+    finally:
+        server.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+
+
+async def tls_dial(host: str, port: int, timeout: float = 5.0) -> None:
+    """The probe: complete a TLS handshake with the status server (its certificate is not
+    checked: the probe asks "is it serving TLS", as upstream's dial does)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    dial_host = "127.0.0.1" if host in ("", "0.0.0.0") else host
+    async with asyncio.timeout(timeout):
+        _, writer = await asyncio.open_connection(dial_host, port, ssl=ctx)
+    writer.close()
+    with contextlib.suppress(OSError, ssl.SSLError):
+        await writer.wait_closed()
