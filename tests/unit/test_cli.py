@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -149,3 +150,19 @@ def test_validate_uses_runtimes_given_with_the_jobs_and_warns_on_stderr(tmp_path
         ["validate", "-f", write(tmp_path, "j.yaml", job), "--runtime", str(ROOT / "runtimes")],
     )
     assert only.exit_code == 1  # old-torch is not among the given runtimes
+
+
+@pytest.mark.parametrize(
+    ("gates", "message"),
+    [
+        (
+            "Bad=true",
+            "error: --feature-gates: unrecognized feature gate: Bad (known: TrainJobStatus)",
+        ),
+        ("TrainJobStatus", "error: --feature-gates: missing bool value for TrainJobStatus"),
+    ],
+)
+def test_controller_rejects_bad_feature_gates_before_starting(gates: str, message: str) -> None:
+    result = runner.invoke(app, ["controller", "--feature-gates", gates])
+    assert result.exit_code == 2
+    assert result.output.strip() == message

@@ -14,10 +14,12 @@ from trainer.kube.client import new_api_client
 from trainer.observability.logging import parse_level, setup_logging
 
 
-async def _main(kubeconfig: str | None, config_path: str | None, gates: str, webhook: bool) -> None:
+async def _main(
+    kubeconfig: str | None, config_path: str | None, gates: dict[str, bool], webhook: bool
+) -> None:
     config = load_config(config_path)
     if gates:
-        config = config.with_feature_gates(parse_feature_gates(gates))
+        config = config.with_feature_gates(gates)
     api = await new_api_client(kubeconfig)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -63,9 +65,14 @@ def controller(
     if log_format not in ("text", "json"):
         typer.echo(f"error: --log-format must be text or json, not {log_format!r}", err=True)
         raise typer.Exit(2)
+    try:
+        gates = parse_feature_gates(feature_gates) if feature_gates else {}
+    except ValueError as exc:
+        typer.echo(f"error: --feature-gates: {exc}", err=True)
+        raise typer.Exit(2) from None
     setup_logging(parse_level(log_level), "json" if log_format == "json" else "text")
     try:
-        asyncio.run(_main(kubeconfig, config, feature_gates, webhook))
+        asyncio.run(_main(kubeconfig, config, gates, webhook))
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
