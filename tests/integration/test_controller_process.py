@@ -154,8 +154,10 @@ async def test_two_replicas_only_the_leader_reconciles_and_hands_over(plane: Pla
             if first.state.elector and first.state.elector.identity == leader_id
             else (second, first)
         )
-        assert leader.state.elector is not None and leader.state.elector.is_leader
-        assert follower.state.elector is not None and not follower.state.elector.is_leader
+        assert leader.state.elector is not None and follower.state.elector is not None
+        # The Lease is written before the winner has read the answer: await its own view.
+        await asyncio.wait_for(leader.state.elector.leading.wait(), 5)
+        assert not follower.state.elector.is_leader
         await plane.kube.create(trainjob("one"))
         await plane.until(lambda: plane.jobset("default", "one"), what="JobSet from the leader")
         writers = {r.user_agent for r in plane.server.hooks.writes() if r.resource == "jobsets"}

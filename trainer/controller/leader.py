@@ -207,6 +207,8 @@ class LeaderElector:
         self._leading = False
         self._running = False
         self._stopped = asyncio.Event()
+        self.leading = asyncio.Event()
+        """Set while :attr:`is_leader` is true (to await leadership without polling)."""
 
     # --- state ------------------------------------------------------------------------------
     @property
@@ -441,6 +443,7 @@ class LeaderElector:
         if leading == self._leading:
             return
         self._leading = leading
+        (self.leading.set if leading else self.leading.clear)()
         log.info(
             "started leading" if leading else "stopped leading",
             extra=self._fields(),
