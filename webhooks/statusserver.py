@@ -46,6 +46,7 @@ from trainer.api.errors import FORBIDDEN, INVALID, FieldError, format_errors
 from trainer.api.openapi.defaults import prune
 from trainer.api.openapi.validate import validate
 from trainer.kube import resources as r
+from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import APIError, Kube
 from webhooks.server import WebhookServer, bind_socket
 
@@ -99,37 +100,6 @@ def _json(body: Any, code: int = 200, headers: dict[str, str] | None = None) -> 
 
 def _status(code: int, message: str) -> Response:
     return _json(status_body(code, message), code)
-
-
-# --- rate limit ---------------------------------------------------------------------------------
-
-
-class RateLimiter:
-    """A token bucket: ``qps`` tokens a second, at most ``burst`` saved (``qps <= 0``: no
-    limit). :meth:`acquire` waits for a token, first come first served."""
-
-    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.qps = qps
-        self.burst = max(1, burst)
-        self.clock = clock
-        self.tokens = float(self.burst)
-        self.stamp = clock()
-        self._lock = asyncio.Lock()
-
-    def _refill(self) -> None:
-        now = self.clock()
-        self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.qps)
-        self.stamp = now
-
-    async def acquire(self) -> None:
-        if self.qps <= 0:
-            return
-        async with self._lock:
-            self._refill()
-            if self.tokens < 1:
-                await asyncio.sleep((1 - self.tokens) / self.qps)
-                self._refill()
-            self.tokens -= 1
 
 
 # --- authentication ------------------------------------------------------------------------------

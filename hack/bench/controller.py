@@ -491,6 +491,9 @@ class ControllerProcess:
             "metrics": {"bindAddress": "127.0.0.1:0", "secureServing": False},
             "health": {"healthProbeBindAddress": "127.0.0.1:0"},
             "certManagement": {"enable": False},
+            # No client-side rate limit (the default 50 qps would be the bottleneck): the
+            # bench measures the controller's own cost against the bare writer's.
+            "clientConnection": {"qps": 0},
         }
         if concurrency is not None:
             config["controller"] = {

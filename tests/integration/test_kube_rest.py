@@ -316,3 +316,27 @@ async def test_watch_from_a_compacted_version_raises_expired(env: Env) -> None:
             async for _ in events:
                 pass
     assert failed.value.status == 500 and not isinstance(failed.value, Expired)
+
+
+async def test_every_request_and_watch_waits_for_the_rate_limiter(env: Env) -> None:
+    """clientConnection.qps/burst: with the burst spent, a request waits for a token (here
+    the clock is the test's, so the wait is observed, not timed)."""
+    from trainer.kube.ratelimit import RateLimiter  # noqa: PLC0415
+
+    now = [0.0]
+    waited: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        waited.append(seconds)
+        now[0] += seconds
+
+    limiter = RateLimiter(10.0, 2, clock=lambda: now[0], sleep=fake_sleep)
+    kube = Kube(env.kube.api, timeout=5.0, limiter=limiter)
+    await kube.create(configmap("r1", {"k": "1"}))
+    await kube.get(r.CONFIGMAPS, "default", "r1")
+    assert waited == []  # the burst of 2
+    await kube.list(r.CONFIGMAPS, "default")
+    assert waited == [pytest.approx(0.1)]  # one token at 10 qps
+    async for _ in kube.watch(r.CONFIGMAPS, "default", resource_version="0", timeout_seconds=1):
+        break
+    assert len(waited) == 2

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import APIError
 from trainer.local.apiserver.tokens import TokenIssuer
 from webhooks.statusserver import (
     MAX_BODY_BYTES,
-    RateLimiter,
     StatusService,
     TokenReviewer,
     bearer_token,

@@ -19,6 +19,7 @@ from trainer.controller.leader import LeaderElector
 from trainer.controller.manager import Controller
 from trainer.kube.client import ApiClient
 from trainer.kube.leases import KubeLeaseClient
+from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import Kube
 from trainer.observability.metrics import HealthChecks, Metrics, ObservabilityServer, ping
 
@@ -92,7 +93,11 @@ async def run_controller(
     options = options or ProcessOptions()
     state = state if state is not None else ProcessState()
     metrics = Metrics()
-    kube = Kube(api, on_request=metrics.observe_api_request)
+    kube = Kube(
+        api,
+        on_request=metrics.observe_api_request,
+        limiter=RateLimiter(config.client_connection.qps, config.client_connection.burst),
+    )
     concurrency = config.controller.group_kind_concurrency.get(
         TRAINJOB_GROUP_KIND, DEFAULT_CONCURRENCY
     )

@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio.client.api_client import ApiClient
 
+from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.resources import GVR, gvr_of
 
 Obj = dict[str, Any]
@@ -147,10 +148,13 @@ class Kube:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         on_request: OnRequest | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.api = api
         self.timeout = timeout
         self.on_request = on_request
+        self.limiter = limiter
+        """Client-side rate limit every request (and watch) waits for (None: unlimited)."""
 
     # --- plumbing ---------------------------------------------------------------------------
     def _record(self, verb: str, resource: str, code: int, started: float) -> None:
@@ -168,6 +172,8 @@ class Kube:
         timeout: aiohttp.ClientTimeout,
     ) -> aiohttp.ClientResponse:
         """Send one request and return the unread response (any status)."""
+        if self.limiter is not None:
+            await self.limiter.acquire()
         headers = {"Accept": JSON, "Content-Type": content_type}
         resp: aiohttp.ClientResponse = await self.api.call_api(
             path,
