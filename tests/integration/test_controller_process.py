@@ -4,7 +4,9 @@ through webhook configurations, probes and metrics, and two replicas under leade
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
+import ssl
 import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
@@ -125,8 +127,20 @@ async def test_controller_with_webhook_probes_and_metrics(plane: Plane) -> None:
             await plane.until(
                 lambda: (plane.trainjob("default", "good") or {}).get("status"), what="status"
             )
-            async with http.get(f"{replica.state.metrics_url}/metrics") as resp:
+            # metrics.secureServing (the default): HTTPS on the webhook's certificate.
+            metrics_url = str(replica.state.metrics_url)
+            assert metrics_url.startswith("https://127.0.0.1:")
+            secret = plane.get("v1", "secrets", "kubeflow-system", "kubeflow-trainer-webhook-cert")
+            assert secret is not None
+            ca = ssl.create_default_context(
+                cadata=base64.b64decode(secret["data"]["ca.crt"]).decode()
+            )
+            ca.check_hostname = False  # the certificate names the Service, not 127.0.0.1
+            async with http.get(f"{metrics_url}/metrics", ssl=ca) as resp:
                 text = await resp.text()
+            with pytest.raises(aiohttp.ClientError):  # no plain HTTP on the metrics port
+                async with http.get(metrics_url.replace("https://", "http://") + "/metrics"):
+                    pass
             assert 'trainer_reconcile_total{controller="trainjob",result="success"}' in text
             assert "trainer_api_requests_total" in text
             assert "trainer_leader 1.0" in text

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,11 +163,21 @@ async def run_controller(
             readiness_endpoint=config.health.readiness_endpoint_name,
         )
         servers.append(health)
+        insecure_metrics: ObservabilityServer | None = None
         if config.metrics.bind_address not in ("0", ""):
-            servers.append(ObservabilityServer(config.metrics.bind_address, metrics=metrics))
+            if config.metrics.secure_serving:
+                tasks.append(
+                    asyncio.create_task(
+                        _secure_metrics(config, options, state, webhook_started, metrics, servers),
+                        name="metrics",
+                    )
+                )
+            else:
+                insecure_metrics = ObservabilityServer(config.metrics.bind_address, metrics=metrics)
+                servers.append(insecure_metrics)
         state.health_url = await health.start()
-        if len(servers) > 1:
-            state.metrics_url = await servers[1].start()
+        if insecure_metrics is not None:
+            state.metrics_url = await insecure_metrics.start()
         state.controller, state.metrics = controller, metrics
         await controller.start_caches()
         tasks.append(asyncio.create_task(_count_states(controller, metrics), name="states"))
@@ -267,6 +278,48 @@ async def _webhook(
     )
 
 
+async def _server_tls(
+    config: Configuration,
+    options: ProcessOptions,
+    webhook_started: asyncio.Future[RunningWebhook],
+    what: str,
+) -> ssl.SSLContext | None:
+    """The TLS context the webhook serves with (same certificate, same reloads), once its
+    certificates are ready; without the webhook in this process, one made from the cert dir's
+    files (None, logged, when there are none)."""
+    from webhooks.certs import ServerTLS, read_cert_dir, tls_version  # noqa: PLC0415
+    from webhooks.run import WebhookOptions  # noqa: PLC0415
+
+    if options.webhook:
+        context: ssl.SSLContext = (await webhook_started).tls.context
+        return context
+    files = read_cert_dir(WebhookOptions().cert_dir)
+    if files is None:
+        log.error("%s: no certificate in %s", what, WebhookOptions().cert_dir)
+        return None
+    tls = ServerTLS(min_version=tls_version(config.tls.min_version or "1.2"))
+    tls.reload(*files)
+    return tls.context
+
+
+async def _secure_metrics(
+    config: Configuration,
+    options: ProcessOptions,
+    state: ProcessState,
+    webhook_started: asyncio.Future[RunningWebhook],
+    metrics: Metrics,
+    servers: list[ObservabilityServer],
+) -> None:
+    """``metrics.secureServing``: metrics over HTTPS on the webhook's certificate, started
+    once it exists (as upstream starts its metrics server after the certificates)."""
+    context = await _server_tls(config, options, webhook_started, "metrics")
+    if context is None:
+        return
+    server = ObservabilityServer(config.metrics.bind_address, metrics=metrics, ssl_context=context)
+    servers.append(server)
+    state.metrics_url = await server.start()
+
+
 async def _status_server(
     api: ApiClient,
     config: Configuration,
@@ -280,8 +333,6 @@ async def _status_server(
     """The TrainJob status server (every replica, not leader-gated), on the webhook's TLS
     context (same certificate and reloads); without the webhook, on the cert dir's files.
     Both probes gain a TLS dial of it."""
-    from webhooks.certs import ServerTLS, read_cert_dir, tls_version  # noqa: PLC0415
-    from webhooks.run import WebhookOptions  # noqa: PLC0415
     from webhooks.statusserver import (  # noqa: PLC0415
         RunningStatusServer,
         StatusServerOptions,
@@ -296,16 +347,9 @@ async def _status_server(
 
     liveness.add("status-server", dial)
     readiness.add("status-server", dial)
-    if options.webhook:
-        context = (await webhook_started).tls.context
-    else:
-        files = read_cert_dir(WebhookOptions().cert_dir)
-        if files is None:
-            log.error("status server: no certificate in %s", WebhookOptions().cert_dir)
-            return
-        tls = ServerTLS(min_version=tls_version(config.tls.min_version or "1.2"))
-        tls.reload(*files)
-        context = tls.context
+    context = await _server_tls(config, options, webhook_started, "status server")
+    if context is None:
+        return
     started: asyncio.Future[RunningStatusServer] = asyncio.get_running_loop().create_future()
 
     def serving(f: asyncio.Future[RunningStatusServer]) -> None:
