@@ -832,3 +832,15 @@ def test_entries_are_ordered_like_kubernetes() -> None:
         ("Update", "alpha"),
     ]
     assert owned(new, "beta") == {".metadata.labels.app"}
+
+
+def test_the_request_log_is_bounded() -> None:
+    """A long-running local API server keeps the newest requests, not every request."""
+    from trainer.local.apiserver.hooks import Hooks, RequestRecord  # noqa: PLC0415
+
+    hooks = Hooks(log_limit=10)
+    for i in range(25):
+        hooks.record(RequestRecord("get", "", "configmaps", "default", f"cm-{i}", 200))
+    assert 5 <= len(hooks.log) <= 10
+    assert hooks.log[-1].name == "cm-24"
+    assert [r.name for r in hooks.log] == [f"cm-{i}" for i in range(25 - len(hooks.log), 25)]

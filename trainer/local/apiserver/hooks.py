@@ -71,9 +71,15 @@ class Clock:
         return self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+LOG_LIMIT = 50_000
+"""Request records kept: past it the oldest half is dropped, so a long-running ``trainer up``
+or ``trainer apiserver`` keeps a bounded log (a test sees every request of its own run)."""
+
+
 @dataclass
 class Hooks:
     log: list[RequestRecord] = field(default_factory=list)
+    log_limit: int = LOG_LIMIT
     faults: list[Fault] = field(default_factory=list)
     clock: Clock = field(default_factory=Clock)
     keep_log: bool = True
@@ -96,6 +102,8 @@ class Hooks:
     def record(self, rec: RequestRecord) -> None:
         if self.keep_log:
             self.log.append(rec)
+            if len(self.log) > self.log_limit:
+                del self.log[: len(self.log) - self.log_limit // 2]
         for hook in self.on_request:
             hook(rec)
 
