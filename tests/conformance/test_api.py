@@ -327,23 +327,19 @@ async def test_strategic_merge_on_a_custom_resource_is_415(cluster: Cluster) -> 
 
 async def test_strategic_merge_of_owner_references_merges_by_uid(cluster: Cluster) -> None:
     core = cluster.core
-    owner_a = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "name": "a",
-        "uid": "11111111-1111-1111-1111-111111111111",
-    }
-    owner_b = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "name": "b",
-        "uid": "22222222-2222-2222-2222-222222222222",
-    }
+    ns = cluster.namespace
+    refs = []
+    for name in ("a", "b"):  # real owners: a dependent of absent ones would be collected
+        owner = await core.create_namespaced_config_map(ns, {"metadata": {"name": name}})
+        refs.append(
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": owner.metadata.uid}
+        )
+    owner_a, owner_b = refs
     await core.create_namespaced_config_map(
-        cluster.namespace, {"metadata": {"name": "owned", "ownerReferences": [owner_a]}}
+        ns, {"metadata": {"name": "owned", "ownerReferences": [owner_a]}}
     )
     patched = await core.patch_namespaced_config_map(
-        "owned", cluster.namespace, {"metadata": {"ownerReferences": [owner_b]}}
+        "owned", ns, {"metadata": {"ownerReferences": [owner_b]}}
     )
     assert {o.uid for o in patched.metadata.owner_references} == {owner_a["uid"], owner_b["uid"]}
 
@@ -601,6 +597,32 @@ async def test_owner_reference_cascade(cluster: Cluster) -> None:
     with pytest.raises(client.ApiException) as gone:
         await core.read_namespaced_config_map("dep", ns)
     assert gone.value.status == 404
+
+
+async def test_a_dependent_created_after_its_owner_is_gone_is_collected(
+    cluster: Cluster,
+) -> None:
+    """The collector's "absent owner" rule: a dependent whose every owner no longer exists
+    (here: created with the uid of a deleted owner) is deleted; one whose owner's kind is not
+    served is left alone."""
+    server = cluster.local()
+    core = cluster.core
+    ns = cluster.namespace
+    owner = await core.create_namespaced_config_map(ns, {"metadata": {"name": "gone"}})
+    await core.delete_namespaced_config_map("gone", ns)
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": owner.metadata.uid}
+    await core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "late", "ownerReferences": [ref]}}
+    )
+    unknown = {"apiVersion": "example.com/v1", "kind": "Widget", "name": "w", "uid": "u-1"}
+    await core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "kept", "ownerReferences": [unknown]}}
+    )
+    await server.gc.idle()
+    with pytest.raises(client.ApiException) as gone:
+        await core.read_namespaced_config_map("late", ns)
+    assert gone.value.status == 404
+    assert (await core.read_namespaced_config_map("kept", ns)).metadata.name == "kept"
 
 
 async def test_orphan_and_foreground_propagation(cluster: Cluster) -> None:

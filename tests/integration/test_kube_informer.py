@@ -102,8 +102,16 @@ async def take(queue: asyncio.Queue[Event], n: int) -> list[Event]:
 def configmap(name: str, owner: str | None = None, **data: str) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": "default"}
     if owner is not None:
+        # An owner of a kind the server does not serve: the garbage collector leaves the
+        # object alone (an absent ConfigMap owner would have it collected).
         meta["ownerReferences"] = [
-            {"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": owner, "controller": True}
+            {
+                "apiVersion": "example.com/v1",
+                "kind": "Widget",
+                "name": "o",
+                "uid": owner,
+                "controller": True,
+            }
         ]
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 

@@ -54,6 +54,10 @@ class GarbageCollector:
             self._owners_of[ref] = uids
             for uid in uids:
                 self._dependents.setdefault(uid, set()).add(ref)
+            if ev.type == "ADDED":
+                # Created after its owner was deleted (a controller acting on a stale cache):
+                # the real collector deletes such a dependent too ("absent owner").
+                self._enqueue("absent", ref)
 
     def dependents(self, uid: str) -> list[Ref]:
         return sorted(self._dependents.get(uid, set()))
@@ -117,6 +121,8 @@ class GarbageCollector:
                     await self._orphan(*item)
                 elif kind == "namespace":
                     await self._namespace(item)
+                elif kind == "absent":
+                    await self._absent_owners(*item)
             except Exception:
                 log.exception("garbage collection of %s %s failed", kind, item)
             finally:
@@ -154,6 +160,28 @@ class GarbageCollector:
                     )
                 else:
                     await self.server.delete(rt, ns, name, policy="Background")
+
+    async def _absent_owners(self, group: str, plural: str, ns: str, name: str) -> None:
+        """Delete a dependent none of whose owners exists (each owner's kind is served and no
+        object of that kind, name and uid is stored); an owner of a kind this server does
+        not serve counts as present, as the real collector cannot tell either."""
+        rt = self._rt(group, plural)
+        obj = self.server.store.get((group, plural), ns, name)
+        if rt is None or obj is None or obj["metadata"].get("deletionTimestamp"):
+            return
+        refs = obj["metadata"].get("ownerReferences") or []
+        if not refs or any(self._owner_exists(r, ns) or not self._kind_served(r) for r in refs):
+            return
+        log.info("deleting %s %s/%s: its owners no longer exist", rt.kind, ns, name)
+        with contextlib.suppress(APIError):
+            await self.server.delete(rt, ns, name, policy="Background")
+
+    def _kind_served(self, ref: dict[str, Any]) -> bool:
+        group = ref.get("apiVersion", "").rpartition("/")[0]
+        return any(
+            rt.kind == ref.get("kind") and rt.api_version.rpartition("/")[0] == group
+            for rt in self.server.registry
+        )
 
     def _owner_exists(self, ref: dict[str, Any], namespace: str) -> bool:
         uid = ref.get("uid")
