@@ -293,20 +293,20 @@ def _check_kind(request: dict[str, Any], route: Route) -> None:
 
 
 def nested_deeper_than(value: Any, limit: int) -> bool:
-    """Whether JSON data nests objects/arrays more than ``limit`` levels (iterative: a deep
-    value cannot exhaust the stack here)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
+    """Whether JSON data nests objects/arrays more than ``limit`` levels (level by level, not
+    recursive: a deep value cannot exhaust the stack here)."""
+    level: list[Any] = [value] if isinstance(value, dict | list) else []
+    depth = 1
+    while level:
         if depth > limit:
             return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+        deeper: list[Any] = []
+        for item in level:
+            for child in item.values() if isinstance(item, dict) else item:
+                if isinstance(child, dict | list):
+                    deeper.append(child)
+        level = deeper
+        depth += 1
     return False
 
 
