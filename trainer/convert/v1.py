@@ -103,7 +103,13 @@ KINDS: dict[str, KindInfo] = {
         "pytorchReplicaSpecs", "pytorch", ("Master", "Worker"), "torch", "pytorchjob-port", 23456
     ),
     "XGBoostJob": KindInfo(
-        "xgbReplicaSpecs", "xgboost", ("Master", "Worker"), "xgboost", "xgboostjob-port", 9999
+        "xgbReplicaSpecs",
+        "xgboost",
+        ("Master", "Worker"),
+        "xgboost",
+        "xgboostjob-port",
+        9999,
+        "Never",
     ),
     "TFJob": KindInfo(
         "tfReplicaSpecs",
@@ -117,7 +123,7 @@ KINDS: dict[str, KindInfo] = {
     "PaddleJob": KindInfo(
         "paddleReplicaSpecs", "paddle", ("Master", "Worker"), "paddle", "master", 36543
     ),
-    "JAXJob": KindInfo("jaxReplicaSpecs", "jax", ("Worker",), "jax", "jaxjob-port", 6666),
+    "JAXJob": KindInfo("jaxReplicaSpecs", "jax", ("Worker",), "jax", "jaxjob-port", 6666, "Never"),
     "MPIJob": KindInfo("mpiReplicaSpecs", "mpi", ("Launcher", "Worker"), "mpi", "", 0),
 }
 
@@ -246,7 +252,8 @@ class _Job:
                     "main container and renamed 'node'",
                 )
             containers[index]["name"] = c.CONTAINER_NODE
-        policy = role.restart_policy or pod.get("restartPolicy") or self.info.restart_policy
+        # v1 defaults the replica's restartPolicy and always writes it over the template's.
+        policy = role.restart_policy or self.info.restart_policy
         if policy == "ExitCode":
             self.warn(
                 f"{role.path}.restartPolicy",
@@ -306,8 +313,10 @@ class Plan:
     depends_on: dict[str, list[Obj]] = field(default_factory=dict)
 
 
-def _rank_wrapper(job: _Job, role: Role, container: Obj, offset: int) -> None:
-    """Prefix the container's command with a shell that exports RANK = index + offset."""
+def _rank_wrapper(
+    job: _Job, role: Role, container: Obj, offset: int, names: tuple[str, ...] = ("RANK",)
+) -> None:
+    """Prefix the container's command with a shell that exports ``names`` = index + offset."""
     command = list(container.get("command") or [])
     if not command:
         raise job.error(
@@ -316,13 +325,15 @@ def _rank_wrapper(job: _Job, role: Role, container: Obj, offset: int) -> None:
             "command: RANK (worker index + 1) can only be set by wrapping the command; give the "
             "container a command, or make the Master and Worker templates equal",
         )
-    script = f'export RANK=$$((JOB_COMPLETION_INDEX + {offset})); exec "$$0" "$$@"'
+    exports = "; ".join(f"export {name}=$$((JOB_COMPLETION_INDEX + {offset}))" for name in names)
+    script = f'{exports}; exec "$$0" "$$@"'
     container["command"] = ["/bin/sh", "-c", script, *command, *(container.get("args") or [])]
     container.pop("args", None)
+    names_text = " and ".join(names)
     job.warn(
         f"{role.path}.template",
         "Master and Worker pod templates differ, so they run as replicatedJobs 'master' and "
-        "'worker'; the worker command is prefixed with '/bin/sh -c' to export RANK = "
+        f"'worker'; the worker command is prefixed with '/bin/sh -c' to export {names_text} = "
         f"JOB_COMPLETION_INDEX + {offset} (the image needs /bin/sh)",
     )
 
@@ -330,10 +341,15 @@ def _rank_wrapper(job: _Job, role: Role, container: Obj, offset: int) -> None:
 def _leader_worker(
     job: _Job,
     policy_key: str,
-    env_for: Callable[[int, str, list[str], list[str]], list[Obj]],
+    env_for: Callable[[int, str, list[str]], list[Obj]],
+    always: list[Obj],
+    split_env: Callable[[int], list[Obj]],
+    rank_names: tuple[str, ...],
 ) -> Plan:
     """PyTorch / XGBoost: Master (rank 0) + Workers. ``env_for(total, master_host,
-    worker_hosts, ...)`` gives the v1 env; RANK is added here."""
+    worker_hosts)`` gives the v1 env of a job with a Master, ``always`` the env v1 sets even
+    without one; ``rank_names`` get the pod's rank (added here). ``split_env(total)`` is the
+    env the ML policy would have added, for when Master and Worker templates differ."""
     master, worker = job.roles.get("Master"), job.roles.get("Worker")
     if master is not None and master.replicas != 1:
         raise job.error(f"{master.path}.replicas", "must be 1 (v1 allows one Master)")
@@ -347,9 +363,11 @@ def _leader_worker(
         tmpl = job.pod_template(role)
         node = job.node(tmpl)
         hosts = [job.host(c.JOB_NODE, i) for i in range(total)]
+        env = list(always)
         if master is not None:
-            env = env_for(total, hosts[0], hosts[1:], [])
+            env += env_for(total, hosts[0], hosts[1:])
             env.append(_env_field("RANK", c.FIELD_PATH_COMPLETION_INDEX))
+        if env:
             _upsert_env(node, env)
         _ensure_port(node, job.port(port_role), job.info.port_name)
         return Plan(
@@ -362,21 +380,19 @@ def _leader_worker(
     mhost = job.host("master", 0)
     whosts = [job.host("worker", i) for i in range(worker.replicas)]
     mnode, wnode = job.node(mtmpl), job.node(wtmpl)
-    _upsert_env(mnode, [*env_for(total, mhost, whosts, []), _env("RANK", "0")])
+    common = [*always, *env_for(total, mhost, whosts), *split_env(total)]
+    _upsert_env(mnode, [*common, *(_env(name, "0") for name in rank_names)])
     _upsert_env(
         wnode,
-        [
-            *env_for(total, mhost, whosts, []),
-            _env_field("JOB_COMPLETION_INDEX", c.FIELD_PATH_COMPLETION_INDEX),
-        ],
+        [*common, _env_field("JOB_COMPLETION_INDEX", c.FIELD_PATH_COMPLETION_INDEX)],
     )
-    _rank_wrapper(job, worker, wnode, 1)
-    for ctr in (mnode, wnode):
-        _ensure_port(ctr, job.port(master), job.info.port_name)
+    _rank_wrapper(job, worker, wnode, 1, rank_names)
+    _ensure_port(mnode, job.port(master), job.info.port_name)
+    _ensure_port(wnode, job.port(worker), job.info.port_name)
     job.warn(
         f"spec.{job.info.specs_field}",
         f"without a shared pod template the runtime has no mlPolicy; mlPolicy.{policy_key} env "
-        "(PET_* / DMLC_*) is not injected, only the v1 env",
+        "(PET_MASTER_* / DMLC_*) is not injected, only the v1 env",
     )
     return Plan(
         [
@@ -407,15 +423,26 @@ def _pytorch(job: _Job) -> Plan:
         )
     port = job.port(job.roles.get("Master") or job.roles["Worker"])
 
-    def env_for(total: int, master: str, _workers: list[str], _x: list[str]) -> list[Obj]:
+    def env_for(total: int, master: str, _workers: list[str]) -> list[Obj]:
         return [
-            _env("PYTHONUNBUFFERED", "1"),
             _env(c.ENV_MASTER_ADDR, master),
             _env(c.ENV_MASTER_PORT, str(port)),
             _env("WORLD_SIZE", str(total * (nproc or 1))),
         ]
 
-    plan = _leader_worker(job, "torch", env_for)
+    def split_env(total: int) -> list[Obj]:
+        # v1 sets these with a Master (torchrun reads them); mlPolicy.torch would otherwise.
+        raw = nproc_raw if isinstance(nproc_raw, str) else str(nproc or "auto")
+        return [_env("PET_NNODES", str(total)), _env("PET_NPROC_PER_NODE", raw)]
+
+    plan = _leader_worker(
+        job,
+        "torch",
+        env_for,
+        [_env("PYTHONUNBUFFERED", "0")],
+        split_env,
+        ("RANK", "PET_NODE_RANK"),
+    )
     if plan.ml_policy is None:
         if elastic is not None:
             raise job.error(
@@ -480,18 +507,25 @@ def _elastic(job: _Job, elastic: Mapping[str, Any], nodes: int) -> Obj:
 
 
 def _xgboost(job: _Job) -> Plan:
-    port = job.port(job.roles.get("Master") or job.roles["Worker"])
+    master, worker = job.roles.get("Master"), job.roles.get("Worker")
+    port = job.port(master or job.roles["Worker"])
+    worker_port = job.port(worker) if worker is not None else port
 
-    def env_for(total: int, master: str, workers: list[str], _x: list[str]) -> list[Obj]:
-        return [
-            _env(c.ENV_MASTER_ADDR, master),
+    def env_for(total: int, master: str, workers: list[str]) -> list[Obj]:
+        env = [
             _env(c.ENV_MASTER_PORT, str(port)),
+            _env(c.ENV_MASTER_ADDR, master),
             _env("WORLD_SIZE", str(total)),
-            _env("WORKER_PORT", str(port)),
-            _env("WORKER_ADDRS", ",".join(workers)),
+            _env("PYTHONUNBUFFERED", "0"),
         ]
+        if total > 1:  # v1: only then (for LightGBM)
+            env += [
+                _env("WORKER_PORT", str(worker_port)),
+                _env("WORKER_ADDRS", ",".join(workers)),
+            ]
+        return env
 
-    return _leader_worker(job, "xgboost", env_for)
+    return _leader_worker(job, "xgboost", env_for, [], lambda _total: [], ("RANK",))
 
 
 def _jax(job: _Job) -> Plan:
@@ -502,6 +536,7 @@ def _jax(job: _Job) -> Plan:
     _upsert_env(
         node,
         [
+            _env("PYTHONUNBUFFERED", "1"),
             _env("COORDINATOR_ADDRESS", job.host(c.JOB_NODE, 0)),
             _env("COORDINATOR_PORT", str(port)),
             _env("NUM_PROCESSES", str(worker.replicas)),
@@ -517,26 +552,49 @@ def _jax(job: _Job) -> Plan:
 
 
 def _paddle(job: _Job) -> Plan:
+    """v1's Paddle env, written out: the paddle policy's PADDLE_MASTER port (29500) and its
+    PADDLE_RANK differ from v1, so the runtime has no ``mlPolicy.paddle``."""
     worker = job.roles.get("Worker")
     master = job.roles.get("Master")
     if worker is None:
         raise job.error(f"spec.{job.info.specs_field}.Worker", "a PaddleJob needs Workers")
+    total = worker.replicas + (master.replicas if master is not None else 0)
+    # Collective mode: worker 0 is the rendezvous; parameter-server mode: master 0.
+    leader = master or worker
+    port = job.port(leader)
+    endpoint = job.host("master" if master is not None else c.JOB_NODE, 0) + f":{port}"
+    common = [
+        _env("PYTHONUNBUFFERED", "0"),
+        _env("PADDLE_JOB_ID", job.name),
+        _env("PADDLE_NNODES", str(total)),
+        _env("PADDLE_MASTER", endpoint),
+    ]
     jobs: list[Obj] = []
     if master is not None:
-        jobs.append(_rjob("master", master.replicas, job.pod_template(master), trainer=False))
-        job.warn(
-            master.path,
-            "parameter-server mode: the Master runs as replicatedJob 'master' with its own "
-            "template, but Paddle's parameter-server env is not injected; mlPolicy.paddle gives "
-            "the workers the collective env (PADDLE_MASTER = worker 0, port 29500)",
-        )
+        mtmpl = job.pod_template(master)
+        mnode = job.node(mtmpl)
+        _upsert_env(mnode, [*common, _env("PADDLE_SERVER_NUM", "1")])
+        _ensure_port(mnode, port, job.info.port_name)
+        jobs.append(_rjob("master", master.replicas, mtmpl, trainer=False))
     tmpl = job.pod_template(worker)
+    node = job.node(tmpl)
+    extra = [_env("PADDLE_TRAINER_NUM", "1")] if master is not None else []
+    _upsert_env(node, [*common, *extra])
+    _ensure_port(node, job.port(worker), job.info.port_name)
     jobs.append(_rjob(c.JOB_NODE, worker.replicas, tmpl, trainer=True))
-    return Plan(
-        jobs,
-        {"numNodes": worker.replicas, "paddle": {}},
-        trainer={"numNodes": worker.replicas},
-    )
+    if master is not None and master.replicas > 1:
+        job.warn(
+            f"{master.path}.replicas",
+            f"{master.replicas} Masters: v1 gave each PADDLE_SERVER_NUM=1 and pointed "
+            "PADDLE_MASTER at master 0, and so does the converted job",
+        )
+    if job.spec.get("elasticPolicy") is not None:
+        job.warn(
+            "spec.elasticPolicy",
+            "Paddle elastic training (etcd-based) has no v2 equivalent; ignored, the worker "
+            "count is fixed",
+        )
+    return Plan(jobs, {"numNodes": worker.replicas}, trainer={"numNodes": worker.replicas})
 
 
 TF_JOB_NAMES = {
