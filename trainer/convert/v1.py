@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.convert.builtin import try_builtin
 
 V1 = "kubeflow.org/v1"
 V2BETA1 = "kubeflow.org/v2beta1"
@@ -85,6 +86,10 @@ class Converted:
     namespace: str | None
     objects: list[Obj]
     warnings: list[ConvertWarning] = field(default_factory=list)
+    runtime: str = ""
+    """``TrainingRuntime/<name>`` (its own) or ``ClusterTrainingRuntime/<name>`` (a built-in)."""
+    info: list[str] = field(default_factory=list)
+    """Why the job uses the runtime it does (one line each)."""
 
 
 @dataclass(frozen=True)
@@ -796,8 +801,77 @@ def _scheduling(job: _Job, plan: Plan, sp: Any, path: str, js_meta: Obj) -> Obj:
 
 
 # --- entry point ---------------------------------------------------------------------------------
-def convert(data: Mapping[str, Any], label: str = "<input>") -> Converted:
-    """Convert one v1 job document; :class:`ConvertError` when it is not one."""
+RUNTIME_MODES = ("auto", "builtin", "own")
+
+
+def _candidates(framework: str, builtins: Mapping[str, Mapping[str, Any]]) -> list[Obj]:
+    """The built-ins labelled with the job's framework or with its ML policy (``mpi``: the
+    DeepSpeed and MLX runtimes), ``<framework>-distributed`` first."""
+    found = []
+    for _, doc in sorted(builtins.items()):
+        labels = (doc.get("metadata") or {}).get("labels") or {}
+        policy = (doc.get("spec") or {}).get("mlPolicy") or {}
+        if labels.get(c.LABEL_FRAMEWORK) == framework or framework in policy:
+            found.append(dict(doc))
+    preferred = f"{framework}-distributed"
+    return sorted(found, key=lambda d: d["metadata"]["name"] != preferred)
+
+
+def convert(
+    data: Mapping[str, Any],
+    label: str = "<input>",
+    *,
+    builtins: Mapping[str, Mapping[str, Any]] | None = None,
+    runtime_mode: str = "auto",
+) -> Converted:
+    """Convert one v1 job document; :class:`ConvertError` when it is not one.
+
+    ``builtins`` (name -> wire ClusterTrainingRuntime) are the built-in runtimes to try:
+    ``runtime_mode`` ``auto`` references the first that fits (:mod:`trainer.convert.builtin`)
+    and otherwise writes the job's own TrainingRuntime, ``builtin`` fails when none fits, and
+    ``own`` always writes the job's own runtime.
+    """
+    if runtime_mode not in RUNTIME_MODES:
+        raise ConvertError(
+            f"runtime mode {runtime_mode!r} is not one of {', '.join(RUNTIME_MODES)}"
+        )
+    result = _convert_own(data, label)
+    if runtime_mode == "own":
+        result.info.append(f"uses its own TrainingRuntime ({runtime_mode} mode)")
+        return result
+    if builtins is None and runtime_mode == "auto":
+        result.info.append("uses its own TrainingRuntime (no built-in runtimes to compare with)")
+        return result
+    runtime, trainjob = result.objects
+    reasons: list[str] = []
+    candidates = _candidates(KINDS[result.kind].framework, builtins or {})
+    for builtin in candidates:
+        fit = try_builtin(trainjob, runtime, builtin)
+        if fit.trainjob is not None:
+            result.objects = [fit.trainjob]
+            result.runtime = f"{c.KIND_CLUSTER_TRAINING_RUNTIME}/{fit.runtime}"
+            result.info.append(
+                f"uses the built-in ClusterTrainingRuntime {fit.runtime}: it renders the same "
+                "pods as the job's own runtime would"
+            )
+            return result
+        reasons.append(fit.reason or "")
+    if not candidates:
+        reasons.append(
+            f"no built-in runtime is for {KINDS[result.kind].framework} (label "
+            f"{c.LABEL_FRAMEWORK} or mlPolicy.{KINDS[result.kind].framework})"
+        )
+    if runtime_mode == "builtin":
+        raise ConvertError(
+            f"{label}: {result.kind}/{result.name}: no built-in ClusterTrainingRuntime fits "
+            f"(--runtime-mode builtin): {reasons[0]}"
+        )
+    result.info.append(f"uses its own TrainingRuntime: {reasons[0]}")
+    return result
+
+
+def _convert_own(data: Mapping[str, Any], label: str) -> Converted:
+    """The job converted onto its own TrainingRuntime."""
     if not isinstance(data, Mapping):
         raise ConvertError(f"{label}: not an object")
     job = _Job(data, label)
@@ -862,4 +936,11 @@ def convert(data: Mapping[str, Any], label: str = "<input>") -> Converted:
         "metadata": trainjob_meta,
         "spec": trainjob_spec,
     }
-    return Converted(job.kind, job.name, job.namespace, [runtime, trainjob], job.warnings)
+    return Converted(
+        job.kind,
+        job.name,
+        job.namespace,
+        [runtime, trainjob],
+        job.warnings,
+        runtime=f"{c.KIND_TRAINING_RUNTIME}/{job.name}",
+    )
