@@ -527,3 +527,17 @@ def test_the_replica_restart_policy_or_v1_default_overrides_the_template() -> No
     worker["template"]["spec"]["restartPolicy"] = "Never"
     got = pods(converted_jobset(data))
     assert {pod["pod"]["restartPolicy"] for pod in got.values()} == {"OnFailure"}
+
+
+@pytest.mark.parametrize("impl", ["Intel", "MPICH"])
+def test_intel_and_mpich_mpijobs_are_an_error_naming_the_field_and_accepted_value(
+    impl: str,
+) -> None:
+    data = v1("mpijob-v2beta1")
+    data["spec"]["mpiImplementation"] = impl
+    with pytest.raises(ConvertError) as info:
+        convert(data, "in.yaml")
+    message = str(info.value)
+    assert message.startswith(f"in.yaml: MPIJob/pi: spec.mpiImplementation: '{impl}' cannot")
+    assert 'mlPolicy.mpi.mpiImplementation accepts only "OpenMPI"' in message
+    assert "set spec.mpiImplementation: OpenMPI" in message

@@ -667,7 +667,12 @@ def _mpi(job: _Job) -> Plan:
     if impl not in (None, "OpenMPI"):
         raise job.error(
             "spec.mpiImplementation",
-            f"{impl!r} cannot be converted: the v2 CRD accepts only OpenMPI",
+            f"{impl!r} cannot be converted: the runtime field mlPolicy.mpi.mpiImplementation "
+            'accepts only "OpenMPI" in Trainer v2.3\'s CRD (Intel and MPICH are not in its '
+            "enum), and without mlPolicy.mpi nothing would write the hostfile, the SSH keys and "
+            "the I_MPI_HYDRA_* / HYDRA_* env that v1's MPI operator gave the launcher, so its "
+            "mpirun could not reach the workers. Build the image with OpenMPI and set "
+            "spec.mpiImplementation: OpenMPI (or remove it), then convert again",
         )
     if spec.get("sshAuthMountPath") is not None:
         policy["sshAuthMountPath"] = spec["sshAuthMountPath"]
