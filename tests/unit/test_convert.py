@@ -541,3 +541,17 @@ def test_intel_and_mpich_mpijobs_are_an_error_naming_the_field_and_accepted_valu
     assert message.startswith(f"in.yaml: MPIJob/pi: spec.mpiImplementation: '{impl}' cannot")
     assert 'mlPolicy.mpi.mpiImplementation accepts only "OpenMPI"' in message
     assert "set spec.mpiImplementation: OpenMPI" in message
+
+
+@pytest.mark.parametrize(
+    ("api_version", "launcher", "worker"),
+    [("kubeflow.org/v1", "Never", "Never"), ("kubeflow.org/v2beta1", "OnFailure", "Never")],
+)
+def test_mpijob_default_restart_policies(api_version: str, launcher: str, worker: str) -> None:
+    data = v1("mpijob-v2beta1")
+    data["apiVersion"] = api_version
+    for spec in data["spec"]["mpiReplicaSpecs"].values():
+        spec.pop("restartPolicy", None)
+    got = pods(converted_jobset(data))
+    assert got[("launcher", 0)]["pod"]["restartPolicy"] == launcher
+    assert got[("node", 0)]["pod"]["restartPolicy"] == worker

@@ -11,7 +11,9 @@ Shape of the output
     args, resources, volumes, node placement, tolerations, env), and a ``TrainJob`` of the same
     name referencing it. The framework's main container (``pytorch``, ``tensorflow``,
     ``xgboost``, ``paddle``, ``jax``; MPI: ``mainContainer`` or the first) is renamed ``node``,
-    where the v2 policies inject their env.
+    where the v2 policies inject their env. When a built-in ClusterTrainingRuntime renders the
+    same pods (:mod:`trainer.convert.builtin`), :func:`convert` returns only a TrainJob
+    referencing it instead.
 
 How the v1 env is reproduced
     PyTorch and XGBoost (Master + Worker): when the Master's and the Workers' pod templates are
@@ -20,17 +22,24 @@ How the v1 env is reproduced
     runtime's ``node`` container: ``MASTER_ADDR`` = pod 0's DNS name, ``MASTER_PORT`` = the v1
     port (PyTorch 23456, XGBoost 9999, or the container's ``pytorchjob-port`` /
     ``xgboostjob-port``), ``WORLD_SIZE``, ``RANK`` = the completion index (downward API), plus
-    ``PYTHONUNBUFFERED=1`` (PyTorch) or ``WORKER_PORT`` / ``WORKER_ADDRS`` (XGBoost). The torch
-    policy adds torchrun's ``PET_*`` env (and, from ``elasticPolicy``, the elastic rendezvous).
+    ``WORKER_PORT`` / ``WORKER_ADDRS`` (XGBoost, more than one pod). ``PYTHONUNBUFFERED`` is
+    v1's ``0`` (PyTorch on every pod, XGBoost). The torch policy adds torchrun's ``PET_*`` env
+    (and, from ``elasticPolicy``, the elastic rendezvous).
     When the templates differ, Master and Worker stay separate jobs ``master`` and ``worker``
-    without an ML policy; the worker's ``RANK`` (index + 1) is computed by a ``/bin/sh -c``
-    prefix in front of its command (reported as a warning).
+    without an ML policy; the worker's ``RANK`` (index + 1; PyTorch also ``PET_NODE_RANK``) is
+    computed by a ``/bin/sh -c`` prefix in front of its command (reported as a warning).
     JAX: one job ``node`` under ``mlPolicy.jax`` plus v1's ``COORDINATOR_ADDRESS``,
-    ``COORDINATOR_PORT`` (6666), ``NUM_PROCESSES``, ``PROCESS_ID``.
+    ``COORDINATOR_PORT`` (6666), ``NUM_PROCESSES``, ``PROCESS_ID``, ``PYTHONUNBUFFERED=1``.
     TensorFlow: jobs ``chief`` / ``master`` / ``worker`` / ``ps`` / ``evaluator`` under
     ``mlPolicy.tensorflow``, which writes ``TF_CONFIG`` per pod.
-    Paddle: workers become ``node`` under ``mlPolicy.paddle`` (``PADDLE_*``); a Master stays a
-    plain job ``master``. MPI: ``launcher`` and ``node`` under ``mlPolicy.mpi``.
+    Paddle: workers become ``node``, a Master a job ``master``, without ``mlPolicy.paddle``
+    (its port 29500 and ``PADDLE_RANK`` are not v1's); v1's ``PADDLE_MASTER`` (worker 0, or
+    master 0 in parameter-server mode, on the ``master`` port, default 36543),
+    ``PADDLE_NNODES``, ``PADDLE_JOB_ID`` and ``PADDLE_SERVER_NUM`` / ``PADDLE_TRAINER_NUM``
+    are written out. MPI: ``launcher`` and ``node`` under ``mlPolicy.mpi``.
+    Default replica ``restartPolicy`` as v1: ``Never`` for TFJob, XGBoostJob, JAXJob and
+    MPIJob (v2beta1: Launcher ``OnFailure``, Workers ``Never``), ``OnFailure`` for PyTorchJob
+    and PaddleJob; it always replaces the pod template's.
 
 runPolicy
     ``activeDeadlineSeconds`` -> TrainJob ``activeDeadlineSeconds``; ``backoffLimit`` ->
@@ -129,7 +138,7 @@ KINDS: dict[str, KindInfo] = {
         "paddleReplicaSpecs", "paddle", ("Master", "Worker"), "paddle", "master", 36543
     ),
     "JAXJob": KindInfo("jaxReplicaSpecs", "jax", ("Worker",), "jax", "jaxjob-port", 6666, "Never"),
-    "MPIJob": KindInfo("mpiReplicaSpecs", "mpi", ("Launcher", "Worker"), "mpi", "", 0),
+    "MPIJob": KindInfo("mpiReplicaSpecs", "mpi", ("Launcher", "Worker"), "mpi", "", 0, "Never"),
 }
 
 
@@ -258,7 +267,7 @@ class _Job:
                 )
             containers[index]["name"] = c.CONTAINER_NODE
         # v1 defaults the replica's restartPolicy and always writes it over the template's.
-        policy = role.restart_policy or self.info.restart_policy
+        policy = role.restart_policy or self.default_restart_policy(role)
         if policy == "ExitCode":
             self.warn(
                 f"{role.path}.restartPolicy",
@@ -274,6 +283,13 @@ class _Job:
             policy = "OnFailure"
         pod["restartPolicy"] = policy
         return tmpl
+
+    def default_restart_policy(self, role: Role) -> str:
+        """v1's default for an unset replica restartPolicy; the MPI operator's v2beta1 MPIJob
+        defaults its Launcher to OnFailure and its Workers to Never."""
+        if self.api_version == V2BETA1 and role.name == "Launcher":
+            return "OnFailure"
+        return self.info.restart_policy
 
     def node(self, template: Obj) -> Obj:
         return next(ctr for ctr in template["spec"]["containers"] if ctr["name"] == "node")
