@@ -11,7 +11,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from trainer.admission.trainjob import validate_trainjob
+from trainer.admission.types import ClusterView
 from trainer.api import constants as c
+from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
 from trainer.builtin import builtin_runtime_documents
 from trainer.cli.main import app
 from trainer.convert import ConvertError, convert
@@ -218,3 +221,21 @@ def test_cli_reports_the_runtime_choice(tmp_path: Path) -> None:
     assert [d["kind"] for d in yaml.safe_load_all(own.stdout)] == ["TrainingRuntime", "TrainJob"]
     bad = CliRunner().invoke(app, ["convert", "--runtime-mode", "x", "-f", str(GOLDEN)])
     assert bad.exit_code == 1 and "--runtime-mode must be one of auto, builtin, own" in bad.stderr
+
+
+def test_master_and_workers_with_one_template_fit_and_pass_admission() -> None:
+    """v1's MASTER_ADDR / RANK env travels in spec.trainer.env; admission accepts it."""
+    data = v1("pytorch-workers-builtin")
+    specs = data["spec"]["pytorchReplicaSpecs"]
+    specs["Master"] = copy.deepcopy(specs["Worker"])
+    specs["Master"]["replicas"] = 1
+    result = convert(data, builtins=BUILTINS)
+    assert result.runtime == "ClusterTrainingRuntime/torch-distributed"
+    (wire,) = result.objects
+    env = {e["name"]: e for e in wire["spec"]["trainer"]["env"]}
+    assert env["MASTER_ADDR"]["value"] == "ddp-workers-node-0-0.ddp-workers"
+    assert env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == c.FIELD_PATH_COMPLETION_INDEX
+    trainjob = TrainJob.from_wire(wire)
+    runtime = ClusterTrainingRuntime.from_wire(BUILTINS["torch-distributed"])
+    verdict = validate_trainjob(trainjob, None, ClusterView(runtime=runtime))
+    assert verdict.allowed, [str(e) for e in verdict.errors]
