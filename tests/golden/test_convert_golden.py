@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trainer.admission.trainjob import validate_trainjob
+from trainer.admission.types import ClusterView
 from trainer.api.load import check_object, parse_object
-from trainer.api.v1alpha1 import TrainingRuntime, TrainJob
+from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.builtin import builtin_runtime_documents, builtin_runtimes
 from trainer.cli.render import to_yaml_stream
 from trainer.convert import Converted, convert
 from trainer.plugins.registry import render
@@ -25,20 +28,37 @@ FAKE_KEYS = SSHKeyPair(
     b"ecdsa-sha2-nistp521 Z29sZGVu golden",
 )
 CASE_DIRS = sorted(p for p in CASES.iterdir() if p.is_dir())
+BUILTINS = {str(d["metadata"]["name"]): d for d in builtin_runtime_documents()}  # type: ignore[index]
 
 
 def converted(case: Path) -> Converted:
-    return convert(yaml.safe_load((case / "v1.yaml").read_text()), "v1.yaml")
+    data = yaml.safe_load((case / "v1.yaml").read_text())
+    return convert(data, "v1.yaml", builtins=BUILTINS)
 
 
 def converted_text(result: Converted) -> str:
-    head = "".join(f"# warning: {w}\n" for w in result.warnings)
+    head = "".join(f"# info: {line}\n" for line in result.info)
+    head += "".join(f"# warning: {w}\n" for w in result.warnings)
     return head + to_yaml_stream(result.objects)
 
 
+def runtime_and_trainjob(
+    result: Converted,
+) -> tuple[TrainingRuntime | ClusterTrainingRuntime, TrainJob]:
+    """The converted TrainJob and the runtime it references: its own, or the built-in."""
+    *own, trainjob = (parse_object(o) for o in result.objects)
+    assert isinstance(trainjob, TrainJob) and trainjob.spec is not None
+    if own:
+        (runtime,) = own
+        assert isinstance(runtime, TrainingRuntime)
+        return runtime, trainjob
+    ref = trainjob.spec.runtime_ref
+    assert ref.kind == "ClusterTrainingRuntime"
+    return builtin_runtimes()[ref.name], trainjob
+
+
 def rendered_text(result: Converted) -> str:
-    runtime, trainjob = (parse_object(o) for o in result.objects)
-    assert isinstance(runtime, TrainingRuntime) and isinstance(trainjob, TrainJob)
+    runtime, trainjob = runtime_and_trainjob(result)
     if trainjob.metadata is not None and trainjob.metadata.namespace is None:
         trainjob.metadata.namespace = "default"
     return to_yaml_stream(render(trainjob, runtime, ctx=BuildContext(lambda: FAKE_KEYS)))
@@ -47,6 +67,23 @@ def rendered_text(result: Converted) -> str:
 def test_every_v1_kind_has_a_case() -> None:
     kinds = {yaml.safe_load((d / "v1.yaml").read_text())["kind"] for d in CASE_DIRS}
     assert kinds == {"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob"}
+
+
+def test_which_cases_reference_a_built_in_runtime() -> None:
+    """Only the two plain Worker-only PyTorchJobs fit torch-distributed; every other case keeps
+    its own runtime, for the reason its converted.yaml states."""
+    uses = {d.name: converted(d).runtime for d in CASE_DIRS}
+    assert {k: v for k, v in uses.items() if v.startswith("ClusterTrainingRuntime/")} == {
+        "pytorch-workers-builtin": "ClusterTrainingRuntime/torch-distributed",
+        "pytorch-workers-patched": "ClusterTrainingRuntime/torch-distributed",
+    }
+
+
+@pytest.mark.parametrize("case", CASE_DIRS, ids=[p.name for p in CASE_DIRS])
+def test_converted_trainjob_passes_admission(case: Path) -> None:
+    runtime, trainjob = runtime_and_trainjob(converted(case))
+    verdict = validate_trainjob(trainjob, None, ClusterView(runtime=runtime))
+    assert verdict.allowed, [str(e) for e in verdict.errors]
 
 
 @pytest.mark.parametrize("case", CASE_DIRS, ids=[p.name for p in CASE_DIRS])

@@ -23,7 +23,7 @@ from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJ
 from trainer.builtin import builtin_runtimes
 from trainer.cli.main import app
 from trainer.convert import ConvertError, convert
-from trainer.local.executor.podenv import expand_env
+from trainer.convert.equivalence import expand, resolved_env
 from trainer.plugins.registry import render
 from trainer.runtime.info import BuildContext, BuildError, SSHKeyPair
 
@@ -62,12 +62,7 @@ def pods(jobset: Any) -> dict[tuple[str, int], dict[str, Any]]:
                     c.FIELD_PATH_COMPLETION_INDEX: str(index),
                     c.FIELD_PATH_JOB_INDEX: str(job_index),
                 }
-                env: dict[str, str] = {}
-                for e in node.get("env") or []:
-                    if "valueFrom" in e:
-                        env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
-                    else:
-                        env[e["name"]] = expand_env(e.get("value", ""), env)
+                env = resolved_env(node, fields)
                 key = (rjob["name"], job_index * count + index)
                 out[key] = {"container": node, "pod": pod, "env": env}
     return out
@@ -93,7 +88,7 @@ def test_pytorchjob_master_and_three_workers_role_by_role() -> None:
         assert pod["pod"]["restartPolicy"] == "OnFailure"
         env = pod["env"]
         assert env["LOG_LEVEL"] == "info"  # the user's env
-        assert env["PYTHONUNBUFFERED"] == "1"
+        assert env["PYTHONUNBUFFERED"] == "0"  # v1's value (any non-empty value unbuffers)
         assert env["MASTER_ADDR"] == "mnist-node-0-0.mnist"  # v1: mnist-master-0
         assert env["MASTER_PORT"] == "23456"
         assert env["WORLD_SIZE"] == "4"
@@ -123,11 +118,14 @@ def test_pytorchjob_with_different_templates_wraps_the_worker_command() -> None:
     got = pods(converted_jobset(data))
     assert sorted(got) == [("master", 0), ("worker", 0), ("worker", 1)]
     assert got[("master", 0)]["env"]["RANK"] == "0"
+    assert got[("master", 0)]["env"]["PET_NODE_RANK"] == "0"
     assert got[("master", 0)]["container"]["command"] == ["python", "train.py"]
     for i in range(2):
         env = got[("worker", i)]["env"]
         assert env["MASTER_ADDR"] == "uneven-master-0-0.uneven"
         assert env["WORLD_SIZE"] == "3"
+        assert env["PET_NNODES"] == "3"  # v1 sets PET_* with a Master; no torch policy here
+        assert env["PET_NPROC_PER_NODE"] == "auto"
         assert env["JOB_COMPLETION_INDEX"] == str(i)
         command = got[("worker", i)]["container"]["command"]
         assert command[:2] == ["/bin/sh", "-c"] and command[3:] == ["python", "train.py", "--fast"]
@@ -138,15 +136,15 @@ def test_pytorchjob_with_different_templates_wraps_the_worker_command() -> None:
 def test_pytorchjob_with_different_templates_runs_the_rank_prefix(tmp_path: Path) -> None:
     """The shell prefix really exports index + 1 (run with the kubelet's $(VAR) expansion)."""
     got = pods(converted_jobset(v1("pytorch-different-templates")))
-    command = [expand_env(a, {}) for a in got[("worker", 1)]["container"]["command"]]
-    command[3:] = ["sh", "-c", "echo $RANK"]
+    command = [expand(a, {}) for a in got[("worker", 1)]["container"]["command"]]
+    command[3:] = ["sh", "-c", "echo $RANK $PET_NODE_RANK"]
     out = subprocess.run(
         command,
         env={"JOB_COMPLETION_INDEX": "1", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         check=True,
     )
-    assert out.stdout.decode().strip() == "2"
+    assert out.stdout.decode().strip() == "2 2"
 
 
 def test_elastic_pytorchjob() -> None:
@@ -308,7 +306,21 @@ def test_xgboostjob_env_role_by_role() -> None:
         assert env["WORLD_SIZE"] == "3"
         assert env["RANK"] == str(rank)
         assert env["WORKER_ADDRS"] == ",".join(hosts[1:])
+        assert env["WORKER_PORT"] == "9991"  # v1: the Worker template's xgboostjob-port
+        assert env["PYTHONUNBUFFERED"] == "0"
         assert env["DMLC_TASK_ID"] == str(rank)
+        assert got[("node", rank)]["pod"]["restartPolicy"] == "Never"
+
+
+def test_xgboostjob_of_one_master_has_no_worker_env_and_defaults_to_never() -> None:
+    data = v1("xgboostjob")
+    del data["spec"]["xgbReplicaSpecs"]["Worker"]
+    del data["spec"]["xgbReplicaSpecs"]["Master"]["restartPolicy"]
+    got = pods(converted_jobset(data))
+    env = got[("node", 0)]["env"]
+    assert env["WORLD_SIZE"] == "1" and env["RANK"] == "0"
+    assert "WORKER_PORT" not in env and "WORKER_ADDRS" not in env  # v1: only for > 1 pod
+    assert got[("node", 0)]["pod"]["restartPolicy"] == "Never"  # v1's XGBoost default
 
 
 def test_jaxjob_env() -> None:
@@ -320,17 +332,43 @@ def test_jaxjob_env() -> None:
         assert env["NUM_PROCESSES"] == "2"
         assert env["PROCESS_ID"] == str(i)
         assert env["JAX_PROCESS_ID"] == str(i)
+        assert env["PYTHONUNBUFFERED"] == "1"  # v1's JAX value
         assert got[("node", i)]["container"]["imagePullPolicy"] == "Always"
 
 
 def test_paddlejob_env() -> None:
+    """v1 collective mode: worker 0 is the rendezvous on the container's ``master`` port
+    (default 36543); PADDLE_NNODES counts every replica; no PADDLE_RANK."""
+    runtime, _ = convert(v1("paddlejob")).objects
+    assert runtime["spec"]["mlPolicy"] == {"numNodes": 2}
     got = pods(converted_jobset(v1("paddlejob")))
     for i in range(2):
         env = got[("node", i)]["env"]
-        assert env["PADDLE_MASTER"] == "paddle-simple-gpu-node-0-0.paddle-simple-gpu:29500"
+        assert env["PADDLE_MASTER"] == "paddle-simple-gpu-node-0-0.paddle-simple-gpu:36543"
         assert env["PADDLE_NNODES"] == "2"
-        assert env["PADDLE_RANK"] == str(i)
         assert env["PADDLE_JOB_ID"] == "paddle-simple-gpu"
+        assert env["PYTHONUNBUFFERED"] == "0"
+        assert "PADDLE_RANK" not in env and "PADDLE_TRAINER_NUM" not in env
+        assert {"name": "master", "containerPort": 36543} in got[("node", i)]["container"]["ports"]
+
+
+def test_paddlejob_parameter_server_mode_env() -> None:
+    data = v1("paddlejob")
+    specs = data["spec"]["paddleReplicaSpecs"]
+    specs["Master"] = json.loads(json.dumps(specs["Worker"]))
+    specs["Master"]["replicas"] = 1
+    specs["Master"]["template"]["spec"]["containers"][0]["ports"] = [
+        {"name": "master", "containerPort": 8000}
+    ]
+    got = pods(converted_jobset(data))
+    assert sorted(got) == [("master", 0), ("node", 0), ("node", 1)]
+    for key, pod in got.items():
+        env = pod["env"]
+        assert env["PADDLE_MASTER"] == "paddle-simple-gpu-master-0-0.paddle-simple-gpu:8000"
+        assert env["PADDLE_NNODES"] == "3"
+        role = "SERVER" if key[0] == "master" else "TRAINER"
+        other = "TRAINER" if role == "SERVER" else "SERVER"
+        assert env[f"PADDLE_{role}_NUM"] == "1" and f"PADDLE_{other}_NUM" not in env
 
 
 def test_mpijob() -> None:
@@ -478,3 +516,42 @@ def test_crd_rules_of_the_new_policies() -> None:
     assert "minNodes must be less than or equal to maxNodes" in str(
         [str(e) for e in check_object(elastic).errors]
     )
+
+
+def test_the_replica_restart_policy_or_v1_default_overrides_the_template() -> None:
+    """v1 defaults each replica's restartPolicy (PyTorch OnFailure) and writes it over the pod
+    template's, so a template restartPolicy never reaches the pods."""
+    data = v1("pytorch-elastic")
+    worker = data["spec"]["pytorchReplicaSpecs"]["Worker"]
+    del worker["restartPolicy"]
+    worker["template"]["spec"]["restartPolicy"] = "Never"
+    got = pods(converted_jobset(data))
+    assert {pod["pod"]["restartPolicy"] for pod in got.values()} == {"OnFailure"}
+
+
+@pytest.mark.parametrize("impl", ["Intel", "MPICH"])
+def test_intel_and_mpich_mpijobs_are_an_error_naming_the_field_and_accepted_value(
+    impl: str,
+) -> None:
+    data = v1("mpijob-v2beta1")
+    data["spec"]["mpiImplementation"] = impl
+    with pytest.raises(ConvertError) as info:
+        convert(data, "in.yaml")
+    message = str(info.value)
+    assert message.startswith(f"in.yaml: MPIJob/pi: spec.mpiImplementation: '{impl}' cannot")
+    assert 'mlPolicy.mpi.mpiImplementation accepts only "OpenMPI"' in message
+    assert "set spec.mpiImplementation: OpenMPI" in message
+
+
+@pytest.mark.parametrize(
+    ("api_version", "launcher", "worker"),
+    [("kubeflow.org/v1", "Never", "Never"), ("kubeflow.org/v2beta1", "OnFailure", "Never")],
+)
+def test_mpijob_default_restart_policies(api_version: str, launcher: str, worker: str) -> None:
+    data = v1("mpijob-v2beta1")
+    data["apiVersion"] = api_version
+    for spec in data["spec"]["mpiReplicaSpecs"].values():
+        spec.pop("restartPolicy", None)
+    got = pods(converted_jobset(data))
+    assert got[("launcher", 0)]["pod"]["restartPolicy"] == launcher
+    assert got[("node", 0)]["pod"]["restartPolicy"] == worker

@@ -8,9 +8,10 @@ from typing import Annotated, Any
 import typer
 
 from trainer.api.load import ObjectError
+from trainer.builtin import builtin_runtime_documents
 from trainer.cli.files import read_documents
 from trainer.cli.render import to_yaml_stream
-from trainer.convert import Converted, ConvertError, convert
+from trainer.convert import RUNTIME_MODES, Converted, ConvertError, convert
 
 
 def _fail(message: str) -> typer.Exit:
@@ -37,11 +38,22 @@ def convert_cmd(
             "instead of printing one YAML stream.",
         ),
     ] = None,
+    runtime_mode: Annotated[
+        str,
+        typer.Option(
+            "--runtime-mode",
+            help="auto: reference a built-in ClusterTrainingRuntime when it renders the same "
+            "pods as the job's own runtime, else write its own TrainingRuntime; builtin: fail "
+            "unless a built-in fits; own: always write the job's own TrainingRuntime.",
+        ),
+    ] = "auto",
 ) -> None:
     """Convert Training Operator v1 jobs into TrainJobs and the TrainingRuntimes they run on.
 
-    For each job: a TrainingRuntime named like the job (its pod templates, ML policy, gang
-    scheduling, retries and TTL) and a TrainJob referencing it, ready for kubectl apply.
+    For each job: a TrainJob referencing a built-in ClusterTrainingRuntime when one renders
+    the same pods (--runtime-mode), else a TrainingRuntime named like the job (its pod
+    templates, ML policy, gang scheduling, retries and TTL) and a TrainJob referencing it,
+    ready for kubectl apply. Which runtime each job uses, and why, is an info line on stderr.
     Fields without a v2 equivalent are reported on stderr as warnings naming the field and
     what the converted job does instead. Exits 1 with a one-line error, writing nothing, when
     any input is unreadable or not a v1 job.
@@ -54,13 +66,25 @@ def convert_cmd(
         raise _fail(f"cannot read {exc.filename}: {exc.strerror}") from None
     if not docs:
         raise _fail("no documents found in " + ", ".join(files))
+    if runtime_mode not in RUNTIME_MODES:
+        raise _fail(
+            f"--runtime-mode must be one of {', '.join(RUNTIME_MODES)}, not {runtime_mode!r}"
+        )
+    builtins = {
+        str(d["metadata"]["name"]): d  # type: ignore[index]
+        for d in builtin_runtime_documents()
+    }
     results: list[Converted] = []
     for doc in docs:
         try:
-            results.append(convert(doc.data, doc.label))
+            results.append(
+                convert(doc.data, doc.label, builtins=builtins, runtime_mode=runtime_mode)
+            )
         except ConvertError as exc:
             raise _fail(str(exc)) from None
     for result in results:
+        for line in result.info:
+            typer.echo(f"info: {result.kind}/{result.name}: {line}", err=True)
         for warning in result.warnings:
             typer.echo(f"warning: {result.kind}/{result.name}: {warning}", err=True)
     if output_dir is None:

@@ -11,7 +11,9 @@ Shape of the output
     args, resources, volumes, node placement, tolerations, env), and a ``TrainJob`` of the same
     name referencing it. The framework's main container (``pytorch``, ``tensorflow``,
     ``xgboost``, ``paddle``, ``jax``; MPI: ``mainContainer`` or the first) is renamed ``node``,
-    where the v2 policies inject their env.
+    where the v2 policies inject their env. When a built-in ClusterTrainingRuntime renders the
+    same pods (:mod:`trainer.convert.builtin`), :func:`convert` returns only a TrainJob
+    referencing it instead.
 
 How the v1 env is reproduced
     PyTorch and XGBoost (Master + Worker): when the Master's and the Workers' pod templates are
@@ -20,17 +22,24 @@ How the v1 env is reproduced
     runtime's ``node`` container: ``MASTER_ADDR`` = pod 0's DNS name, ``MASTER_PORT`` = the v1
     port (PyTorch 23456, XGBoost 9999, or the container's ``pytorchjob-port`` /
     ``xgboostjob-port``), ``WORLD_SIZE``, ``RANK`` = the completion index (downward API), plus
-    ``PYTHONUNBUFFERED=1`` (PyTorch) or ``WORKER_PORT`` / ``WORKER_ADDRS`` (XGBoost). The torch
-    policy adds torchrun's ``PET_*`` env (and, from ``elasticPolicy``, the elastic rendezvous).
+    ``WORKER_PORT`` / ``WORKER_ADDRS`` (XGBoost, more than one pod). ``PYTHONUNBUFFERED`` is
+    v1's ``0`` (PyTorch on every pod, XGBoost). The torch policy adds torchrun's ``PET_*`` env
+    (and, from ``elasticPolicy``, the elastic rendezvous).
     When the templates differ, Master and Worker stay separate jobs ``master`` and ``worker``
-    without an ML policy; the worker's ``RANK`` (index + 1) is computed by a ``/bin/sh -c``
-    prefix in front of its command (reported as a warning).
+    without an ML policy; the worker's ``RANK`` (index + 1; PyTorch also ``PET_NODE_RANK``) is
+    computed by a ``/bin/sh -c`` prefix in front of its command (reported as a warning).
     JAX: one job ``node`` under ``mlPolicy.jax`` plus v1's ``COORDINATOR_ADDRESS``,
-    ``COORDINATOR_PORT`` (6666), ``NUM_PROCESSES``, ``PROCESS_ID``.
+    ``COORDINATOR_PORT`` (6666), ``NUM_PROCESSES``, ``PROCESS_ID``, ``PYTHONUNBUFFERED=1``.
     TensorFlow: jobs ``chief`` / ``master`` / ``worker`` / ``ps`` / ``evaluator`` under
     ``mlPolicy.tensorflow``, which writes ``TF_CONFIG`` per pod.
-    Paddle: workers become ``node`` under ``mlPolicy.paddle`` (``PADDLE_*``); a Master stays a
-    plain job ``master``. MPI: ``launcher`` and ``node`` under ``mlPolicy.mpi``.
+    Paddle: workers become ``node``, a Master a job ``master``, without ``mlPolicy.paddle``
+    (its port 29500 and ``PADDLE_RANK`` are not v1's); v1's ``PADDLE_MASTER`` (worker 0, or
+    master 0 in parameter-server mode, on the ``master`` port, default 36543),
+    ``PADDLE_NNODES``, ``PADDLE_JOB_ID`` and ``PADDLE_SERVER_NUM`` / ``PADDLE_TRAINER_NUM``
+    are written out. MPI: ``launcher`` and ``node`` under ``mlPolicy.mpi``.
+    Default replica ``restartPolicy`` as v1: ``Never`` for TFJob, XGBoostJob, JAXJob and
+    MPIJob (v2beta1: Launcher ``OnFailure``, Workers ``Never``), ``OnFailure`` for PyTorchJob
+    and PaddleJob; it always replaces the pod template's.
 
 runPolicy
     ``activeDeadlineSeconds`` -> TrainJob ``activeDeadlineSeconds``; ``backoffLimit`` ->
@@ -51,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.convert.builtin import try_builtin
 
 V1 = "kubeflow.org/v1"
 V2BETA1 = "kubeflow.org/v2beta1"
@@ -85,6 +95,10 @@ class Converted:
     namespace: str | None
     objects: list[Obj]
     warnings: list[ConvertWarning] = field(default_factory=list)
+    runtime: str = ""
+    """``TrainingRuntime/<name>`` (its own) or ``ClusterTrainingRuntime/<name>`` (a built-in)."""
+    info: list[str] = field(default_factory=list)
+    """Why the job uses the runtime it does (one line each)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +117,13 @@ KINDS: dict[str, KindInfo] = {
         "pytorchReplicaSpecs", "pytorch", ("Master", "Worker"), "torch", "pytorchjob-port", 23456
     ),
     "XGBoostJob": KindInfo(
-        "xgbReplicaSpecs", "xgboost", ("Master", "Worker"), "xgboost", "xgboostjob-port", 9999
+        "xgbReplicaSpecs",
+        "xgboost",
+        ("Master", "Worker"),
+        "xgboost",
+        "xgboostjob-port",
+        9999,
+        "Never",
     ),
     "TFJob": KindInfo(
         "tfReplicaSpecs",
@@ -117,8 +137,8 @@ KINDS: dict[str, KindInfo] = {
     "PaddleJob": KindInfo(
         "paddleReplicaSpecs", "paddle", ("Master", "Worker"), "paddle", "master", 36543
     ),
-    "JAXJob": KindInfo("jaxReplicaSpecs", "jax", ("Worker",), "jax", "jaxjob-port", 6666),
-    "MPIJob": KindInfo("mpiReplicaSpecs", "mpi", ("Launcher", "Worker"), "mpi", "", 0),
+    "JAXJob": KindInfo("jaxReplicaSpecs", "jax", ("Worker",), "jax", "jaxjob-port", 6666, "Never"),
+    "MPIJob": KindInfo("mpiReplicaSpecs", "mpi", ("Launcher", "Worker"), "mpi", "", 0, "Never"),
 }
 
 
@@ -246,7 +266,8 @@ class _Job:
                     "main container and renamed 'node'",
                 )
             containers[index]["name"] = c.CONTAINER_NODE
-        policy = role.restart_policy or pod.get("restartPolicy") or self.info.restart_policy
+        # v1 defaults the replica's restartPolicy and always writes it over the template's.
+        policy = role.restart_policy or self.default_restart_policy(role)
         if policy == "ExitCode":
             self.warn(
                 f"{role.path}.restartPolicy",
@@ -262,6 +283,13 @@ class _Job:
             policy = "OnFailure"
         pod["restartPolicy"] = policy
         return tmpl
+
+    def default_restart_policy(self, role: Role) -> str:
+        """v1's default for an unset replica restartPolicy; the MPI operator's v2beta1 MPIJob
+        defaults its Launcher to OnFailure and its Workers to Never."""
+        if self.api_version == V2BETA1 and role.name == "Launcher":
+            return "OnFailure"
+        return self.info.restart_policy
 
     def node(self, template: Obj) -> Obj:
         return next(ctr for ctr in template["spec"]["containers"] if ctr["name"] == "node")
@@ -306,8 +334,10 @@ class Plan:
     depends_on: dict[str, list[Obj]] = field(default_factory=dict)
 
 
-def _rank_wrapper(job: _Job, role: Role, container: Obj, offset: int) -> None:
-    """Prefix the container's command with a shell that exports RANK = index + offset."""
+def _rank_wrapper(
+    job: _Job, role: Role, container: Obj, offset: int, names: tuple[str, ...] = ("RANK",)
+) -> None:
+    """Prefix the container's command with a shell that exports ``names`` = index + offset."""
     command = list(container.get("command") or [])
     if not command:
         raise job.error(
@@ -316,13 +346,15 @@ def _rank_wrapper(job: _Job, role: Role, container: Obj, offset: int) -> None:
             "command: RANK (worker index + 1) can only be set by wrapping the command; give the "
             "container a command, or make the Master and Worker templates equal",
         )
-    script = f'export RANK=$$((JOB_COMPLETION_INDEX + {offset})); exec "$$0" "$$@"'
+    exports = "; ".join(f"export {name}=$$((JOB_COMPLETION_INDEX + {offset}))" for name in names)
+    script = f'{exports}; exec "$$0" "$$@"'
     container["command"] = ["/bin/sh", "-c", script, *command, *(container.get("args") or [])]
     container.pop("args", None)
+    names_text = " and ".join(names)
     job.warn(
         f"{role.path}.template",
         "Master and Worker pod templates differ, so they run as replicatedJobs 'master' and "
-        "'worker'; the worker command is prefixed with '/bin/sh -c' to export RANK = "
+        f"'worker'; the worker command is prefixed with '/bin/sh -c' to export {names_text} = "
         f"JOB_COMPLETION_INDEX + {offset} (the image needs /bin/sh)",
     )
 
@@ -330,10 +362,15 @@ def _rank_wrapper(job: _Job, role: Role, container: Obj, offset: int) -> None:
 def _leader_worker(
     job: _Job,
     policy_key: str,
-    env_for: Callable[[int, str, list[str], list[str]], list[Obj]],
+    env_for: Callable[[int, str, list[str]], list[Obj]],
+    always: list[Obj],
+    split_env: Callable[[int], list[Obj]],
+    rank_names: tuple[str, ...],
 ) -> Plan:
     """PyTorch / XGBoost: Master (rank 0) + Workers. ``env_for(total, master_host,
-    worker_hosts, ...)`` gives the v1 env; RANK is added here."""
+    worker_hosts)`` gives the v1 env of a job with a Master, ``always`` the env v1 sets even
+    without one; ``rank_names`` get the pod's rank (added here). ``split_env(total)`` is the
+    env the ML policy would have added, for when Master and Worker templates differ."""
     master, worker = job.roles.get("Master"), job.roles.get("Worker")
     if master is not None and master.replicas != 1:
         raise job.error(f"{master.path}.replicas", "must be 1 (v1 allows one Master)")
@@ -347,9 +384,11 @@ def _leader_worker(
         tmpl = job.pod_template(role)
         node = job.node(tmpl)
         hosts = [job.host(c.JOB_NODE, i) for i in range(total)]
+        env = list(always)
         if master is not None:
-            env = env_for(total, hosts[0], hosts[1:], [])
+            env += env_for(total, hosts[0], hosts[1:])
             env.append(_env_field("RANK", c.FIELD_PATH_COMPLETION_INDEX))
+        if env:
             _upsert_env(node, env)
         _ensure_port(node, job.port(port_role), job.info.port_name)
         return Plan(
@@ -362,21 +401,19 @@ def _leader_worker(
     mhost = job.host("master", 0)
     whosts = [job.host("worker", i) for i in range(worker.replicas)]
     mnode, wnode = job.node(mtmpl), job.node(wtmpl)
-    _upsert_env(mnode, [*env_for(total, mhost, whosts, []), _env("RANK", "0")])
+    common = [*always, *env_for(total, mhost, whosts), *split_env(total)]
+    _upsert_env(mnode, [*common, *(_env(name, "0") for name in rank_names)])
     _upsert_env(
         wnode,
-        [
-            *env_for(total, mhost, whosts, []),
-            _env_field("JOB_COMPLETION_INDEX", c.FIELD_PATH_COMPLETION_INDEX),
-        ],
+        [*common, _env_field("JOB_COMPLETION_INDEX", c.FIELD_PATH_COMPLETION_INDEX)],
     )
-    _rank_wrapper(job, worker, wnode, 1)
-    for ctr in (mnode, wnode):
-        _ensure_port(ctr, job.port(master), job.info.port_name)
+    _rank_wrapper(job, worker, wnode, 1, rank_names)
+    _ensure_port(mnode, job.port(master), job.info.port_name)
+    _ensure_port(wnode, job.port(worker), job.info.port_name)
     job.warn(
         f"spec.{job.info.specs_field}",
         f"without a shared pod template the runtime has no mlPolicy; mlPolicy.{policy_key} env "
-        "(PET_* / DMLC_*) is not injected, only the v1 env",
+        "(PET_MASTER_* / DMLC_*) is not injected, only the v1 env",
     )
     return Plan(
         [
@@ -407,15 +444,26 @@ def _pytorch(job: _Job) -> Plan:
         )
     port = job.port(job.roles.get("Master") or job.roles["Worker"])
 
-    def env_for(total: int, master: str, _workers: list[str], _x: list[str]) -> list[Obj]:
+    def env_for(total: int, master: str, _workers: list[str]) -> list[Obj]:
         return [
-            _env("PYTHONUNBUFFERED", "1"),
             _env(c.ENV_MASTER_ADDR, master),
             _env(c.ENV_MASTER_PORT, str(port)),
             _env("WORLD_SIZE", str(total * (nproc or 1))),
         ]
 
-    plan = _leader_worker(job, "torch", env_for)
+    def split_env(total: int) -> list[Obj]:
+        # v1 sets these with a Master (torchrun reads them); mlPolicy.torch would otherwise.
+        raw = nproc_raw if isinstance(nproc_raw, str) else str(nproc or "auto")
+        return [_env("PET_NNODES", str(total)), _env("PET_NPROC_PER_NODE", raw)]
+
+    plan = _leader_worker(
+        job,
+        "torch",
+        env_for,
+        [_env("PYTHONUNBUFFERED", "0")],
+        split_env,
+        ("RANK", "PET_NODE_RANK"),
+    )
     if plan.ml_policy is None:
         if elastic is not None:
             raise job.error(
@@ -480,18 +528,25 @@ def _elastic(job: _Job, elastic: Mapping[str, Any], nodes: int) -> Obj:
 
 
 def _xgboost(job: _Job) -> Plan:
-    port = job.port(job.roles.get("Master") or job.roles["Worker"])
+    master, worker = job.roles.get("Master"), job.roles.get("Worker")
+    port = job.port(master or job.roles["Worker"])
+    worker_port = job.port(worker) if worker is not None else port
 
-    def env_for(total: int, master: str, workers: list[str], _x: list[str]) -> list[Obj]:
-        return [
-            _env(c.ENV_MASTER_ADDR, master),
+    def env_for(total: int, master: str, workers: list[str]) -> list[Obj]:
+        env = [
             _env(c.ENV_MASTER_PORT, str(port)),
+            _env(c.ENV_MASTER_ADDR, master),
             _env("WORLD_SIZE", str(total)),
-            _env("WORKER_PORT", str(port)),
-            _env("WORKER_ADDRS", ",".join(workers)),
+            _env("PYTHONUNBUFFERED", "0"),
         ]
+        if total > 1:  # v1: only then (for LightGBM)
+            env += [
+                _env("WORKER_PORT", str(worker_port)),
+                _env("WORKER_ADDRS", ",".join(workers)),
+            ]
+        return env
 
-    return _leader_worker(job, "xgboost", env_for)
+    return _leader_worker(job, "xgboost", env_for, [], lambda _total: [], ("RANK",))
 
 
 def _jax(job: _Job) -> Plan:
@@ -502,6 +557,7 @@ def _jax(job: _Job) -> Plan:
     _upsert_env(
         node,
         [
+            _env("PYTHONUNBUFFERED", "1"),
             _env("COORDINATOR_ADDRESS", job.host(c.JOB_NODE, 0)),
             _env("COORDINATOR_PORT", str(port)),
             _env("NUM_PROCESSES", str(worker.replicas)),
@@ -517,26 +573,49 @@ def _jax(job: _Job) -> Plan:
 
 
 def _paddle(job: _Job) -> Plan:
+    """v1's Paddle env, written out: the paddle policy's PADDLE_MASTER port (29500) and its
+    PADDLE_RANK differ from v1, so the runtime has no ``mlPolicy.paddle``."""
     worker = job.roles.get("Worker")
     master = job.roles.get("Master")
     if worker is None:
         raise job.error(f"spec.{job.info.specs_field}.Worker", "a PaddleJob needs Workers")
+    total = worker.replicas + (master.replicas if master is not None else 0)
+    # Collective mode: worker 0 is the rendezvous; parameter-server mode: master 0.
+    leader = master or worker
+    port = job.port(leader)
+    endpoint = job.host("master" if master is not None else c.JOB_NODE, 0) + f":{port}"
+    common = [
+        _env("PYTHONUNBUFFERED", "0"),
+        _env("PADDLE_JOB_ID", job.name),
+        _env("PADDLE_NNODES", str(total)),
+        _env("PADDLE_MASTER", endpoint),
+    ]
     jobs: list[Obj] = []
     if master is not None:
-        jobs.append(_rjob("master", master.replicas, job.pod_template(master), trainer=False))
-        job.warn(
-            master.path,
-            "parameter-server mode: the Master runs as replicatedJob 'master' with its own "
-            "template, but Paddle's parameter-server env is not injected; mlPolicy.paddle gives "
-            "the workers the collective env (PADDLE_MASTER = worker 0, port 29500)",
-        )
+        mtmpl = job.pod_template(master)
+        mnode = job.node(mtmpl)
+        _upsert_env(mnode, [*common, _env("PADDLE_SERVER_NUM", "1")])
+        _ensure_port(mnode, port, job.info.port_name)
+        jobs.append(_rjob("master", master.replicas, mtmpl, trainer=False))
     tmpl = job.pod_template(worker)
+    node = job.node(tmpl)
+    extra = [_env("PADDLE_TRAINER_NUM", "1")] if master is not None else []
+    _upsert_env(node, [*common, *extra])
+    _ensure_port(node, job.port(worker), job.info.port_name)
     jobs.append(_rjob(c.JOB_NODE, worker.replicas, tmpl, trainer=True))
-    return Plan(
-        jobs,
-        {"numNodes": worker.replicas, "paddle": {}},
-        trainer={"numNodes": worker.replicas},
-    )
+    if master is not None and master.replicas > 1:
+        job.warn(
+            f"{master.path}.replicas",
+            f"{master.replicas} Masters: v1 gave each PADDLE_SERVER_NUM=1 and pointed "
+            "PADDLE_MASTER at master 0, and so does the converted job",
+        )
+    if job.spec.get("elasticPolicy") is not None:
+        job.warn(
+            "spec.elasticPolicy",
+            "Paddle elastic training (etcd-based) has no v2 equivalent; ignored, the worker "
+            "count is fixed",
+        )
+    return Plan(jobs, {"numNodes": worker.replicas}, trainer={"numNodes": worker.replicas})
 
 
 TF_JOB_NAMES = {
@@ -604,7 +683,12 @@ def _mpi(job: _Job) -> Plan:
     if impl not in (None, "OpenMPI"):
         raise job.error(
             "spec.mpiImplementation",
-            f"{impl!r} cannot be converted: the v2 CRD accepts only OpenMPI",
+            f"{impl!r} cannot be converted: the runtime field mlPolicy.mpi.mpiImplementation "
+            'accepts only "OpenMPI" in Trainer v2.3\'s CRD (Intel and MPICH are not in its '
+            "enum), and without mlPolicy.mpi nothing would write the hostfile, the SSH keys and "
+            "the I_MPI_HYDRA_* / HYDRA_* env that v1's MPI operator gave the launcher, so its "
+            "mpirun could not reach the workers. Build the image with OpenMPI and set "
+            "spec.mpiImplementation: OpenMPI (or remove it), then convert again",
         )
     if spec.get("sshAuthMountPath") is not None:
         policy["sshAuthMountPath"] = spec["sshAuthMountPath"]
@@ -738,8 +822,77 @@ def _scheduling(job: _Job, plan: Plan, sp: Any, path: str, js_meta: Obj) -> Obj:
 
 
 # --- entry point ---------------------------------------------------------------------------------
-def convert(data: Mapping[str, Any], label: str = "<input>") -> Converted:
-    """Convert one v1 job document; :class:`ConvertError` when it is not one."""
+RUNTIME_MODES = ("auto", "builtin", "own")
+
+
+def _candidates(framework: str, builtins: Mapping[str, Mapping[str, Any]]) -> list[Obj]:
+    """The built-ins labelled with the job's framework or with its ML policy (``mpi``: the
+    DeepSpeed and MLX runtimes), ``<framework>-distributed`` first."""
+    found = []
+    for _, doc in sorted(builtins.items()):
+        labels = (doc.get("metadata") or {}).get("labels") or {}
+        policy = (doc.get("spec") or {}).get("mlPolicy") or {}
+        if labels.get(c.LABEL_FRAMEWORK) == framework or framework in policy:
+            found.append(dict(doc))
+    preferred = f"{framework}-distributed"
+    return sorted(found, key=lambda d: d["metadata"]["name"] != preferred)
+
+
+def convert(
+    data: Mapping[str, Any],
+    label: str = "<input>",
+    *,
+    builtins: Mapping[str, Mapping[str, Any]] | None = None,
+    runtime_mode: str = "auto",
+) -> Converted:
+    """Convert one v1 job document; :class:`ConvertError` when it is not one.
+
+    ``builtins`` (name -> wire ClusterTrainingRuntime) are the built-in runtimes to try:
+    ``runtime_mode`` ``auto`` references the first that fits (:mod:`trainer.convert.builtin`)
+    and otherwise writes the job's own TrainingRuntime, ``builtin`` fails when none fits, and
+    ``own`` always writes the job's own runtime.
+    """
+    if runtime_mode not in RUNTIME_MODES:
+        raise ConvertError(
+            f"runtime mode {runtime_mode!r} is not one of {', '.join(RUNTIME_MODES)}"
+        )
+    result = _convert_own(data, label)
+    if runtime_mode == "own":
+        result.info.append(f"uses its own TrainingRuntime ({runtime_mode} mode)")
+        return result
+    if builtins is None and runtime_mode == "auto":
+        result.info.append("uses its own TrainingRuntime (no built-in runtimes to compare with)")
+        return result
+    runtime, trainjob = result.objects
+    reasons: list[str] = []
+    candidates = _candidates(KINDS[result.kind].framework, builtins or {})
+    for builtin in candidates:
+        fit = try_builtin(trainjob, runtime, builtin)
+        if fit.trainjob is not None:
+            result.objects = [fit.trainjob]
+            result.runtime = f"{c.KIND_CLUSTER_TRAINING_RUNTIME}/{fit.runtime}"
+            result.info.append(
+                f"uses the built-in ClusterTrainingRuntime {fit.runtime}: it renders the same "
+                "pods as the job's own runtime would"
+            )
+            return result
+        reasons.append(fit.reason or "")
+    if not candidates:
+        reasons.append(
+            f"no built-in runtime is for {KINDS[result.kind].framework} (label "
+            f"{c.LABEL_FRAMEWORK} or mlPolicy.{KINDS[result.kind].framework})"
+        )
+    if runtime_mode == "builtin":
+        raise ConvertError(
+            f"{label}: {result.kind}/{result.name}: no built-in ClusterTrainingRuntime fits "
+            f"(--runtime-mode builtin): {reasons[0]}"
+        )
+    result.info.append(f"uses its own TrainingRuntime: {reasons[0]}")
+    return result
+
+
+def _convert_own(data: Mapping[str, Any], label: str) -> Converted:
+    """The job converted onto its own TrainingRuntime."""
     if not isinstance(data, Mapping):
         raise ConvertError(f"{label}: not an object")
     job = _Job(data, label)
@@ -804,4 +957,11 @@ def convert(data: Mapping[str, Any], label: str = "<input>") -> Converted:
         "metadata": trainjob_meta,
         "spec": trainjob_spec,
     }
-    return Converted(job.kind, job.name, job.namespace, [runtime, trainjob], job.warnings)
+    return Converted(
+        job.kind,
+        job.name,
+        job.namespace,
+        [runtime, trainjob],
+        job.warnings,
+        runtime=f"{c.KIND_TRAINING_RUNTIME}/{job.name}",
+    )
