@@ -49,6 +49,9 @@ class WebhookOptions:
     validating_configs: Sequence[str] = (VALIDATING_CONFIG,)
     mutating_configs: Sequence[str] = (MUTATING_CONFIG,)
     tls_min_version: str = "VersionTLS12"
+    tls_ciphers: str | None = None
+    """OpenSSL cipher list for TLS 1.2 and below (None: the library's defaults)."""
+    alpn_protocols: Sequence[str] = ("http/1.1",)
     check_interval: timedelta | None = None
     runtime_cache: Cache | None = None
 
@@ -75,7 +78,11 @@ async def run_webhook(
 ) -> None:
     """Serve until ``stop`` is set; ``started`` resolves once certificates are in place and
     the server accepts connections."""
-    tls = ServerTLS(min_version=tls_version(options.tls_min_version))
+    tls = ServerTLS(
+        min_version=tls_version(options.tls_min_version),
+        ciphers=options.tls_ciphers,
+        alpn_protocols=options.alpn_protocols,
+    )
     hosts = [*service_dns_names(options.service, options.namespace), *options.extra_hosts]
     store = SecretStore(api, options.namespace, options.secret)
     cert_dir = Path(options.cert_dir)

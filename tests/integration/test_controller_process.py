@@ -191,3 +191,56 @@ async def test_two_replicas_only_the_leader_reconciles_and_hands_over(plane: Pla
         for replica in (first, second):
             if not replica.stop.is_set():
                 await replica.close()
+
+
+async def test_tls_settings_reach_the_webhook_and_metrics_servers(plane: Plane) -> None:
+    """tls.minVersion, tls.cipherSuites and tls.nextProtos of the Configuration are what the
+    webhook and the metrics server negotiate (our certificates use ECDSA keys)."""
+    port = free_port()
+    for cfg in configurations(port):
+        plane.server.create_direct(cfg["apiVersion"], cfg["kind"], cfg)
+    text = f"""
+apiVersion: config.trainer.kubeflow.org/v1alpha1
+kind: Configuration
+webhook: {{port: {port}, host: 127.0.0.1}}
+metrics: {{bindAddress: "127.0.0.1:0"}}
+health: {{healthProbeBindAddress: "127.0.0.1:0"}}
+tls:
+  minVersion: VersionTLS12
+  cipherSuites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]
+  nextProtos: [h2, http/1.1]
+"""
+    replica = Replica(
+        plane, parse_config(text), ProcessOptions(webhook=True, webhook_extra_hosts=("127.0.0.1",))
+    )
+    await replica.start()
+    try:
+        await asyncio.wait_for(replica.state.webhook_serving.wait(), 30)
+        metrics_port = await plane.until(
+            lambda: replica.state.metrics_url and int(replica.state.metrics_url.rsplit(":", 1)[1]),
+            what="metrics served",
+        )
+
+        async def handshake(target: int, cipher: str) -> tuple[str | None, str | None]:
+            client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            client.check_hostname, client.verify_mode = False, ssl.CERT_NONE
+            client.maximum_version = ssl.TLSVersion.TLSv1_2  # cipher lists apply up to 1.2
+            client.set_ciphers(cipher)
+            client.set_alpn_protocols(["h2", "http/1.1"])
+            _reader, writer = await asyncio.open_connection("127.0.0.1", target, ssl=client)
+            try:
+                tls = writer.get_extra_info("ssl_object")
+                return tls.cipher()[0], tls.selected_alpn_protocol()
+            finally:
+                writer.close()
+
+        for target in (port, metrics_port):
+            # The allowed suite, and HTTP/1.1 (h2 is not offered: the servers do not speak it).
+            assert await handshake(target, "ECDHE-ECDSA-AES128-GCM-SHA256") == (
+                "ECDHE-ECDSA-AES128-GCM-SHA256",
+                "http/1.1",
+            )
+            with pytest.raises((ssl.SSLError, ConnectionError)):  # no shared cipher
+                await handshake(target, "ECDHE-ECDSA-AES256-GCM-SHA384")
+    finally:
+        await replica.close()

@@ -271,6 +271,8 @@ async def _webhook(
             manage_certs=config.cert_management.enable,
             extra_hosts=options.webhook_extra_hosts,
             tls_min_version=config.tls.min_version or "1.2",
+            tls_ciphers=config.tls.openssl_ciphers(),
+            alpn_protocols=config.tls.served_protocols(),
             runtime_cache=cached_runtime,
         ),
         stop,
@@ -297,7 +299,11 @@ async def _server_tls(
     if files is None:
         log.error("%s: no certificate in %s", what, WebhookOptions().cert_dir)
         return None
-    tls = ServerTLS(min_version=tls_version(config.tls.min_version or "1.2"))
+    tls = ServerTLS(
+        min_version=tls_version(config.tls.min_version or "1.2"),
+        ciphers=config.tls.openssl_ciphers(),
+        alpn_protocols=config.tls.served_protocols(),
+    )
     tls.reload(*files)
     return tls.context
 

@@ -353,6 +353,17 @@ class TLSOptions(_Model):
     def minimum_version(self) -> ssl.TLSVersion:
         return TLS_VERSIONS.get(self.min_version, ssl.TLSVersion.TLSv1_2)
 
+    def openssl_ciphers(self) -> str | None:
+        """``cipherSuites`` as an OpenSSL cipher list (TLS 1.3 suites, which OpenSSL always
+        enables, are left out); None when the list is empty or names only TLS 1.3 suites."""
+        names = [CIPHER_SUITES[s] for s in self.cipher_suites if CIPHER_SUITES.get(s)]
+        return ":".join(n for n in names if n) or None
+
+    def served_protocols(self) -> tuple[str, ...]:
+        """``nextProtos`` this process can serve: HTTP/1.1 only (its servers do not speak
+        HTTP/2, so ``h2`` is not offered; controller-runtime's default disables it too)."""
+        return tuple(p for p in self.next_protos if p != "h2") or ("http/1.1",)
+
     def apply(self, context: ssl.SSLContext) -> ssl.SSLContext:
         """Set the minimum version, cipher suites and ALPN protocols on ``context``."""
         context.minimum_version = self.minimum_version()
