@@ -18,6 +18,7 @@ from tests.integration.harness import GROUP, VERSION, Plane, local_plane
 from tests.integration.test_webhook_cluster import configurations
 from trainer.cli.process import ProcessOptions, ProcessState, run_controller
 from trainer.controller.config import parse_config
+from trainer.kube import resources as r
 from trainer.kube.client import new_api_client
 from trainer.kube.rest import APIError
 
@@ -242,5 +243,83 @@ tls:
             )
             with pytest.raises((ssl.SSLError, ConnectionError)):  # no shared cipher
                 await handshake(target, "ECDHE-ECDSA-AES256-GCM-SHA384")
+    finally:
+        await replica.close()
+
+
+async def test_metrics_auth_lets_only_authorized_service_accounts_scrape(plane: Plane) -> None:
+    """metrics.auth.enabled: the bearer token is authenticated (TokenReview) and its user
+    authorized for ``get /metrics`` (SubjectAccessReview, answered by RBAC)."""
+    kube = plane.kube
+    namespaces = r.GVR("", "v1", "namespaces", False, "Namespace")
+    accounts = r.GVR("", "v1", "serviceaccounts", True, "ServiceAccount")
+    await kube.create(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mon"}}, gvr=namespaces
+    )
+    for name in ("scraper", "nosy"):
+        await kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": name, "namespace": "mon"},
+            },
+            gvr=accounts,
+        )
+    rbac = "rbac.authorization.k8s.io/v1"
+    plane.server.create_direct(
+        rbac,
+        "ClusterRole",
+        {
+            "metadata": {"name": "metrics-reader"},
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+        },
+    )
+    plane.server.create_direct(
+        rbac,
+        "ClusterRoleBinding",
+        {
+            "metadata": {"name": "scraper-reads-metrics"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "metrics-reader",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": "mon"}],
+        },
+    )
+
+    async def token(account: str) -> str:
+        answer = await kube.request(
+            "create",
+            "serviceaccounts/token",
+            "POST",
+            f"/api/v1/namespaces/mon/serviceaccounts/{account}/token",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        )
+        return str(answer["status"]["token"])
+
+    text = """
+apiVersion: config.trainer.kubeflow.org/v1alpha1
+kind: Configuration
+metrics: {bindAddress: "127.0.0.1:0", secureServing: false, auth: {enabled: true}}
+health: {healthProbeBindAddress: "127.0.0.1:0"}
+"""
+    replica = Replica(plane, parse_config(text), ProcessOptions(webhook=False))
+    await replica.start()
+    try:
+        url = f"{replica.state.metrics_url}/metrics"
+        async with aiohttp.ClientSession() as http:
+
+            async def scrape(headers: dict[str, str]) -> tuple[int, str]:
+                async with http.get(url, headers=headers) as resp:
+                    return resp.status, await resp.text()
+
+            assert (await scrape({}))[0] == 401
+            assert (await scrape({"Authorization": "Bearer not-a-token"}))[0] == 401
+            status, body = await scrape({"Authorization": f"Bearer {await token('nosy')}"})
+            assert status == 403
+            assert 'user "system:serviceaccount:mon:nosy" cannot get path "/metrics"' in body
+            status, body = await scrape({"Authorization": f"Bearer {await token('scraper')}"})
+            assert status == 200 and "trainer_reconcile_total" in body
     finally:
         await replica.close()

@@ -50,7 +50,11 @@ Permission = tuple[str, str, str, str]
 NOT_IN_THE_LOG: dict[Permission, str] = {
     ("authentication.k8s.io", "tokenreviews", "create", ""): (
         "the status server's TokenReview of a training pod's token (TrainJobStatus gate, off "
-        "here; tests/integration/test_status_server.py makes that request)"
+        "here; tests/integration/test_status_server.py makes that request) and metrics.auth's"
+    ),
+    ("authorization.k8s.io", "subjectaccessreviews", "create", ""): (
+        "metrics.auth.enabled (off here): may the scraper get /metrics "
+        "(tests/integration/test_controller_process.py makes that request)"
     ),
     ("trainer.kubeflow.org", "trainjobs/finalizers", "update", ""): (
         "not a request: the OwnerReferencesPermissionEnforcement admission plugin requires it to "

@@ -18,11 +18,18 @@ from trainer.api import constants as c
 from trainer.controller.config import Configuration
 from trainer.controller.leader import LeaderElector
 from trainer.controller.manager import Controller
+from trainer.kube.authn import RequestAuthorizer
 from trainer.kube.client import ApiClient
 from trainer.kube.leases import KubeLeaseClient
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import Kube
-from trainer.observability.metrics import HealthChecks, Metrics, ObservabilityServer, ping
+from trainer.observability.metrics import (
+    Authorize,
+    HealthChecks,
+    Metrics,
+    ObservabilityServer,
+    ping,
+)
 
 if TYPE_CHECKING:
     from webhooks.run import RunningWebhook
@@ -164,16 +171,34 @@ async def run_controller(
         )
         servers.append(health)
         insecure_metrics: ObservabilityServer | None = None
+        metrics_authorize: Authorize | None = None
+        if config.metrics.auth.enabled:
+            authorizer = RequestAuthorizer(kube)
+
+            async def metrics_authorize(headers: list[str], path: str) -> tuple[int, str]:
+                decision = await authorizer.check(headers, path)
+                return decision.status, decision.message
+
         if config.metrics.bind_address not in ("0", ""):
             if config.metrics.secure_serving:
                 tasks.append(
                     asyncio.create_task(
-                        _secure_metrics(config, options, state, webhook_started, metrics, servers),
+                        _secure_metrics(
+                            config,
+                            options,
+                            state,
+                            webhook_started,
+                            metrics,
+                            servers,
+                            metrics_authorize,
+                        ),
                         name="metrics",
                     )
                 )
             else:
-                insecure_metrics = ObservabilityServer(config.metrics.bind_address, metrics=metrics)
+                insecure_metrics = ObservabilityServer(
+                    config.metrics.bind_address, metrics=metrics, authorize=metrics_authorize
+                )
                 servers.append(insecure_metrics)
         state.health_url = await health.start()
         if insecure_metrics is not None:
@@ -315,13 +340,19 @@ async def _secure_metrics(
     webhook_started: asyncio.Future[RunningWebhook],
     metrics: Metrics,
     servers: list[ObservabilityServer],
+    authorize: Authorize | None,
 ) -> None:
     """``metrics.secureServing``: metrics over HTTPS on the webhook's certificate, started
     once it exists (as upstream starts its metrics server after the certificates)."""
     context = await _server_tls(config, options, webhook_started, "metrics")
     if context is None:
         return
-    server = ObservabilityServer(config.metrics.bind_address, metrics=metrics, ssl_context=context)
+    server = ObservabilityServer(
+        config.metrics.bind_address,
+        metrics=metrics,
+        ssl_context=context,
+        authorize=authorize,
+    )
     servers.append(server)
     state.metrics_url = await server.start()
 

@@ -329,6 +329,9 @@ def _endpoint_path(name: str) -> str:
     return name if name.startswith("/") else "/" + name
 
 
+Authorize = Callable[[list[str], str], Awaitable[tuple[int, str]]]
+
+
 class ObservabilityServer:
     """An aiohttp server for ``/metrics`` (when ``metrics`` is given) and the liveness and
     readiness endpoints (when their checks are given).
@@ -348,8 +351,12 @@ class ObservabilityServer:
         liveness_endpoint: str = "healthz",
         readiness_endpoint: str = "readyz",
         ssl_context: ssl.SSLContext | None = None,
+        authorize: Authorize | None = None,
     ) -> None:
         self.bind_address = bind_address
+        self.authorize = authorize
+        """``metrics.auth.enabled``: asked ``(Authorization headers, path)`` before serving
+        ``/metrics``; answers (status, message)."""
         self.metrics = metrics
         self.liveness = liveness
         self.readiness = readiness
@@ -375,6 +382,12 @@ class ObservabilityServer:
 
     async def _serve_metrics(self, request: web.Request) -> web.Response:
         assert self.metrics is not None
+        if self.authorize is not None:
+            status, message = await self.authorize(
+                request.headers.getall("Authorization", []), request.path
+            )
+            if status != 200:
+                return web.Response(text=message + "\n", status=status)
         body, content_type = self.metrics.exposition(request.headers.get("Accept", ""))
         response = web.Response(body=body)
         response.headers["Content-Type"] = content_type

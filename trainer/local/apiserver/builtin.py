@@ -66,6 +66,14 @@ def builtin_types() -> list[ResourceType]:
             verbs=("create",),
         ),
         rt(
+            "authorization.k8s.io",
+            "v1",
+            "SubjectAccessReview",
+            "subjectaccessreviews",
+            False,
+            verbs=("create",),
+        ),
+        rt(
             "",
             "v1",
             "Pod",

@@ -31,6 +31,7 @@ from aiohttp import web
 from trainer.local.apiserver import apply as ssa
 from trainer.local.apiserver import builtin, crd, discovery, gc, protobuf, table
 from trainer.local.apiserver.admission import Admission
+from trainer.local.apiserver.authz import subject_access_review
 from trainer.local.apiserver.errors import (
     APIError,
     already_exists,
@@ -81,6 +82,7 @@ MODIFIED = (
 GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 TOKEN_REVIEWS = ("authentication.k8s.io", "tokenreviews")
+ACCESS_REVIEWS = ("authorization.k8s.io", "subjectaccessreviews")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -389,6 +391,15 @@ class APIServer:
             )
         if route.subresource == "token" or rt.key == TOKEN_REVIEWS:
             return await self._tokens(request, route)
+        if rt.key == ACCESS_REVIEWS:
+            body = await self._body(request)
+            if not isinstance(body, dict):
+                raise APIError(400, "BadRequest", "the request body must be a JSON object")
+            rbac = "rbac.authorization.k8s.io"
+            return _json(
+                subject_access_review(body, lambda plural: self.store.items((rbac, plural))),
+                status=201,
+            )
         if verb == "watch":
             return await serve_watch(self, request, route, query)
         if verb == "list":
