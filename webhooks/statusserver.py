@@ -46,6 +46,7 @@ from trainer.api.errors import FORBIDDEN, INVALID, FieldError, format_errors
 from trainer.api.openapi.defaults import prune
 from trainer.api.openapi.validate import validate
 from trainer.kube import resources as r
+from trainer.kube.authn import bearer_token
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import APIError, Kube
 from webhooks.server import WebhookServer, bind_socket
@@ -109,18 +110,6 @@ def _status(code: int, message: str) -> Response:
 class Identity:
     username: str
     namespace: str | None
-
-
-def bearer_token(headers: list[str]) -> str | None:
-    """The one credential of ``Authorization: Bearer <token>`` (scheme case-insensitive);
-    None when the header is missing, repeated, of another scheme, or has no or two
-    credentials."""
-    if len(headers) != 1:
-        return None
-    parts = headers[0].split()
-    if len(parts) != 2 or parts[0].lower() != "bearer":
-        return None
-    return parts[1]
 
 
 def namespace_of(user: dict[str, Any]) -> str | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from trainer.kube.authn import bearer_token
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import APIError
 from trainer.local.apiserver.tokens import TokenIssuer
@@ -18,7 +19,6 @@ from webhooks.statusserver import (
     MAX_BODY_BYTES,
     StatusService,
     TokenReviewer,
-    bearer_token,
     create_status_app,
     namespace_of,
 )

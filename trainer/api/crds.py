@@ -426,6 +426,29 @@ def rendered_files() -> Iterator[tuple[str, str]]:
     yield "manifests/local/jobset.x-k8s.io_jobsets.yaml", to_yaml(jobset_crd())
 
 
+def sync_file(root: Path, rel: str, content: str, check: bool) -> bool:
+    """Make ``root/rel`` hold ``content`` (printing "wrote ..."), or with ``check`` print the
+    unified diff instead. Returns whether the file was stale."""
+    path = root / rel
+    current = path.read_text() if path.exists() else ""
+    if current == content:
+        return False
+    if check:
+        sys.stdout.writelines(
+            difflib.unified_diff(
+                current.splitlines(keepends=True),
+                content.splitlines(keepends=True),
+                f"a/{rel}",
+                f"b/{rel}",
+            )
+        )
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+        print(f"wrote {rel}")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.api.crds", description=__doc__)
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="project root")
@@ -433,27 +456,10 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="fail if the files differ from the models"
     )
     args = parser.parse_args(argv)
-    stale = []
-    for rel, content in rendered_files():
-        path = args.root / rel
-        current = path.read_text() if path.exists() else ""
-        if current == content:
-            continue
-        if args.check:
-            stale.append(rel)
-            sys.stdout.writelines(
-                difflib.unified_diff(
-                    current.splitlines(keepends=True),
-                    content.splitlines(keepends=True),
-                    f"a/{rel}",
-                    f"b/{rel}",
-                )
-            )
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
-            print(f"wrote {rel}")
-    if stale:
+    stale = [
+        rel for rel, content in rendered_files() if sync_file(args.root, rel, content, args.check)
+    ]
+    if stale and args.check:
         print(
             f"\n{len(stale)} generated file(s) are stale; run `python -m trainer.api.crds`",
             file=sys.stderr,

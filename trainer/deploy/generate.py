@@ -10,7 +10,6 @@ that directory, not a copy. ``manifests/overlays/kueue`` is written by hand.
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from trainer.api.crds import sync_file
 from trainer.deploy.render import (
     COMPONENTS,
     JOBSET_VERSION,
@@ -98,7 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if a file is stale")
     args = parser.parse_args(argv)
     expected = dict(rendered_files(args.root))
-    stale = []
     # Files left over from a runtime that was removed from runtimes/.
     runtimes_dir = args.root / "manifests/base/runtimes"
     extra = [
@@ -106,25 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         for p in (runtimes_dir.iterdir() if runtimes_dir.exists() else [])
         if str(p.relative_to(args.root)) not in expected
     ]
-    for rel, content in expected.items():
-        path = args.root / rel
-        current = path.read_text() if path.exists() else ""
-        if current == content:
-            continue
-        if args.check:
-            stale.append(rel)
-            sys.stdout.writelines(
-                difflib.unified_diff(
-                    current.splitlines(keepends=True),
-                    content.splitlines(keepends=True),
-                    f"a/{rel}",
-                    f"b/{rel}",
-                )
-            )
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
-            print(f"wrote {rel}")
+    stale = [
+        rel for rel, content in expected.items() if sync_file(args.root, rel, content, args.check)
+    ]
     for rel in extra:
         if args.check:
             stale.append(rel)
@@ -132,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             (args.root / rel).unlink()
             print(f"removed {rel}")
-    if stale:
+    if stale and args.check:
         print(f"\n{len(stale)} generated file(s) are stale; run `{GENERATOR}`", file=sys.stderr)
         return 1
     return 0

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trainer.api.core import Container, PodSpec, Quantity, ResourceRequirements
@@ -22,19 +22,26 @@ def container_requests(container: Container) -> dict[str, Q]:
     return _parsed(res.requests) if res is not None else {}
 
 
-def pod_requests(pod: PodSpec) -> dict[str, Q]:
-    """``PodRequests``: max(sum of containers, max of init containers) plus overhead."""
+def _pod_total(
+    pod: PodSpec, requests_of: Callable[[Container], dict[str, Q]], overhead: dict[str, Q]
+) -> dict[str, Q]:
+    """max(sum of the containers' requests, largest init container's) plus ``overhead``."""
     total: dict[str, Q] = {}
     for ctr in pod.containers or []:
-        for name, q in container_requests(ctr).items():
+        for name, q in requests_of(ctr).items():
             total[name] = total[name] + q if name in total else q
     for ctr in pod.init_containers or []:
-        for name, q in container_requests(ctr).items():
+        for name, q in requests_of(ctr).items():
             if name not in total or q.value > total[name].value:
                 total[name] = q
-    for name, q in _parsed(pod.overhead).items():
+    for name, q in overhead.items():
         total[name] = total[name] + q if name in total else q
     return total
+
+
+def pod_requests(pod: PodSpec) -> dict[str, Q]:
+    """``PodRequests``: max(sum of containers, max of init containers) plus overhead."""
+    return _pod_total(pod, container_requests, _parsed(pod.overhead))
 
 
 def limit_range_defaults(limit_ranges: Sequence[Mapping[str, Any]]) -> dict[str, Q]:
@@ -78,22 +85,12 @@ def admitted_pod_requests(
             out.setdefault(name, q)
         return out
 
-    total: dict[str, Q] = {}
-    for ctr in pod.containers or []:
-        for name, q in container(ctr).items():
-            total[name] = total[name] + q if name in total else q
-    for ctr in pod.init_containers or []:
-        for name, q in container(ctr).items():
-            if name not in total or q.value > total[name].value:
-                total[name] = q
     overhead = _parsed(pod.overhead)
     if not overhead and pod.runtime_class_name and runtime_classes:
         rc = runtime_classes.get(pod.runtime_class_name) or {}
         fixed = (rc.get("overhead") or {}).get("podFixed") or {}
         overhead = {name: Q.parse(str(v)) for name, v in fixed.items()}
-    for name, q in overhead.items():
-        total[name] = total[name] + q if name in total else q
-    return total
+    return _pod_total(pod, container, overhead)
 
 
 def gpu_count(resources: ResourceRequirements | None) -> int:
