@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -63,6 +64,33 @@ class Watcher:
 
     def wants(self, ev: Event) -> bool:
         return ev.key == self.key and (self.namespace is None or ev.namespace == self.namespace)
+
+
+def intern_in_place(value: Any) -> None:
+    """Intern every key and string of a decoded JSON document, in place (the same dict and
+    list objects; key order kept). Thousands of stored objects of one kind repeat the same
+    keys and mostly the same values; each decoded request holds its own copies, interning
+    keeps one. Iterative: a deeply nested document cannot exhaust the stack."""
+    intern = sys.intern
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            for key in list(item):
+                child = item.pop(key)
+                kind = type(child)
+                if kind is str:
+                    child = intern(child)
+                elif kind is dict or kind is list:
+                    stack.append(child)
+                item[intern(key) if type(key) is str else key] = child
+        elif type(item) is list:
+            for i, child in enumerate(item):
+                kind = type(child)
+                if kind is str:
+                    item[i] = intern(child)
+                elif kind is dict or kind is list:
+                    stack.append(child)
 
 
 class Store:
@@ -143,6 +171,7 @@ class Store:
         rv: int | None = None,
     ) -> Event:
         """Store ``obj`` (created when ``old`` is None) under a new resourceVersion."""
+        intern_in_place(obj)
         meta = obj["metadata"]
         rv = rv if rv is not None else self.next_rv()
         meta["resourceVersion"] = str(rv)
