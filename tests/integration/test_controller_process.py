@@ -113,10 +113,9 @@ async def test_controller_with_webhook_probes_and_metrics(plane: Plane) -> None:
                 async with http.get(readyz) as resp:
                     return resp.status == 200
 
-            for _ in range(100):  # bounded: certificates are issued at start
-                if await ready():
-                    break
-                await asyncio.sleep(0.05)
+            # Ready once the webhook serves its certificate (the caches synced before start
+            # returned).
+            await asyncio.wait_for(replica.state.webhook_serving.wait(), 30)
             assert await ready()
             # The webhook denies an invalid TrainJob before the controller ever sees it.
             bad = trainjob("bad", trainer={"env": [{"name": "PET_NNODES", "value": "1"}]})

@@ -266,11 +266,15 @@ async def test_rbac_is_exactly_what_the_controller_requests(
             if r.verb == verb and r.user_agent.startswith(AGENT)
         }
 
-    for _ in range(50):
-        cached = ours("list") - {("scheduling.k8s.io", "priorityclasses")}
-        if cached <= ours("watch"):
-            break
-        await asyncio.sleep(0.1)
+    logged = asyncio.Event()
+    plane.server.hooks.on_request.append(lambda _rec: logged.set())
+
+    async def all_watches_logged() -> None:
+        while not ours("list") - {("scheduling.k8s.io", "priorityclasses")} <= ours("watch"):
+            logged.clear()
+            await logged.wait()
+
+    await asyncio.wait_for(all_watches_logged(), 10)
 
     rules = controller_rules()
     records = [r for r in plane.server.hooks.log if r.user_agent.startswith(AGENT)]
