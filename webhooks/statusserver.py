@@ -24,15 +24,11 @@ Every API call (TokenReview, apply) goes through the server's own token bucket
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import hashlib
 import json
 import logging
 import re
 import ssl
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +42,7 @@ from trainer.api.errors import FORBIDDEN, INVALID, FieldError, format_errors
 from trainer.api.openapi.defaults import prune
 from trainer.api.openapi.validate import validate
 from trainer.kube import resources as r
-from trainer.kube.authn import bearer_token
+from trainer.kube.authn import TokenReviewer, bearer_token
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import APIError, Kube
 from webhooks.server import WebhookServer, bind_socket
@@ -54,14 +50,10 @@ from webhooks.server import WebhookServer, bind_socket
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024
-REVIEW_CACHE_SECONDS = 10.0
-REVIEW_CACHE_SIZE = 4096
 ROUTE = re.compile(
     r"^/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/(?P<ns>[^/]+)/trainjobs/(?P<name>[^/]+)"
     r"/status$"
 )
-SA_PREFIX = "system:serviceaccount:"
-TOKEN_REVIEWS = r.GVR("authentication.k8s.io", "v1", "tokenreviews", False, "TokenReview")
 
 
 def audience(namespace: str, name: str) -> str:
@@ -104,98 +96,6 @@ def _status(code: int, message: str) -> Response:
 
 
 # --- authentication ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Identity:
-    username: str
-    namespace: str | None
-
-
-def namespace_of(user: dict[str, Any]) -> str | None:
-    """The namespace of a service-account user (its username, else ``extra``)."""
-    username = str(user.get("username") or "")
-    if username.startswith(SA_PREFIX):
-        ns, _, sa = username[len(SA_PREFIX) :].partition(":")
-        if ns and sa:
-            return ns
-    extra = user.get("extra") or {}
-    for key in ("authentication.kubernetes.io/namespace", "kubernetes.io/namespace"):
-        values = extra.get(key) or []
-        if len(values) == 1 and values[0]:
-            return str(values[0])
-    return None
-
-
-def unverified_expiry(token: str) -> float | None:
-    """``exp`` of a JWT, read without checking it (only to bound a cache entry of a token the
-    API server has just verified)."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-        exp = payload.get("exp") if isinstance(payload, dict) else None
-        return float(exp) if isinstance(exp, int | float) else None
-    except ValueError:
-        return None
-
-
-class TokenReviewer:
-    """Authenticates tokens with TokenReview, caching positive answers briefly."""
-
-    def __init__(
-        self,
-        kube: Kube,
-        limiter: RateLimiter,
-        *,
-        ttl: float = REVIEW_CACHE_SECONDS,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.kube = kube
-        self.limiter = limiter
-        self.ttl = ttl
-        self.clock = clock
-        self._cache: dict[str, tuple[float, Identity]] = {}
-
-    async def review(self, token: str, aud: str) -> Identity | None:
-        """The identity of ``token`` for audience ``aud``; None when the API server does not
-        authenticate it for that audience. API errors propagate (a 500, not a 403)."""
-        key = hashlib.sha256(f"{aud}\0{token}".encode()).hexdigest()
-        now = self.clock()
-        cached = self._cache.get(key)
-        if cached is not None:
-            if cached[0] > now:
-                return cached[1]
-            del self._cache[key]
-        await self.limiter.acquire()
-        answer = await self.kube.create(
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenReview",
-                "metadata": {},
-                "spec": {"token": token, "audiences": [aud]},
-            },
-            gvr=TOKEN_REVIEWS,
-        )
-        status = answer.get("status") or {}
-        if not status.get("authenticated"):
-            log.info("status server: token rejected: %s", status.get("error") or "unauthenticated")
-            return None
-        if aud not in (status.get("audiences") or []):
-            log.info("status server: token review did not confirm the audience %s", aud)
-            return None
-        user = status.get("user") or {}
-        identity = Identity(str(user.get("username") or ""), namespace_of(user))
-        until = now + self.ttl
-        exp = unverified_expiry(token)
-        if exp is not None:
-            until = min(until, exp)
-        if until > now:
-            if len(self._cache) >= REVIEW_CACHE_SIZE:
-                self._cache.clear()
-            self._cache[key] = (until, identity)
-        return identity
 
 
 # --- validation ----------------------------------------------------------------------------------

@@ -11,16 +11,14 @@ from typing import Any
 
 import pytest
 
-from trainer.kube.authn import bearer_token
+from trainer.kube.authn import TokenReviewer, bearer_token, namespace_of
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import APIError
 from trainer.local.apiserver.tokens import TokenIssuer
 from webhooks.statusserver import (
     MAX_BODY_BYTES,
     StatusService,
-    TokenReviewer,
     create_status_app,
-    namespace_of,
 )
 from webhooks.testing import asgi_request
 
