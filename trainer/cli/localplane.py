@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from trainer.controller.config import Configuration, parse_config
 from trainer.kube.client import ApiClient, new_api_client
 from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
+from trainer.local.executor.ports import PortAllocator
 from trainer.local.executor.runner import Executor
 
 log = logging.getLogger(__name__)
@@ -35,10 +35,10 @@ MUTATING = "defaulter.trainer.kubeflow.org"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port for one of the plane's servers (webhook, status server): from below the kernel's
+    ephemeral range, where no outgoing connection can take it before the server binds it
+    (see :mod:`trainer.local.executor.ports`)."""
+    return PortAllocator().allocate("local-plane")
 
 
 def webhook_configurations(port: int) -> list[dict[str, Any]]:
