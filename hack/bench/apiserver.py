@@ -47,6 +47,7 @@ from urllib.parse import quote
 
 import aiohttp
 import yaml
+from benchlib import cpu_busy, percentiles, proc_cpu_seconds, proc_rss_mb
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINJOB_EXAMPLE = ROOT / "examples" / "multi-node.yaml"
@@ -112,19 +113,11 @@ class Server:
             self.proc.wait(10)
 
     def rss_mb(self) -> dict[str, float]:
-        """VmRSS (now) and VmHWM (peak) from /proc/<pid>/status, in MB (10^6 bytes)."""
-        out: dict[str, float] = {}
-        with open(f"/proc/{self.proc.pid}/status", encoding="ascii") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                if key in ("VmRSS", "VmHWM"):
-                    out[f"{key}_mb"] = round(int(value.split()[0]) * 1024 / 1e6, 1)
-        return out
+        """VmRSS (now) and VmHWM (peak), in MB (10^6 bytes)."""
+        return proc_rss_mb(self.proc.pid)
 
     def cpu_seconds(self) -> float:
-        with open(f"/proc/{self.proc.pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return proc_cpu_seconds(self.proc.pid)
 
 
 class CPUMeter:
@@ -186,23 +179,6 @@ def collection(group_version: str, namespace: str, plural: str) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Load
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    """p50/p90/p99/max in milliseconds."""
-    if not samples:
-        return {}
-    ordered = sorted(samples)
-
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
-
-    return {
-        "p50_ms": at(0.50),
-        "p90_ms": at(0.90),
-        "p99_ms": at(0.99),
-        "max_ms": round(ordered[-1] * 1000, 3),
-    }
 
 
 async def create_namespace(session: aiohttp.ClientSession, name: str) -> None:
@@ -574,31 +550,6 @@ def write_summary(r: dict[str, Any]) -> str:
         f"{r['client_cpu_utilisation']}"
         + (" (STOPPED EARLY: budget)" if r["stopped_early"] else "")
     )
-
-
-def cpu_busy(cpus: list[int], seconds: float = 0.5) -> dict[int, float]:
-    """Each CPU's busy fraction over ``seconds`` (from /proc/stat)."""
-
-    def sample() -> dict[int, tuple[int, int]]:
-        out: dict[int, tuple[int, int]] = {}
-        with open("/proc/stat", encoding="ascii") as fh:
-            for line in fh:
-                name, *ticks = line.split()
-                if name.startswith("cpu") and name != "cpu" and int(name[3:]) in cpus:
-                    values = [int(t) for t in ticks]
-                    idle = values[3] + values[4]  # idle + iowait
-                    out[int(name[3:])] = (sum(values), idle)
-        return out
-
-    before = sample()
-    time.sleep(seconds)
-    after = sample()
-    busy = {}
-    for cpu, (total, idle) in after.items():
-        d_total = total - before[cpu][0]
-        d_idle = idle - before[cpu][1]
-        busy[cpu] = round(1 - d_idle / d_total, 3) if d_total else 0.0
-    return busy
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:

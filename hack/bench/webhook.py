@@ -39,6 +39,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchlib import percentiles, proc_cpu_seconds
+
 from trainer.builtin import builtin_runtimes
 from webhooks.app import create_app
 from webhooks.certs import ServerTLS, generate_bundle, write_cert_dir
@@ -219,23 +221,6 @@ def http_request(path: str, body: bytes) -> bytes:
     ).encode() + body
 
 
-def percentiles(samples: list[float]) -> dict[str, float]:
-    """p50/p90/p99/max in milliseconds."""
-    if not samples:
-        return {}
-    ordered = sorted(samples)
-
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
-
-    return {
-        "p50_ms": at(0.50),
-        "p90_ms": at(0.90),
-        "p99_ms": at(0.99),
-        "max_ms": round(ordered[-1] * 1000, 3),
-    }
-
-
 def expect_allowed(status: int, body: bytes) -> bool:
     return status == 200 and b'"allowed": true' in body
 
@@ -348,10 +333,10 @@ async def with_connections(
 
 async def measured(pid: int, run: Awaitable[dict[str, Any]]) -> dict[str, Any]:
     """``run``'s result plus the server process's CPU utilisation while it ran."""
-    cpu, wall = server_cpu_seconds(pid), time.perf_counter()
+    cpu, wall = proc_cpu_seconds(pid), time.perf_counter()
     result = await run
     result["server_cpu_utilisation"] = round(
-        (server_cpu_seconds(pid) - cpu) / (time.perf_counter() - wall), 3
+        (proc_cpu_seconds(pid) - cpu) / (time.perf_counter() - wall), 3
     )
     return result
 
@@ -427,13 +412,6 @@ async def start_server(
         proc.kill()
         raise RuntimeError(f"the server did not start: {line!r}")
     return proc, int(line.split()[1])
-
-
-def server_cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
