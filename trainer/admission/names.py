@@ -38,6 +38,9 @@ def _dummy_keygen() -> SSHKeyPair:
 ADMISSION_CONTEXT = BuildContext(ssh_keygen=_dummy_keygen)
 """The build context of an admission render: no randomness, default configuration."""
 
+NAME_CHECK_CONTEXT = BuildContext(ssh_keygen=_dummy_keygen, objects=False)
+"""The same, for a render whose objects are not looked at (only the JobSet spec is)."""
+
 _KIND_TEXT = {
     "Job": "Job name",
     "Pod": "Pod name",
@@ -135,7 +138,7 @@ def validate_names(
     value = trainjob.spec.runtime_ref.to_wire() if trainjob.spec else None
     try:
         if info is not None:
-            default_framework().run(info, ADMISSION_CONTEXT)
+            default_framework().run(info, NAME_CHECK_CONTEXT)
             spec: JobSetSpec | None = info.spec
         else:
             spec = rendered_jobset_spec(trainjob, runtime)

@@ -32,5 +32,6 @@ class JAXPlugin:
                     f"{info.first_endpoint()}:{c.CONTAINER_TRAINER_PORT}",
                 ),
             ],
+            fresh=True,
         )
         apply.upsert_port(node, ContainerPort(container_port=c.CONTAINER_TRAINER_PORT))

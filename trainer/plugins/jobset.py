@@ -67,6 +67,8 @@ class JobSetPlugin:
                     meta.annotations = merge_string_maps(meta.annotations, info.pod_annotations)
                 pod_tmpl.metadata = meta
         spec.suspend = bool(info.trainjob.spec and info.trainjob.spec.suspend)
+        if not ctx.objects:
+            return []
         meta = ObjectMeta(name=info.name, namespace=info.namespace)
         if info.labels:
             meta.labels = dict(info.labels)

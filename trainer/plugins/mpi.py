@@ -277,7 +277,7 @@ class MPIPlugin:
                 apply.upsert_volume_mount(
                     ctr, VolumeMount(name=VOLUME_HOSTFILE, mount_path=HOSTFILE_DIR)
                 )
-                apply.upsert_env(ctr, launcher_env(impl, n_slots))
+                apply.upsert_env(ctr, launcher_env(impl, n_slots), fresh=True)
 
     def build(self, info: Info, ctx: BuildContext) -> list[dict[str, Any]]:
         policy = info.ml_policy.mpi if info.ml_policy else None

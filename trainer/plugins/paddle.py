@@ -35,5 +35,6 @@ class PaddlePlugin:
                 apply.env_from_field(c.ENV_PADDLE_RANK, c.FIELD_PATH_COMPLETION_INDEX),
                 apply.env(c.ENV_PADDLE_JOB_ID, info.name),
             ],
+            fresh=True,
         )
         apply.upsert_port(node, ContainerPort(container_port=c.CONTAINER_TRAINER_PORT))

@@ -102,7 +102,9 @@ class TorchPlugin:
             if node is not None:
                 tune = is_torchtune(trainer)
                 apply.upsert_env(
-                    node, rendezvous_env(info, nnodes, nproc, master=not tune, elastic=elastic)
+                    node,
+                    rendezvous_env(info, nnodes, nproc, master=not tune, elastic=elastic),
+                    fresh=True,
                 )
                 apply.upsert_port(node, ContainerPort(container_port=c.CONTAINER_TRAINER_PORT))
                 if tune:
@@ -118,5 +120,7 @@ class TorchPlugin:
                         "not found in runtime template"
                     )
                 apply.upsert_env(
-                    ctr, rendezvous_env(info, nnodes, nproc, master=True, elastic=elastic)
+                    ctr,
+                    rendezvous_env(info, nnodes, nproc, master=True, elastic=elastic),
+                    fresh=True,
                 )

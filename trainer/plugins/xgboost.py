@@ -34,5 +34,6 @@ class XGBoostPlugin:
                 apply.env_from_field(c.ENV_DMLC_TASK_ID, c.FIELD_PATH_COMPLETION_INDEX),
                 apply.env(c.ENV_DMLC_NUM_WORKER, str(count * workers_per_node(info))),
             ],
+            fresh=True,
         )
         apply.upsert_port(node, ContainerPort(container_port=c.CONTAINER_TRAINER_PORT))

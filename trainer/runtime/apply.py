@@ -37,12 +37,16 @@ def env_from_field(name: str, field_path: str) -> EnvVar:
 M = TypeVar("M", bound=BaseModel)
 
 
-def upsert_by(items: list[M] | None, new: Iterable[M], key: Callable[[M], object]) -> list[M]:
+def upsert_by(
+    items: list[M] | None, new: Iterable[M], key: Callable[[M], object], *, fresh: bool = False
+) -> list[M]:
     """A new list: each of ``new`` (a shallow copy: items are never changed in place once
-    inserted) replaces the item with the same key in place, or is appended."""
+    inserted) replaces the item with the same key in place, or is appended. ``fresh``: the
+    items of ``new`` were made for this call and belong to nothing else, so they go in as they
+    are."""
     out = list(items or [])
     for item in new:
-        copy = item.model_copy()
+        copy = item if fresh else item.model_copy()
         for i, existing in enumerate(out):
             if key(existing) == key(item):
                 out[i] = copy
@@ -52,25 +56,27 @@ def upsert_by(items: list[M] | None, new: Iterable[M], key: Callable[[M], object
     return out
 
 
-def upsert_env(container: Container, envs: Iterable[EnvVar]) -> None:
-    container.env = upsert_by(container.env, envs, lambda e: e.name)
+def upsert_env(container: Container, envs: Iterable[EnvVar], *, fresh: bool = False) -> None:
+    """Upsert ``envs`` by name (``fresh``: as in :func:`upsert_by`)."""
+    container.env = upsert_by(container.env, envs, lambda e: e.name, fresh=fresh)
 
 
 def upsert_port(container: Container, port: ContainerPort) -> None:
     """Add ``port`` unless an equal port (same number and protocol, or same name) exists.
 
     Upstream replaces the first *unnamed* port with an unnamed injected one; we never
-    clobber a port the runtime declared (spec: corrections to section 2).
+    clobber a port the runtime declared (spec: corrections to section 2). ``port`` goes in as
+    it is: pass a model made for this call.
     """
     ports = list(container.ports or [])
     for i, existing in enumerate(ports):
         if existing.container_port == port.container_port and existing.protocol == port.protocol:
             return
         if port.name is not None and existing.name == port.name:
-            ports[i] = port.model_copy(deep=True)
+            ports[i] = port
             container.ports = ports
             return
-    ports.append(port.model_copy(deep=True))
+    ports.append(port)
     container.ports = ports
 
 

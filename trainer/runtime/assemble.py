@@ -55,7 +55,8 @@ def merged_spec(runtime: Runtime, trainjob: TrainJob) -> JobSetSpec:
         rt = patch.training_runtime_spec
         if rt is None or rt.template is None or rt.template.spec is None:
             continue
-        base = strategic_merge(base, rt.template.spec.to_wire())
+        # base is ours (a fresh dump, then each merge's result): merge into it.
+        base = strategic_merge(base, rt.template.spec.to_wire(), in_place=True)
     jobs = base.get("replicatedJobs")
     if jobs:
         rank = {name: i for i, name in enumerate(order)}

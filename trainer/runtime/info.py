@@ -70,6 +70,10 @@ class BuildContext:
     with no path; None: upstream's ``https://<webhookService>.<namespace>.svc:10443``."""
     status_server_secret_name: str = c.DEFAULT_WEBHOOK_SECRET_NAME
     """Name of the webhook certificate Secret (only for error messages)."""
+    objects: bool = True
+    """False: builders still make every change to the Info and raise every error, but may
+    return no objects. Admission renders only to check the JobSet spec (names, build errors)
+    and so skips serialising what the controller would apply."""
 
 
 @dataclass

@@ -39,9 +39,14 @@ MERGE_KEYS: dict[str, str] = {
 PATCH = "$patch"
 
 
-def strategic_merge(original: Any, patch: Any) -> Any:
-    """A new value: ``patch`` merged onto ``original``; neither argument is modified."""
-    return _merge_value(copy.deepcopy(original), patch, field="")
+def strategic_merge(original: Any, patch: Any, *, in_place: bool = False) -> Any:
+    """A new value: ``patch`` merged onto ``original``; neither argument is modified.
+
+    ``in_place``: the caller owns ``original`` and gives it up; it is merged into (and
+    returned) without being copied first. The result never shares a dict or list with
+    ``patch`` either way.
+    """
+    return _merge_value(original if in_place else copy.deepcopy(original), patch, field="")
 
 
 def _merge_value(original: Any, patch: Any, field: str) -> Any:
@@ -56,7 +61,7 @@ def _merge_value(original: Any, patch: Any, field: str) -> Any:
         if key is None or not isinstance(original, list):
             return [_clean(p) for p in patch]
         return _merge_list(original, patch, key)
-    return copy.deepcopy(patch)
+    return patch  # JSON scalars are immutable
 
 
 def _merge_map(original: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

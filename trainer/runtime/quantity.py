@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -40,17 +41,9 @@ class Quantity:
             return cls(Fraction(raw))
         if isinstance(raw, float):
             return cls(Fraction(str(raw)))
-        m = _RE.match(raw.strip())
-        if not m:
-            raise QuantityError(f"{raw!r} is not a quantity (examples: 500m, 2, 1.5, 4Gi, 1e3)")
-        num = Fraction(m["num"])
-        if m["sign"] == "-":
-            num = -num
-        if m["bin"]:
-            return cls(num * 1024 ** _BINARY[m["bin"]], "BinarySI")
-        if m["exp"]:
-            return cls(num * Fraction(10) ** int(m["exp"][1:]), "DecimalExponent")
-        return cls(num * Fraction(1000) ** _DECIMAL[m["dec"] or ""], "DecimalSI")
+        if len(raw) <= _CACHED_LENGTH:
+            return _parse_cached(raw)
+        return _parse_string(raw)
 
     def __add__(self, other: Quantity) -> Quantity:
         return Quantity(self.value + other.value, self.format)
@@ -92,6 +85,29 @@ class Quantity:
                 return f"{sign}{scaled.numerator}{_DECIMAL_BY_EXP[exp]}"
         nanos = -(-v * 10**9 // 1)
         return f"{sign}{int(nanos)}n"
+
+
+#: Strings up to this long are parsed once and cached (a Quantity is immutable, and the same
+#: few strings, ``"4"``, ``"16Gi"``, come back on every render); the bound keeps the cache small
+#: whatever a client sends.
+_CACHED_LENGTH = 40
+
+
+def _parse_string(raw: str) -> Quantity:
+    m = _RE.match(raw.strip())
+    if not m:
+        raise QuantityError(f"{raw!r} is not a quantity (examples: 500m, 2, 1.5, 4Gi, 1e3)")
+    num = Fraction(m["num"])
+    if m["sign"] == "-":
+        num = -num
+    if m["bin"]:
+        return Quantity(num * 1024 ** _BINARY[m["bin"]], "BinarySI")
+    if m["exp"]:
+        return Quantity(num * Fraction(10) ** int(m["exp"][1:]), "DecimalExponent")
+    return Quantity(num * Fraction(1000) ** _DECIMAL[m["dec"] or ""], "DecimalSI")
+
+
+_parse_cached = functools.lru_cache(maxsize=2048)(_parse_string)
 
 
 def parse(raw: str | int | float) -> Quantity:
