@@ -76,10 +76,10 @@ def name_errors(trainjob_name: str, spec: JobSetSpec) -> list[FieldError]:
     A too-long ``network.subdomain`` set by the runtime does not depend on the TrainJob name,
     so it is reported at ``spec.runtimeRef`` instead.
     """
-    limit = naming.max_name_length(trainjob_name, spec)
+    generated = naming.generated_names(trainjob_name, spec)
     errors: list[FieldError] = []
     grown = []
-    for gen in naming.too_long(trainjob_name, spec):
+    for gen in naming.too_long(trainjob_name, spec, generated):
         if gen.kind == "subdomain" and _fixed_subdomain(spec):
             errors.append(
                 FieldError(
@@ -93,6 +93,7 @@ def name_errors(trainjob_name: str, spec: JobSetSpec) -> list[FieldError]:
         else:
             grown.append(gen)
     if grown:
+        limit = naming.max_name_length(trainjob_name, spec, generated)
         gen = grown[0]
         what = _KIND_TEXT.get(gen.kind, f"{gen.kind} name")
         where = f' for replicated job "{gen.replicated_job}"' if gen.replicated_job else ""
@@ -122,6 +123,10 @@ def name_errors(trainjob_name: str, spec: JobSetSpec) -> list[FieldError]:
     return errors
 
 
+def _runtime_ref(trainjob: TrainJob) -> dict[str, Any] | None:
+    return trainjob.spec.runtime_ref.to_wire() if trainjob.spec else None
+
+
 def validate_names(
     trainjob: TrainJob, runtime: Runtime, info: Info | None = None
 ) -> list[FieldError]:
@@ -135,7 +140,6 @@ def validate_names(
     name = (trainjob.metadata.name if trainjob.metadata else None) or ""
     if not name:
         return []  # generateName: the API server names the object before admission runs
-    value = trainjob.spec.runtime_ref.to_wire() if trainjob.spec else None
     try:
         if info is not None:
             default_framework().run(info, NAME_CHECK_CONTEXT)
@@ -143,9 +147,16 @@ def validate_names(
         else:
             spec = rendered_jobset_spec(trainjob, runtime)
     except BuildError as exc:
-        return [FieldError(RUNTIME_REF_PATH, INVALID, str(exc), value)]
+        return [FieldError(RUNTIME_REF_PATH, INVALID, str(exc), _runtime_ref(trainjob))]
     except QuantityError as exc:
-        return [FieldError(RUNTIME_REF_PATH, INVALID, f"invalid resource quantity: {exc}", value)]
+        return [
+            FieldError(
+                RUNTIME_REF_PATH,
+                INVALID,
+                f"invalid resource quantity: {exc}",
+                _runtime_ref(trainjob),
+            )
+        ]
     if spec is None:
         return []
     return name_errors(name, spec)

@@ -156,16 +156,15 @@ def validate_trainjob(new: TrainJob, old: TrainJob | None, view: ClusterView) ->
     if new.spec is None:
         return Verdict(errors=[FieldError("spec", REQUIRED, "spec.runtimeRef is required")])
     ref = new.spec.runtime_ref
-    ref_value = ref.to_wire()
     if ref.api_group != c.GROUP or ref.kind not in SUPPORTED_KINDS:
         message = f"unsupported runtime: {runtime_key(ref)}"
-        return Verdict(errors=[FieldError(RUNTIME_REF_PATH, INVALID, message, ref_value)])
+        return Verdict(errors=[FieldError(RUNTIME_REF_PATH, INVALID, message, ref.to_wire())])
     runtime = view.runtime
     if runtime is None:
         # Upstream reports a missing ClusterTrainingRuntime at ``spec.RuntimeRef`` (a typo in
         # its field path); we use ``spec.runtimeRef`` for both kinds.
         message = _not_found_message(ref, view)
-        return Verdict(errors=[FieldError(RUNTIME_REF_PATH, INVALID, message, ref_value)])
+        return Verdict(errors=[FieldError(RUNTIME_REF_PATH, INVALID, message, ref.to_wire())])
 
     warnings: list[str] = []
     errors: list[FieldError] = []
@@ -182,7 +181,7 @@ def validate_trainjob(new: TrainJob, old: TrainJob | None, view: ClusterView) ->
         if not patch_errors:
             errors.append(FieldError(patches.PATH, INVALID, str(exc)))
     except BuildError as exc:
-        errors.append(FieldError(RUNTIME_REF_PATH, INVALID, str(exc), ref_value))
+        errors.append(FieldError(RUNTIME_REF_PATH, INVALID, str(exc), ref.to_wire()))
     if info is not None:
         errors += validate_initializers(info)
 
@@ -194,7 +193,7 @@ def validate_trainjob(new: TrainJob, old: TrainJob | None, view: ClusterView) ->
         try:
             policy = validate_policies(info, old, view)
         except BuildError as exc:
-            errors.append(FieldError(RUNTIME_REF_PATH, INVALID, str(exc), ref_value))
+            errors.append(FieldError(RUNTIME_REF_PATH, INVALID, str(exc), ref.to_wire()))
         else:
             warnings += policy.warnings
             errors += policy.errors

@@ -56,10 +56,13 @@ def generated_names(jobset_name: str, spec: JobSetSpec) -> list[GeneratedName]:
     return out
 
 
-def max_name_length(jobset_name: str, spec: JobSetSpec) -> int:
-    """The longest JobSet (TrainJob) name whose generated names all fit in 63 characters."""
+def max_name_length(
+    jobset_name: str, spec: JobSetSpec, names: list[GeneratedName] | None = None
+) -> int:
+    """The longest JobSet (TrainJob) name whose generated names all fit in 63 characters
+    (``names``: :func:`generated_names` of the same arguments, when already computed)."""
     budget = MAX_NAME
-    for gen in generated_names(jobset_name, spec):
+    for gen in generated_names(jobset_name, spec) if names is None else names:
         if gen.kind == "subdomain" and spec.network is not None and spec.network.subdomain:
             continue  # a fixed subdomain does not grow with the name
         overhead = len(gen.name) - len(jobset_name)
@@ -67,9 +70,12 @@ def max_name_length(jobset_name: str, spec: JobSetSpec) -> int:
     return budget
 
 
-def too_long(jobset_name: str, spec: JobSetSpec) -> list[GeneratedName]:
-    """The generated names longer than 63 characters, longest first."""
+def too_long(
+    jobset_name: str, spec: JobSetSpec, names: list[GeneratedName] | None = None
+) -> list[GeneratedName]:
+    """The generated names longer than 63 characters, longest first (``names``: as in
+    :func:`max_name_length`)."""
     return sorted(
-        (g for g in generated_names(jobset_name, spec) if g.too_long),
+        (g for g in (generated_names(jobset_name, spec) if names is None else names) if g.too_long),
         key=lambda g: -len(g.name),
     )

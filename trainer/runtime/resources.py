@@ -124,7 +124,19 @@ def merge_resources(
 ) -> ResourceRequirements:
     """Strategic merge of ``resourcesPerNode`` onto a container's resources: limits and
     requests per key, claims by name."""
-    out = base.model_copy(deep=True) if base is not None else ResourceRequirements()
+    if base is None:
+        out = ResourceRequirements()
+    else:
+        # A shallow copy whose containers are then replaced: the quantities are strings, the
+        # claims are never changed in place (upsert_by copies), and unknown fields are only
+        # ever read. Much cheaper than a deep copy of the model.
+        out = base.model_copy()
+        if base.limits is not None:
+            out.limits = dict(base.limits)
+        if base.requests is not None:
+            out.requests = dict(base.requests)
+        if base.claims is not None:
+            out.claims = list(base.claims)
     if patch.limits is not None:
         out.limits = {**(out.limits or {}), **patch.limits}
     if patch.requests is not None:
