@@ -81,3 +81,32 @@ async def test_cache_is_consulted_first(lookup: tuple[APIServer, KubeLookup]) ->
         "scheduling.k8s.io/v1", "PriorityClass", {"metadata": {"name": "high"}, "value": 1000}
     )
     assert await kube.priority_classes() == frozenset({"high"})
+
+
+async def test_a_runtime_is_parsed_again_only_when_it_changes(
+    lookup: tuple[APIServer, KubeLookup],
+) -> None:
+    _, kube = lookup
+    doc = runtime_doc("ClusterTrainingRuntime", "steady")
+    doc["metadata"].update(uid="u-1", resourceVersion="10")
+    kube.cache = lambda kind, ns, name: doc if name == "steady" else None
+    first, _ = await kube.runtime("ClusterTrainingRuntime", "", "steady")
+    again, _ = await kube.runtime("ClusterTrainingRuntime", "", "steady")
+    assert first is not None and again is first
+
+    # An update (new resourceVersion) is seen at once.
+    changed = runtime_doc("ClusterTrainingRuntime", "steady")
+    changed["metadata"].update(uid="u-1", resourceVersion="11")
+    changed["spec"]["mlPolicy"]["numNodes"] = 7
+    doc = changed
+    updated, _ = await kube.runtime("ClusterTrainingRuntime", "", "steady")
+    assert updated is not first
+    assert updated is not None and updated.spec is not None
+    assert updated.spec.ml_policy is not None and updated.spec.ml_policy.num_nodes == 7
+
+    # So is a runtime deleted and created again under the same name (new uid).
+    recreated = runtime_doc("ClusterTrainingRuntime", "steady")
+    recreated["metadata"].update(uid="u-2", resourceVersion="11")
+    doc = recreated
+    fresh, _ = await kube.runtime("ClusterTrainingRuntime", "", "steady")
+    assert fresh is not updated and fresh is not None

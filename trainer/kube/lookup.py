@@ -28,10 +28,17 @@ PLURALS = {
 class KubeLookup:
     """Reads runtimes, JobSets and PriorityClasses for admission."""
 
+    #: Parsed runtimes kept (one per runtime; a runtime is parsed again only when its
+    #: resourceVersion changes). The bound is far above any real number of runtimes.
+    MAX_PARSED = 1024
+
     def __init__(self, api: ApiClient, cache: Cache | None = None) -> None:
         self.api = api
         self.cache = cache
         self.custom = client.CustomObjectsApi(api)
+        # (kind, namespace, name) -> (uid, resourceVersion, model). The build never changes a
+        # runtime model, so one parse serves every review until the runtime changes.
+        self._parsed: dict[tuple[str, str, str], tuple[str, str, Runtime]] = {}
 
     async def runtime(
         self, kind: str, namespace: str, name: str
@@ -54,12 +61,23 @@ class KubeLookup:
                 if exc.status == 404:
                     return None, f'{plural}.{c.GROUP} "{name}" not found'
                 raise
+        key = (kind, namespace if kind == c.KIND_TRAINING_RUNTIME else "", name)
+        meta = data.get("metadata") if isinstance(data, dict) else None
+        uid = str(meta.get("uid") or "") if isinstance(meta, dict) else ""
+        version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+        known = self._parsed.get(key)
+        if version and known is not None and known[:2] == (uid, version):
+            return known[2], None
         try:
             runtime = parse_object(data)
         except ObjectError as exc:
             return None, f"{kind} {name!r} cannot be read: {exc}"
         if not isinstance(runtime, TrainingRuntime | ClusterTrainingRuntime):
             return None, f"{kind} {name!r} is not a runtime"
+        if version:
+            if len(self._parsed) >= self.MAX_PARSED and key not in self._parsed:
+                self._parsed.clear()
+            self._parsed[key] = (uid, version, runtime)
         return runtime, None
 
     async def jobset(self, namespace: str, name: str) -> JobSet | None:
