@@ -16,6 +16,7 @@ from trainer.plugins.jobset import JobSetPlugin
 from trainer.plugins.mpi import MPIPlugin
 from trainer.plugins.plainml import PlainMLPlugin
 from trainer.plugins.registry import render
+from trainer.runtime.assemble import new_info
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import BuildContext, BuildError, Observed, SSHKeyPair
 from trainer.runtime.sshkeys import generate_ssh_keypair
@@ -559,3 +560,22 @@ def test_real_keygen_makes_a_p521_pair() -> None:
     assert public.public_numbers() == key.public_key().public_numbers()
 
     assert generate_ssh_keypair().private_pem != pair.private_pem
+
+
+# --- Builds that only need the spec (admission's name check) ------------------------------------
+
+
+def test_a_spec_only_build_returns_no_objects_but_the_same_jobset_spec() -> None:
+    job, rt = trainjob(trainer={"numNodes": 3}), runtime(DEEPSPEED)
+    full = jobs(build(job, rt), "alpha")
+    info = new_info(job, rt)
+    spec_only = BuildContext(ssh_keygen=failing_keygen, objects=False)
+    assert FRAMEWORK.run(info, spec_only) == []  # no Secret, hostfile or JobSet
+    assert info.spec is not None
+    assert {j.name: j.to_wire() for j in info.spec.replicated_jobs or []} == full
+
+
+def test_a_spec_only_build_fails_as_the_full_build_does() -> None:
+    info = new_info(trainjob(trainer={"numProcPerNode": "auto"}), runtime(PLAIN))
+    with pytest.raises(BuildError, match=r"spec\.trainer\.numProcPerNode.*integer"):
+        FRAMEWORK.run(info, BuildContext(ssh_keygen=fake_keygen, objects=False))

@@ -283,6 +283,10 @@ class MPIPlugin:
         policy = info.ml_policy.mpi if info.ml_policy else None
         if policy is None:
             return []
+        if not ctx.objects:
+            # No hostfile (one line per node): EnforceMLPolicy already raised whatever
+            # implementation() and slots() would.
+            return []
         objects: list[dict[str, Any]] = []
         secret_name = ssh_auth_secret_name(info.name)
         if secret_name not in info.observed.secrets:
