@@ -29,6 +29,7 @@ from webhooks.app import (
     PATH_VALIDATE_TRAINJOB,
     create_app,
     nested_deeper_than,
+    opening_brackets,
 )
 from webhooks.lookup import ClusterLookup, StaticLookup, not_found_message
 from webhooks.testing import ASGIResponse, asgi_request
@@ -781,6 +782,17 @@ async def test_one_log_line_per_review_without_secrets(caplog: pytest.LogCapture
     line = records[0].getMessage()
     assert 'uid="abc-123"' in line and "allowed=false" in line
     assert "s3cr3t" not in line and "PET_NNODES" not in line
+
+
+def test_opening_brackets_bound_the_nesting() -> None:
+    # Only a body with more brackets than the limit is walked; strings can only add brackets.
+    for depth in (1, 5, MAX_OBJECT_DEPTH + 1):
+        value: object = "x"
+        for level in range(depth):
+            value = {"k": value} if level % 2 else ["[{", value]
+        body = json.dumps(value).encode()
+        assert nested_deeper_than(value, depth - 1)
+        assert opening_brackets(body) >= depth
 
 
 def test_nested_deeper_than() -> None:
