@@ -16,8 +16,6 @@ from trainer.api.core import (
     ContainerPort,
     EnvFromSource,
     EnvVar,
-    EnvVarSource,
-    ObjectFieldSelector,
     PodSpec,
     Volume,
     VolumeMount,
@@ -29,9 +27,8 @@ def env(name: str, value: str) -> EnvVar:
 
 
 def env_from_field(name: str, field_path: str) -> EnvVar:
-    return EnvVar(
-        name=name, value_from=EnvVarSource(field_ref=ObjectFieldSelector(field_path=field_path))
-    )
+    # One validation of wire data: a third of the cost of three nested constructor calls.
+    return EnvVar.from_wire({"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}})
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -43,16 +40,20 @@ def upsert_by(
     """A new list: each of ``new`` (a shallow copy: items are never changed in place once
     inserted) replaces the item with the same key in place, or is appended. ``fresh``: the
     items of ``new`` were made for this call and belong to nothing else, so they go in as they
-    are."""
+    are. Where several items share a key, the first is replaced (as upstream's upsert)."""
     out = list(items or [])
+    index: dict[object, int] = {}
+    for i, existing in enumerate(out):
+        index.setdefault(key(existing), i)
     for item in new:
         copy = item if fresh else item.model_copy()
-        for i, existing in enumerate(out):
-            if key(existing) == key(item):
-                out[i] = copy
-                break
-        else:
+        k = key(item)
+        at = index.get(k)
+        if at is None:
+            index[k] = len(out)
             out.append(copy)
+        else:
+            out[at] = copy
     return out
 
 
