@@ -69,6 +69,7 @@ PATH_VALIDATE_CLUSTER_TRAINING_RUNTIME = (
 )
 PATH_MUTATE_TRAINJOB = "/mutate-trainer-kubeflow-org-v1alpha1-trainjob"
 PATH_BENCH_ECHO = "/bench-echo"
+PATH_BENCH_ALLOW = "/bench-allow"
 
 NOT_READY_MESSAGE = "certificates are not ready"
 #: Deepest nesting accepted in an object. Real objects stay under 30 levels (a pod affinity
@@ -510,9 +511,10 @@ def create_app(
     ``lookup`` reads the cluster (runtime, JobSet, PriorityClasses); ``now`` gives the time the
     defaulter stamps (RFC 3339; default: the wall clock); requests larger than
     ``max_body_bytes`` are refused with 413; ``ready`` backs ``/readyz`` (default: always
-    ready; pass the certificate rotator's ``is_ready``); ``bench_echo`` adds ``POST
-    /bench-echo``, a bare endpoint that parses a review and allows it unchecked, as the
-    benchmark's baseline.
+    ready; pass the certificate rotator's ``is_ready``); ``bench_echo`` adds the benchmark's
+    two bare baselines, which check nothing: ``POST /bench-echo`` echoes the review back with
+    an allowing ``response`` added (the whole review, as Kubernetes' example webhooks answer),
+    and ``POST /bench-allow`` answers with the allowing response alone.
     """
     clock = now or utc_now
     is_ready = ready or (lambda: True)
@@ -593,6 +595,12 @@ def create_app(
 
         @app.post(PATH_BENCH_ECHO, include_in_schema=False)
         async def bench_echo_route(request: Request) -> Response:
+            review = json.loads(await request.body())
+            review["response"] = Outcome(allowed=True).response(review["request"]["uid"])
+            return _json_response(review)
+
+        @app.post(PATH_BENCH_ALLOW, include_in_schema=False)
+        async def bench_allow_route(request: Request) -> Response:
             review = json.loads(await request.body())
             uid = review["request"]["uid"]
             return _json_response(review_response(uid, Outcome(allowed=True)))

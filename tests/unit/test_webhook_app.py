@@ -819,3 +819,23 @@ async def test_static_lookup() -> None:
     assert await lookup.jobset("a", "x") is None
     assert await lookup.priority_classes() == frozenset({"p"})
     assert await StaticLookup().priority_classes() is None
+
+
+async def test_benchmark_baselines_exist_only_when_asked_for() -> None:
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "uid-9", "operation": "CREATE", "object": {"kind": "TrainJob"}},
+    }
+    body = json.dumps(review).encode()
+    echo = await post(body, "/bench-echo", bench_echo=True)
+    assert echo.status == 200
+    assert echo.json() == {**review, "response": {"uid": "uid-9", "allowed": True}}
+    allow = await post(body, "/bench-allow", bench_echo=True)
+    assert allow.json() == {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": "uid-9", "allowed": True},
+    }
+    for path in ("/bench-echo", "/bench-allow"):
+        assert (await post(body, path)).status == 404
