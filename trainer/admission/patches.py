@@ -23,6 +23,7 @@ offending value, so a user (or Kueue's logs) can tell which patch and which entr
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -99,6 +100,8 @@ def domain_prefixed_path_errors(path: str, value: str) -> list[FieldError]:
     ``kueue.k8s.io/`` (empty path), ``manager`` (no domain) and ``Acme.io/x`` fail."""
     if not value:
         return [FieldError(path, REQUIRED, "")]
+    if len(value) <= _REMEMBERED_LENGTH and _valid_domain_prefixed_path(value):
+        return []
     host, sep, rest = value.partition("/")
     if not sep or not host or not rest:
         return [
@@ -110,6 +113,19 @@ def domain_prefixed_path_errors(path: str, value: str) -> list[FieldError]:
     if not _HTTP_PATH_RE.match(rest):
         errors.append(FieldError(path, INVALID, _regex_error("Invalid path", HTTP_PATH_FMT), rest))
     return errors
+
+
+#: Managers up to this long are remembered once found valid (every Kueue-patched TrainJob
+#: names the same one); the bound keeps the memory small whatever clients send.
+_REMEMBERED_LENGTH = 128
+
+
+@functools.lru_cache(maxsize=256)
+def _valid_domain_prefixed_path(value: str) -> bool:
+    host, sep, rest = value.partition("/")
+    return bool(
+        sep and host and rest and not dns1123_subdomain_errors(host) and _HTTP_PATH_RE.match(rest)
+    )
 
 
 def _runtime_jobs(runtime: Runtime) -> dict[str, ReplicatedJob]:

@@ -18,6 +18,9 @@ starts from (spec section 2.3, plus the TrainJob-field steps of the JobSet build
 
 from __future__ import annotations
 
+import marshal
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -44,12 +47,39 @@ def ancestor_of(job: ReplicatedJob) -> str | None:
     return ((meta.labels if meta else None) or {}).get(c.LABEL_ANCESTOR)
 
 
+_SPEC_WIRE: dict[int, tuple[weakref.ref[JobSetSpec], bytes]] = {}
+"""Wire form of the runtime JobSet specs the build has seen (marshalled), by object identity.
+An entry goes when its spec object does (the weak reference's callback), so an identity is
+never mistaken for a later object's. It relies on what the build already promises: a runtime
+model is never changed in place (runtimes come from the API server or a file, and a change is
+a new object)."""
+
+
+def _drop_spec_wire(key: int) -> Callable[[weakref.ref[JobSetSpec]], None]:
+    def drop(_: weakref.ref[JobSetSpec]) -> None:
+        _SPEC_WIRE.pop(key, None)
+
+    return drop
+
+
+def runtime_spec_wire(spec: JobSetSpec) -> dict[str, Any]:
+    """A fresh copy of ``spec.to_wire()``: dumped once per spec object, then copied with
+    ``marshal`` (exact for JSON data, a third of the cost of dumping the model again)."""
+    key = id(spec)
+    known = _SPEC_WIRE.get(key)
+    if known is None or known[0]() is not spec:
+        known = (weakref.ref(spec, _drop_spec_wire(key)), marshal.dumps(spec.to_wire()))
+        _SPEC_WIRE[key] = known
+    data: dict[str, Any] = marshal.loads(known[1])
+    return data
+
+
 def merged_spec(runtime: Runtime, trainjob: TrainJob) -> JobSetSpec:
     """The runtime's JobSet spec with every runtimePatch merged in, runtime job order kept."""
     if runtime.spec is None:
         raise BuildError(f"runtime {runtime_label(runtime)} has no spec")
     template = runtime.spec.template
-    base: dict[str, Any] = template.spec.to_wire() if template.spec is not None else {}
+    base: dict[str, Any] = runtime_spec_wire(template.spec) if template.spec is not None else {}
     order = [j.get("name") for j in base.get("replicatedJobs") or []]
     for patch in (trainjob.spec.runtime_patches if trainjob.spec else None) or []:
         rt = patch.training_runtime_spec

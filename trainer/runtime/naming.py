@@ -10,7 +10,7 @@ and fails later inside JobSet (trainer#2735); admission uses this module to say 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from trainer.api.jobset import JobSetSpec
 
@@ -18,8 +18,7 @@ MAX_NAME = 63
 POD_SUFFIX = "-abcde"
 
 
-@dataclass(frozen=True)
-class GeneratedName:
+class GeneratedName(NamedTuple):
     """One name the JobSet will generate, and where it comes from."""
 
     kind: str  # "Job", "Pod", "hostname", "subdomain", "PersistentVolumeClaim"
