@@ -13,6 +13,8 @@ becomes ``<minNodes>:<maxNodes>`` (each defaulting to the node count), with
 
 from __future__ import annotations
 
+from typing import Any
+
 from trainer.api import constants as c
 from trainer.api.core import ContainerPort, EnvVar
 from trainer.api.v1alpha1 import TorchElasticPolicy, Trainer
@@ -57,26 +59,25 @@ def rendezvous_env(
     if elastic is not None:
         low, high = node_range(elastic, nnodes)
         nnodes_value = f"{low}:{high}"
-    envs = [
-        apply.env(c.ENV_PET_NNODES, nnodes_value),
-        apply.env(c.ENV_PET_NPROC_PER_NODE, str(nproc)),
-        apply.env_from_field(c.ENV_PET_NODE_RANK, c.FIELD_PATH_COMPLETION_INDEX),
+    envs: list[dict[str, Any]] = [
+        {"name": c.ENV_PET_NNODES, "value": nnodes_value},
+        {"name": c.ENV_PET_NPROC_PER_NODE, "value": str(nproc)},
+        {"name": c.ENV_PET_NODE_RANK, "valueFrom": apply.field_ref(c.FIELD_PATH_COMPLETION_INDEX)},
     ]
     if master:
         envs += [
-            apply.env(c.ENV_PET_MASTER_ADDR, info.first_endpoint()),
-            apply.env(c.ENV_PET_MASTER_PORT, str(c.CONTAINER_TRAINER_PORT)),
+            {"name": c.ENV_PET_MASTER_ADDR, "value": info.first_endpoint()},
+            {"name": c.ENV_PET_MASTER_PORT, "value": str(c.CONTAINER_TRAINER_PORT)},
         ]
     if elastic is not None:
+        endpoint = f"{info.first_endpoint()}:{c.CONTAINER_TRAINER_PORT}"
         envs += [
-            apply.env(c.ENV_PET_RDZV_BACKEND, c.RDZV_BACKEND_C10D),
-            apply.env(
-                c.ENV_PET_RDZV_ENDPOINT, f"{info.first_endpoint()}:{c.CONTAINER_TRAINER_PORT}"
-            ),
+            {"name": c.ENV_PET_RDZV_BACKEND, "value": c.RDZV_BACKEND_C10D},
+            {"name": c.ENV_PET_RDZV_ENDPOINT, "value": endpoint},
         ]
         if elastic.max_restarts is not None:
-            envs.append(apply.env(c.ENV_PET_MAX_RESTARTS, str(elastic.max_restarts)))
-    return envs
+            envs.append({"name": c.ENV_PET_MAX_RESTARTS, "value": str(elastic.max_restarts)})
+    return apply.env_vars(envs)
 
 
 def is_torchtune(trainer: Trainer | None) -> bool:
