@@ -41,8 +41,8 @@ def field_ref(field_path: str) -> dict[str, Any]:
 
 
 def env_from_field(name: str, field_path: str) -> EnvVar:
-    # One validation of wire data: a third of the cost of three nested constructor calls.
-    return EnvVar.from_wire({"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}})
+    # One validation of wire data: cheaper than three nested constructor calls.
+    return EnvVar.from_wire({"name": name, "valueFrom": field_ref(field_path)})
 
 
 M = TypeVar("M", bound=BaseModel)
