@@ -13,11 +13,11 @@ import yaml
 
 from trainer.api import constants as c
 from trainer.api.errors import format_errors
-from trainer.api.load import ObjectError, check_object, parse_object
+from trainer.api.load import check_object, parse_object
 from trainer.api.v1alpha1 import TrainJob
 from trainer.builtin import builtin_runtime_documents
 from trainer.cli.catalog import RuntimeCatalog, is_runtime
-from trainer.cli.files import read_documents
+from trainer.cli.files import read_or_exit
 from trainer.controller.config import parse_feature_gates
 from trainer.plugins.registry import render as render_objects
 from trainer.runtime.info import BuildContext, BuildError, Observed
@@ -121,13 +121,8 @@ def render(
     with a one-line error (and nothing on stdout) for unreadable or invalid input or an
     unknown runtime, 1 when a TrainJob cannot be built on its runtime.
     """
-    try:
-        docs = read_documents(files)
-        runtime_docs = read_documents(runtimes) if runtimes else []
-    except ObjectError as exc:
-        raise fail(str(exc)) from None
-    except OSError as exc:
-        raise fail(f"cannot read {exc.filename}: {exc.strerror}") from None
+    docs = read_or_exit(files, 2)
+    runtime_docs = read_or_exit(runtimes, 2) if runtimes else []
 
     builtin = not runtimes
     catalog = RuntimeCatalog("built in" if builtin else "given with --runtime or -f")
