@@ -181,6 +181,8 @@ def _mark_error(source: str, message: str, mark: Any) -> InputError:
 class _Constructor(SafeConstructor):
     """SafeConstructor that builds only what a Kubernetes object can hold."""
 
+    allow_duplicate_keys = False
+
     def construct_yaml_int(self, node: ScalarNode) -> int:
         if len(node.value) > 40:
             raise ConstructorError(
@@ -234,7 +236,7 @@ class _Constructor(SafeConstructor):
             key = self.construct_object(key_node, deep=deep)
             if type(key) is not str:
                 key = _key_text(key, key_node)
-            if i >= first_own:
+            if i >= first_own and not self.allow_duplicate_keys:
                 seen = key in own_keys if own_keys is not None else key in mapping
                 if seen:
                     raise ConstructorError(
@@ -398,12 +400,15 @@ def _alias_error(source: str, node: Node, limits: Limits, count: int, own: int) 
     )
 
 
-def _yaml_documents(text: str, source: str, limits: Limits) -> list[Any]:
+def _yaml_documents(
+    text: str, source: str, limits: Limits, allow_duplicate_keys: bool = False
+) -> list[Any]:
     bound = _depth_bound(text)
     if bound > _C_SAFE_DEPTH:
         _check_event_depth(text, source, limits)
     measure = "&" in text or bound > limits.max_depth
     loader = _Loader(text)
+    loader.allow_duplicate_keys = allow_duplicate_keys
     try:
         docs: list[Any] = []
         while loader.check_node():
@@ -416,9 +421,11 @@ def _yaml_documents(text: str, source: str, limits: Limits) -> list[Any]:
         loader.dispose()
 
 
-def _parse_yaml(text: str, source: str, limits: Limits) -> list[Any]:
+def _parse_yaml(
+    text: str, source: str, limits: Limits, allow_duplicate_keys: bool = False
+) -> list[Any]:
     try:
-        return _yaml_documents(text, source, limits)
+        return _yaml_documents(text, source, limits, allow_duplicate_keys)
     except yaml.MarkedYAMLError as exc:
         problem = exc.problem or str(exc)
         if exc.context and exc.context not in problem and "duplicate" not in problem:
@@ -504,8 +511,17 @@ def _parse_json(text: str, source: str, limits: Limits) -> Any:
 # --- entry points -------------------------------------------------------------------------
 
 
-def load_yaml_documents(data: bytes | str, source: str, limits: Limits = FILE_LIMITS) -> list[Any]:
-    """Every document of a YAML (or JSON) stream, empty documents included as ``None``."""
+def load_yaml_documents(
+    data: bytes | str,
+    source: str,
+    limits: Limits = FILE_LIMITS,
+    *,
+    allow_duplicate_keys: bool = False,
+) -> list[Any]:
+    """Every document of a YAML (or JSON) stream, empty documents included as ``None``.
+
+    ``allow_duplicate_keys`` keeps the last value of a repeated key, for callers that report
+    duplicates themselves (with the field path)."""
     text = decode(data, source, limits)
     if text.lstrip()[:1] == "{":
         try:
@@ -513,12 +529,18 @@ def load_yaml_documents(data: bytes | str, source: str, limits: Limits = FILE_LI
         except InputError as exc:
             if exc.line is None:  # a limit, not a syntax error: YAML would refuse it too
                 raise
-    return _parse_yaml(text, source, limits)
+    return _parse_yaml(text, source, limits, allow_duplicate_keys)
 
 
-def load_yaml(data: bytes | str, source: str, limits: Limits = FILE_LIMITS) -> Any:
+def load_yaml(
+    data: bytes | str,
+    source: str,
+    limits: Limits = FILE_LIMITS,
+    *,
+    allow_duplicate_keys: bool = False,
+) -> Any:
     """The one document of a YAML (or JSON) text; ``None`` when it is empty."""
-    docs = load_yaml_documents(data, source, limits)
+    docs = load_yaml_documents(data, source, limits, allow_duplicate_keys=allow_duplicate_keys)
     if len(docs) > 1:
         raise InputError(source, f"expected one YAML document, found {len(docs)}")
     return docs[0] if docs else None

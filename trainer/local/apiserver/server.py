@@ -28,6 +28,7 @@ from urllib.parse import parse_qs
 import yaml
 from aiohttp import web
 
+from trainer.api.safeload import Limits, load_json, load_yaml
 from trainer.local.apiserver import apply as ssa
 from trainer.local.apiserver import builtin, crd, discovery, gc, protobuf, table
 from trainer.local.apiserver.admission import Admission
@@ -533,8 +534,8 @@ class APIServer:
             return protobuf.decode(raw)
         try:
             if request.content_type in (APPLY, "application/yaml"):
-                return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-            return json.loads(raw)
+                return load_yaml(raw, "body", Limits(max_bytes=self.max_body))
+            return load_json(raw, "body", Limits(max_bytes=self.max_body))
         except (ValueError, yaml.YAMLError) as exc:
             raise bad_request(
                 f"the request body is not valid "
@@ -1189,7 +1190,7 @@ def _json_or_empty(raw: bytes) -> dict[str, Any]:
     if not raw:
         return {}
     try:
-        data = json.loads(raw)
+        data = load_json(raw, "body")
     except ValueError:
         raise bad_request("the request body is not valid JSON") from None
     return data if isinstance(data, dict) else {}
