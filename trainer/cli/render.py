@@ -53,9 +53,8 @@ def fail(message: str) -> typer.Exit:
 def _checked(data: Any, label: str) -> Any:
     result = check_object(data, strict_fields=False)
     if not result.ok:
-        raise fail(
-            f"{label}: {result.kind}/{result.name} is invalid: {format_errors(result.errors)}"
-        )
+        what = f"{result.kind}/{result.name}" if result.kind else "object"
+        raise fail(f"{label}: {what} is invalid: {format_errors(result.errors)}")
     return parse_object(result.stored)
 
 
@@ -171,7 +170,10 @@ def render(
     observed = Observed(status_server_secret=status_secret)
     for job in trainjobs:
         meta = job.metadata
-        assert meta is not None and job.spec is not None
+        if meta is None or not meta.name:
+            raise fail("a TrainJob has no metadata.name")
+        if job.spec is None:
+            raise fail(f"TrainJob {meta.name}: spec.runtimeRef is required")
         if not meta.namespace:
             meta.namespace = namespace or "default"
         runtime, problem = catalog.find(job)

@@ -37,8 +37,16 @@ async def new_api_client(
         check_kubeconfig(path)
         try:
             await config.load_kube_config(config_file=path, client_configuration=cfg)
-        except (ConfigException, LookupError, TypeError, ValueError, AttributeError) as exc:
-            raise KubeconfigError(f"kubeconfig {path}: {exc}") from None
+        except (
+            ConfigException,
+            LookupError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            AssertionError,  # kubernetes_asyncio asserts the types of some fields
+        ) as exc:
+            problem = str(exc) or "a field has the wrong type or value"
+            raise KubeconfigError(f"kubeconfig {path}: {problem}") from None
         except OSError as exc:
             raise KubeconfigError(
                 f"kubeconfig {path}: cannot read {exc.filename or ''}: {exc.strerror}"

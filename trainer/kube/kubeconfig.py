@@ -31,7 +31,7 @@ def _shape(data: Any, source: str) -> None:
         return KubeconfigError(f"{source}: not a kubeconfig: {message}")
 
     if data is None:
-        return  # an empty file: kubernetes_asyncio reports that no configuration was found
+        raise fail("the file is empty")
     if not isinstance(data, dict):
         raise fail("the file must hold a mapping (apiVersion: v1, kind: Config)")
     for section, inner in SECTIONS.items():
