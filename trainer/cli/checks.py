@@ -56,13 +56,17 @@ def check_documents(
     sources: list[Any] = [d.data for d in runtime_docs]
     if with_builtins:
         sources += builtin_runtime_documents()
-    for data in sources:
+    outcomes: list[Outcome] = []
+    for i, data in enumerate(sources):
         result = check_object(data, strict_fields=False)
         obj = parse_object(result.stored) if result.ok else None
         if obj is not None and is_runtime(obj):
             catalog.add(obj)  # type: ignore[arg-type]
+        elif not result.ok and i < len(runtime_docs):
+            # A runtime file given with --runtime that the API server would refuse.
+            label = runtime_docs[i].label
+            outcomes.append(Outcome(label, result.kind, result.name, list(result.errors)))
 
-    outcomes: list[Outcome] = []
     checked: list[tuple[Outcome, Any]] = []
     for doc in docs:
         result = check_object(doc.data, strict_fields=strict_fields)

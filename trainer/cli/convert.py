@@ -58,8 +58,6 @@ def convert_cmd(
     any input is unreadable or not a v1 job.
     """
     docs = read_or_exit(files, 1)
-    if not docs:
-        raise _fail("no documents found in " + ", ".join(files))
     if runtime_mode not in RUNTIME_MODES:
         raise _fail(
             f"--runtime-mode must be one of {', '.join(RUNTIME_MODES)}, not {runtime_mode!r}"

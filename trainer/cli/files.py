@@ -55,10 +55,16 @@ def read_documents(paths: Iterable[str]) -> list[Document]:
     return docs
 
 
-def read_or_exit(paths: Iterable[str], code: int) -> list[Document]:
-    """:func:`read_documents`, or one ``error:`` line on stderr and exit ``code``."""
+def read_or_exit(paths: list[str], code: int) -> list[Document]:
+    """:func:`read_documents`, or one ``error:`` line on stderr and exit ``code`` (also when
+    the files hold no object at all)."""
     try:
-        return read_documents(paths)
+        docs = read_documents(paths)
     except InputError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code) from None
+    if not docs:
+        names = ", ".join("<stdin>" if p == "-" else p for p in paths)
+        typer.echo(f"error: {names}: no objects found", err=True)
+        raise typer.Exit(code)
+    return docs

@@ -143,7 +143,7 @@ def render(
         else:
             raise fail(f"{doc.label}: expected a TrainJob, got {obj.to_wire().get('kind')}")
     if not trainjobs:
-        raise fail("no TrainJob found in " + ", ".join(files))
+        raise fail(", ".join(files) + ": no TrainJob found")
 
     try:
         gates = parse_feature_gates(feature_gates) if feature_gates else {}

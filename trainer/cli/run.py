@@ -182,7 +182,10 @@ async def _run(
 ) -> int:
     printer = Printer()
     try:
-        docs = read_documents([*runtimes, *files])
+        runtime_docs = read_documents(runtimes)
+        if runtimes and not runtime_docs:
+            raise InputError(", ".join(runtimes), "no objects found")
+        docs = runtime_docs + read_documents(files)
     except InputError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2

@@ -60,9 +60,6 @@ def validate(
     """
     docs = read_or_exit(files, 2)
     runtime_docs = read_or_exit(runtimes, 2) if runtimes else []
-    if not docs:
-        typer.echo(f"error: {', '.join(files)}: no objects found", err=True)
-        raise typer.Exit(2)
 
     outcomes = check_documents(
         docs,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.api_client import ApiClient
@@ -47,10 +48,15 @@ async def new_api_client(
         ) as exc:
             problem = str(exc) or "a field has the wrong type or value"
             raise KubeconfigError(f"kubeconfig {path}: {problem}") from None
+        except ssl.SSLError as exc:
+            raise KubeconfigError(f"kubeconfig {path}: bad certificate or key: {exc}") from None
         except OSError as exc:
             raise KubeconfigError(
                 f"kubeconfig {path}: cannot read {exc.filename or ''}: {exc.strerror}"
             ) from None
-    api = ApiClient(configuration=cfg)
+    try:
+        api = ApiClient(configuration=cfg)
+    except ssl.SSLError as exc:  # certificate data is first parsed here
+        raise KubeconfigError(f"kubeconfig {path}: bad certificate or key: {exc}") from None
     api.user_agent = f"{qps_user_agent}/0.1.0"
     return api
