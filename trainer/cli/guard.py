@@ -25,8 +25,8 @@ INTERNAL_ERROR_EXIT = 1
 def _verbose(ctx: Context) -> bool:
     if os.environ.get("TRAINER_DEBUG", "") not in ("", "0"):
         return True
-    args = [*ctx.protected_args, *ctx.args] if hasattr(ctx, "protected_args") else ctx.args
-    return any(a in ("-v", "--verbose") for a in [*args, *sys.argv[1:]])
+    # The group's context holds the command's own arguments (typer parses them later).
+    return any(a in ("-v", "--verbose") for a in ctx.args)
 
 
 class GuardedGroup(TyperGroup):
