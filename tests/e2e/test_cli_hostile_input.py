@@ -11,6 +11,7 @@ under a 20 s timeout, so a hang or a crash of the interpreter (libyaml's recursi
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import logging
 import os
@@ -21,6 +22,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import typer.main
+import typer.testing
+import yaml
 from typer.testing import CliRunner
 
 from tests.e2e.hostile import CASES, Case, is_root
@@ -57,6 +61,15 @@ def _verbs(good: str) -> dict[str, tuple[Callable[[str], list[str]], int, int]]:
 VERB_NAMES = list(_verbs("").keys())
 # Inputs a verb rightly accepts: an empty values file means the default values.
 ACCEPTED = {"manifests --values": ("empty", "only-comments")}
+
+
+COMMAND = typer.main.get_command(app)
+
+
+@pytest.fixture(autouse=True)
+def _command_built_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """typer builds the click command from the app on every invoke (~25 ms); build it once."""
+    monkeypatch.setattr(typer.testing, "_get_command", lambda _app: COMMAND)
 
 
 @pytest.fixture(autouse=True)
@@ -220,3 +233,43 @@ def test_garbage_state_file_is_one_line_and_exit_2(verb: str, tmp_path: Path) ->
     code, output, elapsed = _trainer(argv, tmp_path, timeout=60)
     _assert_clean(output, output, code, 2, str(state))
     assert elapsed < 60
+
+
+# --- trainer convert: every field of a v1 job replaced by junk ------------------------------
+
+JUNK: list[object] = [None, 5, "x", [1], {"a": 1}, True, -1]
+
+
+def _paths(value: object, prefix: tuple[object, ...] = ()) -> Iterator[tuple[object, ...]]:
+    if prefix:
+        yield prefix
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _paths(item, (*prefix, index))
+
+
+def test_convert_survives_junk_in_every_field_of_a_v1_job() -> None:
+    source = ROOT / "tests/golden/convert/pytorch-master-3-workers/v1.yaml"
+    base = yaml.safe_load(source.read_text())
+    runs = 0
+    for path in _paths(base):
+        for junk in JUNK:
+            job = copy.deepcopy(base)
+            target = job
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = junk
+            argv = ["convert", "--runtime-mode", "own", "-f", "-"]  # no builtin comparison: fast
+            result = runner.invoke(app, argv, input=yaml.safe_dump(job))
+            runs += 1
+            output = result.stdout + result.stderr
+            where = f"{'.'.join(map(str, path))} = {junk!r}"
+            assert result.exit_code in (0, 1), f"{where}: exit {result.exit_code}\n{output}"
+            assert "Traceback" not in output and "internal error" not in output, where
+            if result.exit_code == 1:
+                assert len(_error_lines(result.stderr)) == 1, f"{where}\n{result.stderr}"
+    assert runs > 300, runs
+    print(f"{runs} junk v1 jobs converted or refused")
