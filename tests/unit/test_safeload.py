@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from trainer.api import safeload
 from trainer.api.safeload import (
     FILE_LIMITS,
     INT64_MAX,
@@ -246,3 +249,32 @@ def test_input_error_format() -> None:
     assert str(InputError("f", "m", 3, 4)) == "f: line 3, column 4: m"
     assert str(InputError("f", "m", 3)) == "f: line 3: m"
     assert str(InputError("f", "m")) == "f: m"
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+nested = st.recursive(
+    st.integers(min_value=INT64_MIN, max_value=INT64_MAX) | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(min_size=1, max_size=3), inner, max_size=3)
+    ),
+    max_leaves=40,
+)
+
+
+@given(value=nested, flow=st.sampled_from([False, True, None]), indent=st.sampled_from([2, 4]))
+@settings(max_examples=300, deadline=None)
+def test_the_cheap_depth_bound_is_never_below_the_real_depth(
+    value: object, flow: bool | None, indent: int
+) -> None:
+    # The bound decides whether libyaml's recursive composer may run: it must never be low.
+    text = yaml.safe_dump(value, default_flow_style=flow, indent=indent)
+    assert safeload._depth_bound(text) >= _depth(value)
+    assert load_yaml(text, "x") == value

@@ -98,12 +98,10 @@ class InputError(ValueError):
 
     def __str__(self) -> str:
         where = ""
-        if self.line is not None:
-            where = f"line {self.line}, " + (
-                f"column {self.column}: " if self.column is not None else ""
-            )
-            if self.column is None:
-                where = f"line {self.line}: "
+        if self.line is not None and self.column is not None:
+            where = f"line {self.line}, column {self.column}: "
+        elif self.line is not None:
+            where = f"line {self.line}: "
         return f"{self.source}: {where}{self.message}"
 
 
