@@ -273,3 +273,30 @@ def test_convert_survives_junk_in_every_field_of_a_v1_job() -> None:
                 assert len(_error_lines(result.stderr)) == 1, f"{where}\n{result.stderr}"
     assert runs > 300, runs
     print(f"{runs} junk v1 jobs converted or refused")
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["validate", "-f", "/dev/zero"],
+        ["convert", "-f", "/dev/zero"],
+        ["controller", "--config", "/dev/zero"],
+        ["controller", "--kubeconfig", "/dev/zero"],
+        ["manifests", "--values", "/dev/zero"],
+        ["render", "--feature-gates", "TrainJobStatus=true", "--status-server-ca", "/dev/zero"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_endless_files_are_read_only_up_to_the_bound(argv: list[str], tmp_path: Path) -> None:
+    if argv[0] == "render":
+        good = tmp_path / "good.yaml"
+        good.write_text(GOOD_TRAINJOB)
+        argv = [*argv, "-f", str(good)]
+    started = time.monotonic()
+    result = runner.invoke(app, argv, env={"KUBECONFIG": str(tmp_path / "none")})
+    output = result.stdout + result.stderr
+    expected = 1 if argv[0] == "convert" else 2
+    _assert_clean(output, result.stderr, result.exit_code, expected, "/dev/zero")
+    assert "limit" in output
+    assert time.monotonic() - started < TIME_BOUND

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -14,6 +13,7 @@ import yaml
 from trainer.api import constants as c
 from trainer.api.errors import format_errors
 from trainer.api.load import check_object, parse_object
+from trainer.api.safeload import CONFIG_LIMITS, InputError, read_bytes
 from trainer.api.v1alpha1 import TrainJob
 from trainer.builtin import builtin_runtime_documents
 from trainer.cli.catalog import RuntimeCatalog, is_runtime
@@ -157,9 +157,9 @@ def render(
                 "certificate that goes into each <job>-tls-config ConfigMap"
             )
         try:
-            ca = Path(status_server_ca).read_bytes()
-        except OSError as exc:
-            raise fail(f"cannot read {status_server_ca}: {exc.strerror}") from None
+            ca = read_bytes(status_server_ca, CONFIG_LIMITS)
+        except InputError as exc:
+            raise fail(str(exc)) from None
         status_secret = {"data": {c.STATUS_SERVER_CA_KEY: base64.b64encode(ca).decode()}}
     objects: list[dict[str, Any]] = []
     ctx = BuildContext(
