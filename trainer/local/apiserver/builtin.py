@@ -74,6 +74,22 @@ def builtin_types() -> list[ResourceType]:
             verbs=("create",),
         ),
         rt(
+            "authentication.k8s.io",
+            "v1",
+            "SelfSubjectReview",
+            "selfsubjectreviews",
+            False,
+            verbs=("create",),
+        ),
+        rt(
+            "authorization.k8s.io",
+            "v1",
+            "SelfSubjectAccessReview",
+            "selfsubjectaccessreviews",
+            False,
+            verbs=("create",),
+        ),
+        rt(
             "",
             "v1",
             "Pod",

@@ -1,4 +1,4 @@
-"""An in-memory Kubernetes API server speaking the real REST protocol over HTTP on loopback.
+"""An in-memory Kubernetes API server speaking the real REST protocol over HTTPS on loopback.
 
 It serves the built-in kinds this project needs and every CRD registered through the
 apiextensions API, with real semantics: resourceVersions and optimistic concurrency,
@@ -6,7 +6,9 @@ generation, status subresources, label/field selectors and paging, merge / JSON 
 merge patches and server-side apply, finalizers and ownerReference garbage collection,
 namespace lifecycle, watches with history, bookmarks and 410, dry runs, and admission
 webhooks. Test hooks (:attr:`APIServer.hooks`) expose the request log, fault injection and
-the clock; :meth:`APIServer.objects` reads stored objects directly.
+the clock; :meth:`APIServer.objects` reads stored objects directly. It serves HTTPS with its
+own CA and requires a bearer token (:mod:`.authn`, :mod:`.tls`): :meth:`APIServer.kubeconfig`
+carries both to clients.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import contextlib
 import copy
 import json
 import logging
+import os
 import secrets
+import ssl
+import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -29,7 +34,7 @@ import yaml
 from aiohttp import web
 
 from trainer.local.apiserver import apply as ssa
-from trainer.local.apiserver import builtin, crd, discovery, gc, protobuf, table
+from trainer.local.apiserver import authn, builtin, crd, discovery, gc, protobuf, table
 from trainer.local.apiserver.admission import Admission
 from trainer.local.apiserver.authz import subject_access_review
 from trainer.local.apiserver.errors import (
@@ -43,7 +48,6 @@ from trainer.local.apiserver.errors import (
     method_not_allowed,
     not_found,
     too_large,
-    unauthorized,
     unsupported_media_type,
 )
 from trainer.local.apiserver.hooks import Hooks, RequestRecord
@@ -60,6 +64,7 @@ from trainer.local.apiserver.persistence import Persistence
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import flag, matcher
 from trainer.local.apiserver.store import Event, Store
+from trainer.local.apiserver.tls import ServingTLS
 from trainer.local.apiserver.tokens import TokenIssuer, TokenRequestError
 from trainer.local.apiserver.watch import serve_watch
 
@@ -83,6 +88,9 @@ GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 TOKEN_REVIEWS = ("authentication.k8s.io", "tokenreviews")
 ACCESS_REVIEWS = ("authorization.k8s.io", "subjectaccessreviews")
+SELF_REVIEWS = ("authentication.k8s.io", "selfsubjectreviews")
+SELF_ACCESS_REVIEWS = ("authorization.k8s.io", "selfsubjectaccessreviews")
+RBAC_GROUP = "rbac.authorization.k8s.io"
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -100,7 +108,10 @@ def _now_rfc3339(server: APIServer) -> str:
 
 
 class APIServer:
-    """The embedded API server. ``await start()`` binds 127.0.0.1 on ``port`` (0: any free)."""
+    """The embedded API server. ``await start()`` binds 127.0.0.1 on ``port`` (0: any free)
+    and serves HTTPS. ``token`` is the administrator's bearer token (random when not given);
+    clients get it and the CA from :meth:`kubeconfig`, or from :meth:`client_ssl_context` and
+    :meth:`auth_headers`."""
 
     def __init__(
         self,
@@ -116,7 +127,8 @@ class APIServer:
             raise ValueError("the local API server listens on loopback only")
         self.host = host
         self.port = port
-        self.token = token
+        self.token = authn.valid_token(token) if token is not None else secrets.token_urlsafe(32)
+        self.tls = ServingTLS()
         self.max_body = max_body
         self.registry = builtin.new_registry()
         self.store = Store(history=history)
@@ -124,6 +136,9 @@ class APIServer:
         self.admission = Admission(self)
         self.gc = gc.GarbageCollector(self)
         self.tokens = TokenIssuer()
+        self.authenticator = authn.Authenticator(
+            self.token, self.tokens, self._lookup, lambda: self.hooks.clock.now().timestamp()
+        )
         self.pod_logs: dict[tuple[str, str, str], list[str]] = {}
         self._log_waiters: dict[tuple[str, str, str], asyncio.Event] = {}
         self._runner: web.AppRunner | None = None
@@ -149,7 +164,9 @@ class APIServer:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, self.host, self.port)
+        self._site = web.TCPSite(
+            self._runner, self.host, self.port, ssl_context=self.tls.server_context()
+        )
         await self._site.start()
         server = self._site._server
         assert server is not None
@@ -173,18 +190,27 @@ class APIServer:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"https://{host}:{self.port}"
+
+    def client_ssl_context(self) -> ssl.SSLContext:
+        """An SSL context for clients of this server (trusts its CA only)."""
+        return self.tls.client_context()
+
+    def auth_headers(self) -> dict[str, str]:
+        """The administrator's ``Authorization`` header."""
+        return {"Authorization": f"Bearer {self.token}"}
 
     def kubeconfig(
         self, context: str = "trainer-local", namespace: str = "default"
     ) -> dict[str, Any]:
-        """A kubeconfig for this server (kubectl and kubernetes_asyncio accept it)."""
-        user: dict[str, Any] = {"token": self.token} if self.token else {}
+        """A kubeconfig for this server, with its CA and the administrator's token (kubectl,
+        kubernetes_asyncio and the kubernetes client accept it with no extra flags)."""
+        cluster = {"server": self.url, "certificate-authority-data": self.tls.ca_data()}
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": context, "cluster": {"server": self.url}}],
-            "users": [{"name": context, "user": user}],
+            "clusters": [{"name": context, "cluster": cluster}],
+            "users": [{"name": context, "user": {"token": self.token}}],
             "contexts": [
                 {
                     "name": context,
@@ -196,13 +222,19 @@ class APIServer:
         }
 
     def write_kubeconfig(self, path: str, **kw: Any) -> None:
-        import os  # noqa: PLC0415
-
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            yaml.safe_dump(self.kubeconfig(**kw), fh, sort_keys=False)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
+        """Write :meth:`kubeconfig` to ``path`` atomically. It holds the administrator's
+        token: the file is created with mode 0600 (never readable by others, not even for a
+        moment) and then renamed over ``path``."""
+        directory, base = os.path.split(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                yaml.safe_dump(self.kubeconfig(**kw), fh, sort_keys=False)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     # --- direct access for tests and bootstrapping -----------------------------------------
     def resource(self, api_version: str, kind_or_plural: str) -> ResourceType:
@@ -241,9 +273,12 @@ class APIServer:
         verb, resource, group, ns, name, manager = request.method.lower(), "", "", "", "", ""
         code = 500
         try:
-            self._check_auth(request)
+            user = self._check_auth(request)
             route = self._route(request.path)
             if route is None:
+                if user is not None:
+                    attrs = authn.Attributes(request.method.lower(), path=request.path)
+                    authn.authorize(user, attrs, self._rbac)
                 resp = await self._non_resource(request)
                 code = resp.status
                 return resp
@@ -255,6 +290,7 @@ class APIServer:
             }
             verb = self._verb(request.method, route, query)
             group, ns, name = route.rt.group, route.namespace, route.name
+            self._check_request(request, user, route, verb)
             resource = route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
             manager = query.get("fieldManager", "")
             fault = self.hooks.fault_for(verb, resource)
@@ -301,13 +337,41 @@ class APIServer:
                 (time.perf_counter() - started) * 1000,
             )
 
-    def _check_auth(self, request: web.Request) -> None:
-        if not self.token:
-            return
-        header = request.headers.get("Authorization", "")
-        scheme, _, cred = header.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(cred.strip(), self.token):
-            raise unauthorized()
+    def _check_auth(self, request: web.Request) -> authn.User | None:
+        """The Host check and the caller (None for a health probe); 403 / 401 otherwise."""
+        authn.check_host(request.headers, self.port)
+        if authn.is_probe(request.path):
+            return None
+        user = authn.impersonate(
+            self.authenticator.authenticate(request.headers), request.headers, self._rbac
+        )
+        request["user"] = user
+        return user
+
+    def _check_request(
+        self, request: web.Request, user: authn.User | None, route: Route, verb: str
+    ) -> None:
+        """May ``user`` do this (RBAC), and is the body in a media type it can be in."""
+        if user is not None:
+            attrs = authn.Attributes(
+                verb,
+                group=route.rt.group,
+                resource=route.rt.plural,
+                subresource=route.subresource,
+                namespace=route.namespace,
+                name=route.name,
+            )
+            authn.authorize(user, attrs, self._rbac)
+        media = request.content_type if "Content-Type" in request.headers else None
+        authn.check_content_type(
+            request.method,
+            media,
+            has_body=request.body_exists,
+            log_append=route.subresource == "log",
+        )
+
+    def _rbac(self, plural: str) -> Iterable[dict[str, Any]]:
+        return self.store.items((RBAC_GROUP, plural))
 
     def _route(self, path: str) -> Route | web.StreamResponse | None:
         parts = [p for p in path.split("/") if p]
@@ -391,6 +455,11 @@ class APIServer:
             )
         if route.subresource == "token" or rt.key == TOKEN_REVIEWS:
             return await self._tokens(request, route)
+        if rt.key in (SELF_REVIEWS, SELF_ACCESS_REVIEWS):
+            body = await self._body(request)
+            if not isinstance(body, dict):
+                raise APIError(400, "BadRequest", "the request body must be a JSON object")
+            return _json(authn.self_review(request["user"], rt.key, body, self._rbac), status=201)
         if rt.key == ACCESS_REVIEWS:
             body = await self._body(request)
             if not isinstance(body, dict):
