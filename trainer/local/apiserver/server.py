@@ -290,9 +290,9 @@ class APIServer:
             }
             verb = self._verb(request.method, route, query)
             group, ns, name = route.rt.group, route.namespace, route.name
-            self._check_request(request, user, route, verb)
             resource = route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
             manager = query.get("fieldManager", "")
+            self._check_request(request, user, route, verb)
             fault = self.hooks.fault_for(verb, resource)
             if fault is not None:
                 err = APIError(fault.code, _reason_for(fault.code), fault.message)
@@ -342,11 +342,9 @@ class APIServer:
         authn.check_host(request.headers, self.port)
         if authn.is_probe(request.path):
             return None
-        user = authn.impersonate(
+        return authn.impersonate(
             self.authenticator.authenticate(request.headers), request.headers, self._rbac
         )
-        request["user"] = user
-        return user
 
     def _check_request(
         self, request: web.Request, user: authn.User | None, route: Route, verb: str
@@ -459,7 +457,9 @@ class APIServer:
             body = await self._body(request)
             if not isinstance(body, dict):
                 raise APIError(400, "BadRequest", "the request body must be a JSON object")
-            return _json(authn.self_review(request["user"], rt.key, body, self._rbac), status=201)
+            user = self._check_auth(request)  # who is asking (checked already in _handle)
+            assert user is not None
+            return _json(authn.self_review(user, rt.key, body, self._rbac), status=201)
         if rt.key == ACCESS_REVIEWS:
             body = await self._body(request)
             if not isinstance(body, dict):
