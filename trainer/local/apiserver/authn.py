@@ -28,6 +28,7 @@ In the order the server applies them:
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -97,10 +98,12 @@ def check_host(headers: Mapping[str, str], port: int) -> None:
 
 
 def _loopback(host: str, port: int, *, need_port: bool = False) -> bool:
-    for name in LOOPBACK_HOSTS:
-        if host == f"{name}:{port}" or (host == name and not need_port):
-            return True
-    return False
+    return host in _with_port(port) or (not need_port and host in LOOPBACK_HOSTS)
+
+
+@functools.lru_cache(maxsize=8)
+def _with_port(port: int) -> frozenset[str]:
+    return frozenset(f"{name}:{port}" for name in LOOPBACK_HOSTS)
 
 
 # --- 2. Authentication -----------------------------------------------------------------------
