@@ -175,6 +175,34 @@ async def test_health_probes_need_no_token(env: Env, path: str) -> None:
     assert (status, body) == (200, "ok")
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/healthz/../api/v1/secrets",
+        "/healthz/%2e%2e/api/v1/secrets",
+        "/readyz/..%2Fapi%2Fv1%2Fsecrets",
+        "/livez/../../api/v1/namespaces/default/secrets",
+        "//api/v1/secrets",
+    ],
+)
+async def test_probe_look_alike_paths_open_nothing(env: Env, path: str) -> None:
+    # Sent raw: HTTP clients would normalise these paths before sending.
+    await env.admin("POST", SECRETS, {"metadata": {"name": "ssh"}, "stringData": {"k": "KEY"}})
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", env.server.port, ssl=env.server.client_ssl_context(),
+        server_hostname="127.0.0.1",
+    )  # fmt: skip
+    writer.write(
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{env.server.port}\r\n"
+        "Connection: close\r\n\r\n".encode()
+    )
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    status = int(answer.split(b" ", 2)[1])
+    assert status in (401, 404), answer
+    assert b"KEY" not in answer and b"S0VZ" not in answer and b'"ssh"' not in answer
+
+
 async def test_the_plane_token_is_the_administrator(env: Env) -> None:
     status, review = await env.admin(
         "POST",
