@@ -646,3 +646,61 @@ def test_trainer_apiserver_refuses_an_unusable_token(tmp_path: Path) -> None:
         "error: --token: the token must be non-empty printable text without spaces"
     )
     assert "Traceback" not in done.stderr
+
+
+# --- a running `trainer up` ------------------------------------------------------------------
+
+
+@needs_kubectl
+async def test_a_running_trainer_up_is_closed_to_anonymous_and_cross_site_requests(
+    tmp_path: Path,
+) -> None:
+    from tests.e2e.test_up import start_up, stop_up  # noqa: PLC0415
+
+    kubeconfig = tmp_path / "kubeconfig"
+    proc = await start_up(tmp_path, kubeconfig, tmp_path / "state.db")
+    try:
+        assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
+        config = yaml.safe_load(kubeconfig.read_text())
+        url = config["clusters"][0]["cluster"]["server"]
+        ca = base64.b64decode(config["clusters"][0]["cluster"]["certificate-authority-data"])
+        ctx = ssl.create_default_context(cadata=ca.decode())
+        port = int(url.rsplit(":", 1)[1])
+        marker = tmp_path / "pwned"
+        pod = {
+            **POD,
+            "spec": {
+                "containers": [{"name": "c", "image": "x", "command": ["touch", str(marker)]}]
+            },
+        }
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
+            attempts: list[tuple[str, dict[str, str]]] = [
+                ("none", {"Content-Type": "application/json"}),
+                ("text/plain, as a web page would", {"Content-Type": "text/plain"}),
+                ("wrong token", {"Authorization": "Bearer x", "Content-Type": "application/json"}),
+                (
+                    "rebound Host",
+                    {"Host": f"attacker.example:{port}", "Content-Type": "text/plain"},
+                ),
+            ]
+            for what, headers in attempts:
+                async with http.post(f"{url}{PODS}", data=json.dumps(pod), headers=headers) as resp:
+                    assert resp.status in (401, 403), what
+                async with http.get(f"{url}/api/v1/secrets", headers=headers) as resp:
+                    assert resp.status in (401, 403), what
+                    assert (await resp.json())["kind"] == "Status"
+        listed = subprocess.run(
+            [KUBECTL or "kubectl", "--kubeconfig", str(kubeconfig), "get", "pods", "-A", "-o",
+             "name"],
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        assert listed.stdout.strip() == ""  # no pod was created, so nothing ran
+        assert not marker.exists()
+    except BaseException:
+        proc.kill()
+        await proc.wait()
+        raise
+    out = await stop_up(proc)  # what it printed after "ready"
+    assert f"kubeconfig: {kubeconfig}" in out
+    assert "the administrator's bearer token (file mode 0600)" in out
+    assert config["users"][0]["user"]["token"] not in out
