@@ -29,7 +29,7 @@ import yaml
 from aiohttp import web
 
 from trainer.local.apiserver import apply as ssa
-from trainer.local.apiserver import builtin, crd, discovery, gc, protobuf, table
+from trainer.local.apiserver import builtin, crd, discovery, gc, metadata, protobuf, table
 from trainer.local.apiserver.admission import Admission
 from trainer.local.apiserver.authz import subject_access_review
 from trainer.local.apiserver.errors import (
@@ -653,35 +653,7 @@ class APIServer:
     def _check_body(
         self, rt: ResourceType, body: Any, namespace: str, name: str = ""
     ) -> dict[str, Any]:
-        if not isinstance(body, dict):
-            raise bad_request("the request body must be a JSON object")
-        api_version, kind = body.get("apiVersion"), body.get("kind")
-        if kind and kind != rt.kind:
-            raise bad_request(
-                f"the kind of the object ({kind}) does not match the resource ({rt.kind})"
-            )
-        if api_version and api_version.rpartition("/")[0] != rt.group:
-            raise bad_request(
-                f"the API version of the object ({api_version}) does not match the resource "
-                f"group ({rt.group or 'core'})"
-            )
-        meta = body.setdefault("metadata", {})
-        if not isinstance(meta, dict):
-            raise bad_request("metadata must be an object")
-        body_ns = meta.get("namespace")
-        if rt.namespaced:
-            if body_ns and namespace and body_ns != namespace:
-                raise bad_request(
-                    "the namespace of the provided object does not match the namespace sent on "
-                    "the request"
-                )
-            meta["namespace"] = namespace or body_ns or ""
-        else:
-            meta.pop("namespace", None)
-        if name and meta.get("name") and meta["name"] != name:
-            raise bad_request("the name of the object does not match the name on the URL")
-        body["apiVersion"], body["kind"] = rt.api_version, rt.kind
-        return body
+        return metadata.check(rt, body, namespace, name)
 
     async def create(
         self,
