@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import objectmeta as om
-from trainer.api.errors import FieldError
+from trainer.api.errors import UNSUPPORTED, FieldError
 from trainer.local.apiserver import builtin, shapes
 from trainer.local.apiserver.errors import bad_request, invalid
 from trainer.local.apiserver.resources import ResourceType
@@ -124,8 +124,93 @@ def check(rt: ResourceType, body: Any, namespace: str, name: str = "") -> dict[s
             f"the name of the object ({str(meta['name'])[:300]}) does not match the name on "
             f"the URL ({name})"
         )
+    if name:
+        meta["name"] = name  # the URL names the object a write replaces
     obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
     errors = validate(rt, obj)
     if errors:
         raise invalid(rt.kind, rt.group, str(meta.get("name") or name), errors)
     return obj
+
+
+def check_apply_config(rt: ResourceType, config: dict[str, Any]) -> None:
+    """A server-side apply configuration decodes as an object of ``rt`` (400 otherwise).
+    Its apiVersion and kind are left to the apply itself, which answers a mismatch with
+    ``invalid object type``, as Kubernetes does."""
+    decode(rt, {k: v for k, v in config.items() if k not in ("apiVersion", "kind")})
+
+
+def check_review(group: str, kind: str, body: Any) -> dict[str, Any]:
+    """The body of a TokenRequest, TokenReview or SubjectAccessReview (answered, never stored)
+    decoded into its type: 400 BadRequest when it is not an object or a field has the wrong
+    type."""
+    if not isinstance(body, dict):
+        raise bad_request(
+            f"the object provided is unrecognized (must be of type {kind}): json: cannot "
+            f"unmarshal {_json_type(body)} into Go value of type {kind}"
+        )
+    obj = dict(body)
+    try:
+        obj["metadata"] = om.decode_object_meta(body.get("metadata"))
+        shapes.decode_kind(group, kind, obj)
+    except om.DecodeError as exc:
+        raise bad_request(f'{kind} in version "v1" cannot be handled as a {kind}: {exc}') from None
+    return obj
+
+
+PROPAGATION_POLICIES = ("Orphan", "Background", "Foreground")
+DELETE_OPTIONS: dict[str, shapes.Shape] = {
+    "propagationPolicy": shapes.STR,
+    "orphanDependents": shapes.BOOL,
+    "gracePeriodSeconds": shapes.I64,
+    "dryRun": [shapes.STR],
+    "preconditions": {"__type": "Preconditions", "uid": shapes.STR, "resourceVersion": shapes.STR},
+}
+
+
+def delete_options(body: Any, query: dict[str, str]) -> dict[str, Any]:
+    """DeleteOptions from a DELETE body (may be empty) and the query: 400 for wrong types,
+    422 for an unknown propagationPolicy or dryRun value, as kube-apiserver answers."""
+    if body is None or body == {}:
+        options: dict[str, Any] = {}
+    elif not isinstance(body, dict):
+        raise bad_request(
+            f"json: cannot unmarshal {_json_type(body)} into Go value of type v1.DeleteOptions"
+        )
+    else:
+        try:
+            options = shapes.decode(body, DELETE_OPTIONS, "DeleteOptions", "")
+        except om.DecodeError as exc:
+            raise bad_request(str(exc)) from None
+    policy = options.get("propagationPolicy") or query.get("propagationPolicy") or ""
+    errors: list[FieldError] = []
+    if policy and policy not in PROPAGATION_POLICIES:
+        errors.append(
+            FieldError(
+                "propagationPolicy",
+                UNSUPPORTED,
+                'supported values: "Foreground", "Background", "Orphan"',
+                policy,
+            )
+        )
+    for value in options.get("dryRun") or []:
+        if value != "All":
+            errors.append(FieldError("dryRun", UNSUPPORTED, 'supported values: "All"', value))
+    if errors:
+        raise invalid("DeleteOptions", "meta.k8s.io", "", errors)
+    if not policy and options.get("orphanDependents") is not None:
+        policy = "Orphan" if options["orphanDependents"] else "Background"
+    options["propagationPolicy"] = policy or None
+    return options
+
+
+def int_param(query: dict[str, str], key: str) -> int | None:
+    """An integer query parameter (``limit``, ``timeoutSeconds``, ``tailLines``...): None when
+    absent, 400 BadRequest when it is not an integer."""
+    raw = query.get(key)
+    if raw is None or raw == "":
+        return None
+    text = raw.strip()
+    if not text.lstrip("+-").isdigit() or len(text) > 19:
+        raise bad_request(f'invalid value for {key}: "{raw[:100]}": must be an integer')
+    return int(text)

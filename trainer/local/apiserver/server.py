@@ -392,12 +392,10 @@ class APIServer:
         if route.subresource == "token" or rt.key == TOKEN_REVIEWS:
             return await self._tokens(request, route)
         if rt.key == ACCESS_REVIEWS:
-            body = await self._body(request)
-            if not isinstance(body, dict):
-                raise APIError(400, "BadRequest", "the request body must be a JSON object")
+            review = metadata.check_review(rt.group, rt.kind, await self._body(request))
             rbac = "rbac.authorization.k8s.io"
             return _json(
-                subject_access_review(body, lambda plural: self.store.items((rbac, plural))),
+                subject_access_review(review, lambda plural: self.store.items((rbac, plural))),
                 status=201,
             )
         if verb == "watch":
@@ -468,8 +466,8 @@ class APIServer:
             )
             return _json(self._served(rt, obj), status=201 if created else 200, warnings=warnings)
         if verb == "delete":
-            options = _json_or_empty(await request.read())
-            policy = options.get("propagationPolicy") or query.get("propagationPolicy")
+            options = metadata.delete_options(_json_or_empty(await request.read()), query)
+            policy = options["propagationPolicy"]
             preconditions = options.get("preconditions") or {}
             result = await self.delete(
                 rt,
@@ -481,8 +479,8 @@ class APIServer:
             )
             return _json(result)
         if verb == "deletecollection":
-            options = _json_or_empty(await request.read())
-            policy = options.get("propagationPolicy") or query.get("propagationPolicy")
+            options = metadata.delete_options(_json_or_empty(await request.read()), query)
+            policy = options["propagationPolicy"]
             match = matcher(query.get("labelSelector"), query.get("fieldSelector"))
             items = self.store.select(rt.key, route.namespace or None, match)
             for obj in items:
@@ -504,9 +502,8 @@ class APIServer:
     async def _tokens(self, request: web.Request, route: Route) -> web.StreamResponse:
         """TokenRequest (``serviceaccounts/{name}/token``) and TokenReview: answers made,
         nothing stored."""
-        body = await self._body(request)
-        if not isinstance(body, dict):
-            raise APIError(400, "BadRequest", "the request body must be a JSON object")
+        kind = "TokenRequest" if route.subresource == "token" else route.rt.kind
+        body = metadata.check_review("authentication.k8s.io", kind, await self._body(request))
         now = self.hooks.clock.now().timestamp()
         if route.subresource == "token":
             sa = self._get_or_404(route.rt, route.namespace, route.name)
@@ -602,7 +599,7 @@ class APIServer:
         self, rt: ResourceType, namespace: str, query: dict[str, str]
     ) -> dict[str, Any]:
         match = matcher(query.get("labelSelector"), query.get("fieldSelector"))
-        limit = int(query.get("limit") or 0)
+        limit = metadata.int_param(query, "limit") or 0
         start: tuple[str, str] | None = None
         token = query.get("continue")
         if token:
@@ -675,7 +672,8 @@ class APIServer:
             prefix = meta.get("generateName")
             if not prefix:
                 raise invalid(rt.kind, rt.group, "", builtin.validate_name(rt, ""))
-            meta["name"] = prefix + "".join(secrets.choice(GENERATE_CHARS) for _ in range(5))
+            # SimpleNameGenerator: at most 58 characters of the prefix, then 5 random ones.
+            meta["name"] = prefix[:58] + "".join(secrets.choice(GENERATE_CHARS) for _ in range(5))
         for key in (
             "uid",
             "resourceVersion",
@@ -910,6 +908,7 @@ class APIServer:
                 raise bad_request("PATCH with apply requires a fieldManager")
             if not isinstance(body, dict):
                 raise bad_request("an apply patch must be an object")
+            metadata.check_apply_config(rt, body)
             config = copy.deepcopy(body)
             now = _now_rfc3339(self)
             if old is None:
@@ -1081,9 +1080,9 @@ class APIServer:
         key = (route.namespace, route.name, container)
         if not flag(query.get("follow")):
             text = "".join(self.pod_logs.get(key, []))
-            tail = query.get("tailLines")
+            tail = metadata.int_param(query, "tailLines")
             if tail:
-                text = "".join(text.splitlines(keepends=True)[-int(tail) :])
+                text = "".join(text.splitlines(keepends=True)[-tail:])
             return web.Response(text=text, content_type="text/plain")
         resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await resp.prepare(request)
@@ -1157,14 +1156,13 @@ def _reason_for(code: int) -> str:
     }.get(code, "Unknown")
 
 
-def _json_or_empty(raw: bytes) -> dict[str, Any]:
+def _json_or_empty(raw: bytes) -> Any:
     if not raw:
         return {}
     try:
-        data = json.loads(raw)
+        return json.loads(raw)
     except ValueError:
         raise bad_request("the request body is not valid JSON") from None
-    return data if isinstance(data, dict) else {}
 
 
 def _json(body: Any, *, status: int = 200, warnings: list[str] | None = None) -> web.Response:

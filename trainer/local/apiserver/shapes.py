@@ -175,6 +175,91 @@ WEBHOOKS: Final = {
     ]
 }
 SPEC_STATUS: Final = {"spec": OBJ, "status": OBJ}
+CRD: Final = {
+    "spec": {
+        "__type": "CustomResourceDefinitionSpec",
+        "group": STR,
+        "scope": STR,
+        "names": {
+            "__type": "CustomResourceDefinitionNames",
+            "plural": STR,
+            "singular": STR,
+            "kind": STR,
+            "listKind": STR,
+            "shortNames": [STR],
+            "categories": [STR],
+        },
+        "versions": [
+            {
+                "__type": "CustomResourceDefinitionVersion",
+                "name": STR,
+                "served": BOOL,
+                "storage": BOOL,
+                "deprecated": BOOL,
+                "schema": {"__type": "CustomResourceValidation", "openAPIV3Schema": OBJ},
+                "subresources": {
+                    "__type": "CustomResourceSubresources",
+                    "status": OBJ,
+                    "scale": OBJ,
+                },
+                "additionalPrinterColumns": [
+                    {
+                        "__type": "CustomResourceColumnDefinition",
+                        "name": STR,
+                        "type": STR,
+                        "format": STR,
+                        "description": STR,
+                        "priority": I32,
+                        "jsonPath": STR,
+                    }
+                ],
+            }
+        ],
+        "conversion": OBJ,
+        "preserveUnknownFields": BOOL,
+    },
+    "status": OBJ,
+}
+#: The specs of the reviews (answered, never stored), by (group, kind).
+REVIEWS: Final[dict[tuple[str, str], dict[str, Shape]]] = {
+    ("authentication.k8s.io", "TokenRequest"): {
+        "spec": {
+            "__type": "TokenRequestSpec",
+            "audiences": [STR],
+            "expirationSeconds": I64,
+            "boundObjectRef": {
+                "__type": "BoundObjectReference",
+                "kind": STR,
+                "apiVersion": STR,
+                "name": STR,
+                "uid": STR,
+            },
+        }
+    },
+    ("authentication.k8s.io", "TokenReview"): {
+        "spec": {"__type": "TokenReviewSpec", "token": STR, "audiences": [STR]}
+    },
+    ("authorization.k8s.io", "SubjectAccessReview"): {
+        "spec": {
+            "__type": "SubjectAccessReviewSpec",
+            "resourceAttributes": {
+                "__type": "ResourceAttributes",
+                "namespace": STR,
+                "verb": STR,
+                "group": STR,
+                "version": STR,
+                "resource": STR,
+                "subresource": STR,
+                "name": STR,
+            },
+            "nonResourceAttributes": {"__type": "NonResourceAttributes", "path": STR, "verb": STR},
+            "user": STR,
+            "groups": [STR],
+            "uid": STR,
+            "extra": _m([STR]),
+        }
+    },
+}
 
 #: Top-level shapes by (group, kind).
 KINDS: Final[dict[tuple[str, str], dict[str, Shape]]] = {
@@ -215,6 +300,7 @@ KINDS: Final[dict[tuple[str, str], dict[str, Shape]]] = {
     ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"): WEBHOOKS,
     ("scheduling.k8s.io", "PriorityClass"): {"value": I32, "globalDefault": BOOL},
     ("node.k8s.io", "RuntimeClass"): {"handler": STR, "overhead": OBJ, "scheduling": OBJ},
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): CRD,
 }
 
 _INT32 = (-(2**31), 2**31 - 1)
@@ -269,7 +355,8 @@ def decode(value: Any, shape: Shape, struct: str, path: str) -> Any:
             if item is None:
                 continue
             sub = shape.get(key) if key != "__type" else None
-            out[key] = item if sub is None else decode(item, sub, inner, f"{path}.{key}")
+            at = f"{path}.{key}" if path else key
+            out[key] = item if sub is None else decode(item, sub, inner, at)
         return out
     if isinstance(shape, list):
         if not isinstance(value, list):
@@ -313,7 +400,7 @@ def decode(value: Any, shape: Shape, struct: str, path: str) -> Any:
 
 def decode_kind(group: str, kind: str, obj: dict[str, Any]) -> None:
     """Decode the top-level fields of a built-in kind in place (metadata aside)."""
-    shapes = KINDS.get((group, kind), SPEC_STATUS)
+    shapes = KINDS.get((group, kind)) or REVIEWS.get((group, kind)) or SPEC_STATUS
     for key in list(obj):
         if key in ("apiVersion", "kind", "metadata"):
             continue

@@ -1,0 +1,592 @@
+"""Fuzzing the embedded API server over HTTP with hostile metadata and top-level fields.
+
+A running :class:`APIServer` (with the Trainer and JobSet CRDs) gets Pods, ConfigMaps,
+Secrets, TrainJobs and JobSets whose metadata fields (name, generateName, labels,
+annotations, finalizers, ownerReferences, generation, timestamps, managedFields, ...) or
+top-level fields (apiVersion, kind, metadata, spec, status, data, ...) hold generated values
+of any JSON type, through create, update (PUT), merge / JSON / strategic merge patches,
+server-side apply and status updates, plus bodies that are not objects at all.
+
+For every request: never a 5xx; every 4xx carries a Kubernetes ``Status`` body (kind, code
+equal to the HTTP status, a reason); every 2xx object satisfies kube-apiserver's metadata
+rules (:mod:`trainer.api.objectmeta`: it decodes as ObjectMeta unchanged and validates) and
+ConfigMap / Secret data are maps of strings. After every generated case, a label-selector
+list of pods answers 200, and a label-selector watch of pods does at the end of each test.
+
+Hypothesis is derandomized (the same cases on every run) and bounded; each test asserts how
+many requests it sent: 1,290 in all (see ``EXPECTED`` below).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.client
+import itertools
+import json
+import ssl
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainer.api import crds, objectmeta
+from trainer.local.apiserver import APIServer, builtin
+
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+NS = "default"
+SELECTOR = "labelSelector=app%3Dx,tier%20in%20(a,b)"
+
+
+NO_BODY: Any = object()
+
+# --- a small HTTP client built from the server's own kubeconfig --------------------------------
+
+
+@dataclass
+class Api:
+    """Synchronous HTTP to a server running in a background thread, authenticated and
+    verified the way its kubeconfig says (a bearer token and a CA when it has them)."""
+
+    server: APIServer
+    sent: int = 0
+    codes: Counter[int] = field(default_factory=Counter)
+    _conn: http.client.HTTPConnection | None = field(default=None, repr=False)
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            config = self.server.kubeconfig()
+            cluster = config["clusters"][0]["cluster"]
+            url = urlsplit(cluster["server"])
+            if url.scheme == "https":
+                ca = cluster.get("certificate-authority-data")
+                ctx = ssl.create_default_context(
+                    cadata=base64.b64decode(ca).decode() if ca else None
+                )
+                self._conn = http.client.HTTPSConnection(
+                    url.hostname or "", url.port, timeout=30, context=ctx
+                )
+            else:
+                self._conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+        return self._conn
+
+    def headers(self) -> dict[str, str]:
+        user = self.server.kubeconfig()["users"][0]["user"]
+        return {"Authorization": f"Bearer {user['token']}"} if user.get("token") else {}
+
+    def request(
+        self, method: str, path: str, body: Any = NO_BODY, content_type: str = "application/json"
+    ) -> tuple[int, Any]:
+        """Send one request (``body`` as JSON, ``null`` included); the status and the decoded
+        JSON answer (None if not JSON)."""
+        raw = None if body is NO_BODY else json.dumps(body).encode()
+        headers = self.headers()
+        if raw is not None:
+            headers["Content-Type"] = content_type
+        self.sent += 1
+        for attempt in range(2):
+            conn = self._connection()
+            try:
+                conn.request(method, path, body=raw, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                break
+            except (http.client.HTTPException, ConnectionError):
+                conn.close()
+                self._conn = None
+                if attempt:
+                    raise
+        self.codes[resp.status] += 1
+        try:
+            return resp.status, json.loads(data)
+        except ValueError:
+            return resp.status, None
+
+    def watch_lines(self, path: str) -> tuple[int, list[str]]:
+        """A watch that the server ends itself (``timeoutSeconds``): status and event lines."""
+        self.sent += 1
+        url = urlsplit(self.server.kubeconfig()["clusters"][0]["cluster"]["server"])
+        conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+        try:
+            conn.request("GET", path, headers=self.headers())
+            resp = conn.getresponse()
+            return resp.status, resp.read().decode().splitlines()
+        finally:
+            conn.close()
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[Api]:
+    """A plain ``APIServer()`` with the CRDs, served from its own event loop in a thread so
+    Hypothesis can drive it synchronously."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    holder: dict[str, APIServer] = {}
+
+    async def boot() -> None:
+        server = APIServer()
+        await server.start()
+        for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
+            server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+        holder["server"] = server
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(boot())
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(60), "the API server did not start"
+    server = holder["server"]
+    try:
+        yield Api(server)
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(60)
+        loop.close()
+
+
+# --- the kinds and their valid objects ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kind:
+    api_version: str
+    kind: str
+    plural: str
+    body: dict[str, Any]
+    status: bool = False
+
+    @property
+    def collection(self) -> str:
+        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        return f"{prefix}/namespaces/{NS}/{self.plural}"
+
+    def obj(self, name: str) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(json.dumps(self.body))
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": {"name": name},
+            **out,
+        }
+
+
+CONTAINER = {"name": "c", "image": "busybox", "command": ["true"]}
+KINDS = [
+    Kind("v1", "Pod", "pods", {"spec": {"containers": [CONTAINER]}}, status=True),
+    Kind("v1", "ConfigMap", "configmaps", {"data": {"k": "v"}}),
+    Kind("v1", "Secret", "secrets", {"data": {"k": base64.b64encode(b"v").decode()}}),
+    Kind(
+        "trainer.kubeflow.org/v1alpha1",
+        "TrainJob",
+        "trainjobs",
+        {"spec": {"runtimeRef": {"name": "torch-distributed"}}},
+        status=True,
+    ),
+    Kind(
+        "jobset.x-k8s.io/v1alpha2",
+        "JobSet",
+        "jobsets",
+        {
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "node",
+                        "replicas": 1,
+                        "template": {"spec": {"template": {"spec": {"containers": [CONTAINER]}}}},
+                    }
+                ]
+            }
+        },
+        status=True,
+    ),
+]
+_names = itertools.count()
+
+
+def fresh_name() -> str:
+    return f"fz-{next(_names)}"
+
+
+# --- values -------------------------------------------------------------------------------------
+
+TRICKY_STRINGS = st.sampled_from(
+    [
+        "",
+        "a",
+        "x",
+        "b",
+        "A b",
+        "-x",
+        "x-",
+        "x" * 64,
+        "x" * 254,
+        "a/b/c",
+        "/x",
+        "x/",
+        "example.com/app",
+        "Example.com/x",
+        "..",
+        ".",
+        "a\n",
+        "ü",
+        "orphan",
+        "foregroundDeletion",
+        "kubernetes",
+        "v1",
+        "Pod",
+        "Apply",
+        "FieldsV1",
+        "2024-01-01T00:00:00Z",
+        "not-a-time",
+        "djE=",
+        "!!!",
+    ]
+)
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=10),
+    TRICKY_STRINGS,
+)
+KEYS = st.one_of(TRICKY_STRINGS, st.text(max_size=8))
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(KEYS, inner, max_size=3)),
+    max_leaves=8,
+)
+STRING_MAPS = st.one_of(
+    st.dictionaries(KEYS, TRICKY_STRINGS, max_size=3),
+    st.dictionaries(KEYS, st.one_of(TRICKY_STRINGS, SCALARS), max_size=3),
+)
+STRING_LISTS = st.lists(TRICKY_STRINGS, max_size=3)
+OWNER_REF = st.fixed_dictionaries(
+    {},
+    optional={
+        "apiVersion": st.one_of(st.sampled_from(["v1", "a/b/c", "", "apps/v1"]), VALUES),
+        "kind": st.one_of(st.sampled_from(["Pod", "Event", ""]), VALUES),
+        "name": st.one_of(TRICKY_STRINGS, VALUES),
+        "uid": st.one_of(st.sampled_from(["", "u-1", "u-2"]), VALUES),
+        "controller": st.one_of(st.booleans(), st.booleans(), VALUES),
+        "blockOwnerDeletion": st.one_of(st.booleans(), VALUES),
+    },
+)
+MANAGED_ENTRY = st.fixed_dictionaries(
+    {},
+    optional={
+        "manager": st.one_of(TRICKY_STRINGS, VALUES),
+        "operation": st.one_of(st.sampled_from(["Apply", "Update", "Other"]), VALUES),
+        "apiVersion": st.one_of(st.sampled_from(["v1", ""]), VALUES),
+        "fieldsType": st.one_of(st.sampled_from(["FieldsV1", "x"]), VALUES),
+        "fieldsV1": VALUES,
+        "time": st.one_of(TRICKY_STRINGS, VALUES),
+    },
+)
+META_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "name": st.one_of(TRICKY_STRINGS, VALUES),
+    "generateName": st.one_of(TRICKY_STRINGS, VALUES),
+    "namespace": st.one_of(st.sampled_from([NS, "other", ""]), VALUES),
+    "labels": st.one_of(STRING_MAPS, VALUES),
+    "annotations": st.one_of(STRING_MAPS, VALUES),
+    "finalizers": st.one_of(
+        STRING_LISTS, st.lists(st.one_of(TRICKY_STRINGS, VALUES), max_size=3), VALUES
+    ),
+    "ownerReferences": st.one_of(st.lists(st.one_of(OWNER_REF, VALUES), max_size=3), VALUES),
+    "managedFields": st.one_of(st.lists(st.one_of(MANAGED_ENTRY, VALUES), max_size=2), VALUES),
+    "generation": VALUES,
+    "resourceVersion": VALUES,
+    "uid": VALUES,
+    "creationTimestamp": st.one_of(TRICKY_STRINGS, VALUES),
+    "deletionTimestamp": st.one_of(TRICKY_STRINGS, VALUES),
+    "deletionGracePeriodSeconds": VALUES,
+    "selfLink": VALUES,
+    "zzUnknown": VALUES,
+}
+TOP_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "apiVersion": st.one_of(
+        st.sampled_from(["v1", "trainer.kubeflow.org/v9", "jobset.x-k8s.io/v1alpha2", "a/b/c"]),
+        VALUES,
+    ),
+    "kind": st.one_of(st.sampled_from(["Pod", "ConfigMap", "TrainJob", ""]), VALUES),
+    "metadata": VALUES,
+    "spec": VALUES,
+    "status": VALUES,
+    "data": st.one_of(STRING_MAPS, VALUES),
+    "binaryData": st.one_of(STRING_MAPS, VALUES),
+    "stringData": st.one_of(STRING_MAPS, VALUES),
+    "type": VALUES,
+    "immutable": VALUES,
+    "zzUnknown": VALUES,
+}
+
+
+@st.composite
+def mutation(draw: st.DrawFn) -> tuple[str, str, Any]:
+    """("metadata" | "top", field, value): one field set to a generated value."""
+    if draw(st.integers(min_value=0, max_value=3)):
+        name = draw(st.sampled_from(sorted(META_FIELDS)))
+        return "metadata", name, draw(META_FIELDS[name])
+    name = draw(st.sampled_from(sorted(TOP_FIELDS)))
+    return "top", name, draw(TOP_FIELDS[name])
+
+
+def mutate(obj: dict[str, Any], change: tuple[str, str, Any]) -> dict[str, Any]:
+    where, name, value = change
+    out: dict[str, Any] = json.loads(json.dumps(obj))
+    if where == "top":
+        out[name] = value
+    else:
+        meta = out.setdefault("metadata", {})
+        if isinstance(meta, dict):
+            meta[name] = value
+    return out
+
+
+CHANGES = st.lists(mutation(), min_size=1, max_size=3)
+
+
+# --- what every answer must satisfy ------------------------------------------------------------
+
+
+def check_answer(kind: Kind, status: int, body: Any, what: str) -> None:
+    assert status < 500, f"{what}: {status} {body}"
+    if status >= 400:
+        assert isinstance(body, dict), f"{what}: {status} without a Status body"
+        assert body.get("kind") == "Status", f"{what}: {body}"
+        assert body.get("apiVersion") == "v1", f"{what}: {body}"
+        assert body.get("status") == "Failure", f"{what}: {body}"
+        assert body.get("code") == status, f"{what}: {body}"
+        assert isinstance(body.get("reason"), str) and body["reason"], f"{what}: {body}"
+        assert isinstance(body.get("message"), str), f"{what}: {body}"
+        return
+    assert isinstance(body, dict), f"{what}: {status} {body!r}"
+    check_object(kind, body, what)
+
+
+def check_object(kind: Kind, obj: dict[str, Any], what: str) -> None:
+    """A stored object as kube-apiserver could have stored it."""
+    assert obj.get("apiVersion") == kind.api_version, f"{what}: {obj.get('apiVersion')}"
+    assert obj.get("kind") == kind.kind, what
+    meta = obj.get("metadata")
+    decoded = objectmeta.decode_object_meta(meta)
+    assert decoded == meta, f"{what}: metadata is not what ObjectMeta decodes: {meta}"
+    rule = builtin.NAME_RULES.get(("", kind.plural), objectmeta.name_is_dns_subdomain)
+    errors = objectmeta.validate_object_meta(decoded, namespaced=True, name_rule=rule)
+    assert errors == [], f"{what}: stored metadata is invalid: {errors}"
+    assert decoded["namespace"] == NS, what
+    assert decoded.get("uid") and decoded.get("resourceVersion"), what
+    if kind.kind == "ConfigMap":
+        for key in ("data", "binaryData"):
+            values = obj.get(key, {})
+            assert isinstance(values, dict), what
+            assert all(isinstance(v, str) for v in values.values()), what
+    if kind.kind == "Secret":
+        values = obj.get("data", {})
+        assert isinstance(values, dict), what
+        for value in values.values():
+            base64.b64decode(value, validate=True)
+        assert "stringData" not in obj, what
+
+
+def check_selectors_answer(api: Api) -> None:
+    status, body = api.request("GET", f"/api/v1/pods?{SELECTOR}")
+    assert status == 200, body
+    assert isinstance(body, dict) and isinstance(body.get("items"), list), body
+
+
+def check_watch_answers(api: Api) -> None:
+    status, lines = api.watch_lines(
+        f"/api/v1/namespaces/{NS}/pods?watch=1&{SELECTOR}&timeoutSeconds=1"
+    )
+    assert status == 200, lines
+    for line in lines:
+        event = json.loads(line)
+        assert event["type"] in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"), event
+
+
+def target(api: Api, kind: Kind) -> dict[str, Any]:
+    """The current version of an object to update or patch (created once per kind)."""
+    name = f"target-{kind.plural}"
+    status, body = api.request("GET", f"{kind.collection}/{name}")
+    if status == 404:
+        status, body = api.request("POST", kind.collection, kind.obj(name))
+    assert status in (200, 201), body
+    check_object(kind, body, f"target {kind.kind}")
+    return {**body}
+
+
+# --- the fuzz -----------------------------------------------------------------------------------
+
+EXPECTED = {
+    "create": 2 * 60,
+    "update": 4 * 60,
+    "patch": 4 * 60,
+    "apply": 3 * 60,
+    "status": 4 * 60,
+    "shapes": 0,
+}
+KIND_INDEX = st.integers(min_value=0, max_value=len(KINDS) - 1)
+
+
+@FUZZ
+@given(kind_index=KIND_INDEX, changes=CHANGES)
+def test_create_never_stores_what_kube_refuses(
+    api: Api, kind_index: int, changes: list[tuple[str, str, Any]]
+) -> None:
+    kind = KINDS[kind_index]
+    body = kind.obj(fresh_name())
+    for change in changes:
+        body = mutate(body, change)
+    status, answer = api.request("POST", kind.collection, body)
+    check_answer(kind, status, answer, f"create {kind.kind} {body}")
+    check_selectors_answer(api)
+
+
+@FUZZ
+@given(kind_index=KIND_INDEX, changes=CHANGES)
+def test_update_never_stores_what_kube_refuses(
+    api: Api, kind_index: int, changes: list[tuple[str, str, Any]]
+) -> None:
+    kind = KINDS[kind_index]
+    body = target(api, kind)
+    for change in changes:
+        body = mutate(body, change)
+    name = f"target-{kind.plural}"
+    status, answer = api.request("PUT", f"{kind.collection}/{name}", body)
+    check_answer(kind, status, answer, f"update {kind.kind} {body}")
+    check_selectors_answer(api)
+
+
+def _json_patch_ops(change: tuple[str, str, Any]) -> list[dict[str, Any]]:
+    where, name, value = change
+    path = f"/metadata/{name}" if where == "metadata" else f"/{name}"
+    return [{"op": "add", "path": path, "value": value}]
+
+
+@FUZZ
+@given(
+    kind_index=KIND_INDEX,
+    changes=CHANGES,
+    patch_type=st.sampled_from(["merge", "json", "strategic", "raw-json"]),
+    garbage=VALUES,
+)
+def test_patches_never_store_what_kube_refuses(
+    api: Api,
+    kind_index: int,
+    changes: list[tuple[str, str, Any]],
+    patch_type: str,
+    garbage: Any,
+) -> None:
+    kind = KINDS[kind_index]
+    target(api, kind)
+    name = f"target-{kind.plural}"
+    if patch_type == "json":
+        body: Any = [op for change in changes for op in _json_patch_ops(change)]
+        content_type = "application/json-patch+json"
+    elif patch_type == "raw-json":
+        body, content_type = garbage, "application/json-patch+json"
+    else:
+        body = {}
+        for change in changes:
+            body = mutate(body, change)
+        content_type = (
+            "application/merge-patch+json"
+            if patch_type == "merge"
+            else "application/strategic-merge-patch+json"
+        )
+    status, answer = api.request("PATCH", f"{kind.collection}/{name}", body, content_type)
+    check_answer(kind, status, answer, f"{patch_type} patch {kind.kind} {body}")
+    # A merge patch whose body is not an object, sent as such.
+    status, answer = api.request(
+        "PATCH", f"{kind.collection}/{name}", garbage, "application/merge-patch+json"
+    )
+    check_answer(kind, status, answer, f"merge patch {kind.kind} {garbage!r}")
+    check_selectors_answer(api)
+
+
+@FUZZ
+@given(kind_index=KIND_INDEX, changes=CHANGES, new=st.booleans())
+def test_server_side_apply_never_stores_what_kube_refuses(
+    api: Api, kind_index: int, changes: list[tuple[str, str, Any]], new: bool
+) -> None:
+    kind = KINDS[kind_index]
+    name = fresh_name() if new else f"target-{kind.plural}"
+    if not new:
+        target(api, kind)
+    body = kind.obj(name)
+    for change in changes:
+        body = mutate(body, change)
+    path = f"{kind.collection}/{name}?fieldManager=fuzz&force=true"
+    status, answer = api.request("PATCH", path, body, "application/apply-patch+yaml")
+    check_answer(kind, status, answer, f"apply {kind.kind} {body}")
+    check_selectors_answer(api)
+
+
+@FUZZ
+@given(kind_index=KIND_INDEX, changes=CHANGES)
+def test_status_updates_never_store_what_kube_refuses(
+    api: Api, kind_index: int, changes: list[tuple[str, str, Any]]
+) -> None:
+    kind = KINDS[kind_index]
+    if not kind.status:
+        kind = KINDS[0]
+    current = target(api, kind)
+    name = f"target-{kind.plural}"
+    body = current
+    for change in changes:
+        body = mutate(body, change)
+    status, answer = api.request("PUT", f"{kind.collection}/{name}/status", body)
+    check_answer(kind, status, answer, f"status update {kind.kind} {body}")
+    patch = {"status": body.get("status"), "metadata": body.get("metadata")}
+    status, answer = api.request(
+        "PATCH", f"{kind.collection}/{name}/status", patch, "application/merge-patch+json"
+    )
+    check_answer(kind, status, answer, f"status patch {kind.kind} {patch}")
+    check_selectors_answer(api)
+
+
+@FUZZ
+@given(kind_index=KIND_INDEX, body=VALUES)
+def test_bodies_of_any_shape_are_answered_with_a_status(
+    api: Api, kind_index: int, body: Any
+) -> None:
+    kind = KINDS[kind_index]
+    target(api, kind)
+    name = f"target-{kind.plural}"
+    for method, path, content_type in (
+        ("POST", kind.collection, "application/json"),
+        ("PUT", f"{kind.collection}/{name}", "application/json"),
+        ("PATCH", f"{kind.collection}/{name}", "application/json-patch+json"),
+        ("PATCH", f"{kind.collection}/{name}?fieldManager=fuzz", "application/apply-patch+yaml"),
+    ):
+        status, answer = api.request(method, path, body, content_type)
+        check_answer(kind, status, answer, f"{method} {path} {body!r}")
+
+
+def test_label_selector_list_and_watch_keep_answering(api: Api) -> None:
+    """Runs after the fuzz (tests run in file order): every selector read still answers."""
+    check_selectors_answer(api)
+    check_watch_answers(api)
+    status, body = api.request("GET", f"/api/v1/namespaces/{NS}/pods?labelSelector=!app")
+    assert status == 200, body
+    for item in body["items"]:
+        check_object(KINDS[0], item, "listed pod")
+    print(f"\nmetadata fuzz: {api.sent} requests sent, answers {sorted(api.codes.items())}")
