@@ -25,6 +25,7 @@ matches before a trailing newline, so patterns are matched with ``fullmatch``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from datetime import datetime
@@ -131,6 +132,29 @@ def is_dns1035_label(value: str) -> list[str]:
 def is_qualified_name(value: str) -> list[str]:
     """``validation.IsQualifiedName``: ``[prefix/]name`` (label keys, annotation keys,
     finalizers)."""
+    return list(_qualified_name(value)) if len(value) <= _CACHED_LENGTH else _is_qualified(value)
+
+
+def is_valid_label_value(value: str) -> list[str]:
+    return list(_label_value(value)) if len(value) <= _CACHED_LENGTH else _is_label_value(value)
+
+
+#: Keys and values up to this long have their verdict remembered: the same labels come back
+#: on every write of an object and across objects.
+_CACHED_LENGTH = 317
+
+
+@functools.lru_cache(maxsize=4096)
+def _qualified_name(value: str) -> tuple[str, ...]:
+    return tuple(_is_qualified(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _label_value(value: str) -> tuple[str, ...]:
+    return tuple(_is_label_value(value))
+
+
+def _is_qualified(value: str) -> list[str]:
     errs: list[str] = []
     parts = value.split("/")
     if len(parts) == 1:
@@ -159,7 +183,7 @@ def is_qualified_name(value: str) -> list[str]:
     return errs
 
 
-def is_valid_label_value(value: str) -> list[str]:
+def _is_label_value(value: str) -> list[str]:
     errs = []
     if _blen(value) > LABEL_VALUE_MAX:
         errs.append(max_len_error(LABEL_VALUE_MAX))
@@ -402,6 +426,81 @@ def decode_object_meta(
         if value is not None:
             out[key] = decoder(value, "ObjectMeta", f"{path}.{key}")
     return out
+
+
+MAX_DEPTH: Final = 100
+"""How deep objects may nest (Kubernetes' own objects and CRDs nest about 40 levels). Python
+copies and encodes objects recursively, so deeper data could not be served back."""
+
+_LEAVES: Final = frozenset({str, int, bool, type(None)})
+
+
+def _walk(node: Any, depth: int, max_depth: int) -> bool:
+    """True when ``node`` is JSON data at most ``max_depth`` levels deep (recursion is
+    bounded by ``max_depth``; exact type checks keep it fast on every write)."""
+    if depth > max_depth:
+        return False
+    kind = type(node)
+    if kind is dict:
+        for key, value in node.items():
+            if type(key) is not str:
+                return False
+            if type(value) not in _LEAVES and not _walk(value, depth + 1, max_depth):
+                return False
+        return True
+    if kind is list:
+        return all(type(v) in _LEAVES or _walk(v, depth + 1, max_depth) for v in node)
+    if kind is float:
+        return bool(node - node == 0)  # finite: not NaN or an infinity
+    return kind in _LEAVES
+
+
+def _json_problem(value: Any) -> str:
+    kind = type(value)
+    if kind is float:
+        return "" if value - value == 0 else f"{value} is not a JSON number"
+    if kind in _LEAVES or kind is list:
+        return ""
+    if kind is dict:
+        bad = next((k for k in value if type(k) is not str), None)
+        return "" if bad is None else f"the key {bad!r} is not a string"
+    return f"a {kind.__name__} is not JSON data"
+
+
+def check_json_data(value: Any, max_depth: int = MAX_DEPTH) -> None:
+    """:class:`DecodeError` unless ``value`` is plain JSON data (objects with string keys,
+    arrays, strings, finite numbers, booleans, null) nested at most ``max_depth`` levels:
+    what a YAML body may hold beyond JSON (dates, binary, non-string keys, NaN) is refused
+    before it is stored, since it could never be served back as JSON."""
+    if _walk(value, 0, max_depth):
+        return
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        problem = _json_problem(node)
+        if problem or depth > max_depth:
+            raise DecodeError(_locate(value, node, problem, max_depth))
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    raise DecodeError("the object is not JSON data")
+
+
+def _locate(root: Any, culprit: Any, problem: str, max_depth: int) -> str:
+    """The message for the first problem found, naming its path (a second, rare walk)."""
+    stack: list[tuple[Any, str, int]] = [(root, "", 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if depth > max_depth:
+            return f"the object nests more than {max_depth} levels deep (at {path[:200]})"
+        if node is culprit and problem:
+            return f"{path.lstrip('.') or 'the object'}: {problem}"
+        if isinstance(node, dict):
+            stack.extend((v, f"{path}.{k}", depth + 1) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(node))
+    return problem or f"the object nests more than {max_depth} levels deep"
 
 
 # --- validation ----------------------------------------------------------------------------------

@@ -78,6 +78,7 @@ def decode(rt: ResourceType, body: Any) -> dict[str, Any]:
         )
     obj = dict(body)
     try:
+        om.check_json_data(body)
         obj["metadata"] = om.decode_object_meta(
             body.get("metadata"), keep_unknown=rt.schema is not None
         )
@@ -151,6 +152,7 @@ def check_review(group: str, kind: str, body: Any) -> dict[str, Any]:
         )
     obj = dict(body)
     try:
+        om.check_json_data(body)
         obj["metadata"] = om.decode_object_meta(body.get("metadata"))
         shapes.decode_kind(group, kind, obj)
     except om.DecodeError as exc:
