@@ -13,8 +13,12 @@ rules (:mod:`trainer.api.objectmeta`: it decodes as ObjectMeta unchanged and val
 ConfigMap / Secret data are maps of strings. After every generated case, a label-selector
 list of pods answers 200, and a label-selector watch of pods does at the end of each test.
 
-Hypothesis is derandomized (the same cases on every run) and bounded; each test asserts how
-many requests it sent: 1,290 in all (see ``EXPECTED`` below).
+The same file also sends query parameters, DeleteOptions and review bodies of any shape, and
+YAML values JSON lacks (dates, binary, NaN, non-string keys), which must never be stored.
+
+Hypothesis is derandomized (the same cases on every run) and bounded: 9 generated tests of
+60 cases each plus 18 listed ones, 1,946 requests in all (the last test prints the count per
+test and checks each against ``FLOORS``); about 10 s on a laptop.
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ import base64
 import http.client
 import itertools
 import json
+import os
 import ssl
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -63,6 +68,13 @@ class Api:
     server: APIServer
     sent: int = 0
     codes: Counter[int] = field(default_factory=Counter)
+    per_test: Counter[str] = field(default_factory=Counter)
+
+    def count(self) -> None:
+        self.sent += 1
+        current = os.environ.get("PYTEST_CURRENT_TEST", "")
+        self.per_test[current.split("::")[-1].split(" ")[0].split("[")[0]] += 1
+
     _conn: http.client.HTTPConnection | None = field(default=None, repr=False)
 
     def _connection(self) -> http.client.HTTPConnection:
@@ -87,15 +99,23 @@ class Api:
         return {"Authorization": f"Bearer {user['token']}"} if user.get("token") else {}
 
     def request(
-        self, method: str, path: str, body: Any = NO_BODY, content_type: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: Any = NO_BODY,
+        content_type: str = "application/json",
+        *,
+        raw: bytes | None = None,
+        accept: str = "application/json",
     ) -> tuple[int, Any]:
-        """Send one request (``body`` as JSON, ``null`` included); the status and the decoded
-        JSON answer (None if not JSON)."""
-        raw = None if body is NO_BODY else json.dumps(body).encode()
-        headers = self.headers()
+        """Send one request (``body`` as JSON, ``null`` included, or ``raw`` bytes); the
+        status and the decoded JSON answer (None if not JSON)."""
+        if raw is None and body is not NO_BODY:
+            raw = json.dumps(body).encode()
+        headers = {**self.headers(), "Accept": accept}
         if raw is not None:
             headers["Content-Type"] = content_type
-        self.sent += 1
+        self.count()
         for attempt in range(2):
             conn = self._connection()
             try:
@@ -116,7 +136,7 @@ class Api:
 
     def watch_lines(self, path: str) -> tuple[int, list[str]]:
         """A watch that the server ends itself (``timeoutSeconds``): status and event lines."""
-        self.sent += 1
+        self.count()
         url = urlsplit(self.server.kubeconfig()["clusters"][0]["cluster"]["server"])
         conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
         try:
@@ -435,13 +455,19 @@ def target(api: Api, kind: Kind) -> dict[str, Any]:
 
 # --- the fuzz -----------------------------------------------------------------------------------
 
-EXPECTED = {
-    "create": 2 * 60,
-    "update": 4 * 60,
-    "patch": 4 * 60,
-    "apply": 3 * 60,
-    "status": 4 * 60,
-    "shapes": 0,
+#: The fewest requests each test sends (examples x requests per example); every test sends
+#: exactly this many or a few more (the first write of each target object).
+FLOORS = {
+    "test_create_never_stores_what_kube_refuses": 60 * 2,
+    "test_update_never_stores_what_kube_refuses": 60 * 3,
+    "test_patches_never_store_what_kube_refuses": 60 * 4,
+    "test_server_side_apply_never_stores_what_kube_refuses": 60 * 2,
+    "test_status_updates_never_store_what_kube_refuses": 60 * 4,
+    "test_bodies_of_any_shape_are_answered_with_a_status": 60 * 5,
+    "test_query_parameters_of_any_shape_are_answered": 60 * 5,
+    "test_delete_options_of_any_shape_are_answered": 60 * 3,
+    "test_review_bodies_of_any_shape_are_answered": 60 * 3,
+    "test_yaml_values_json_lacks_are_never_stored": 6 * 3 * 2,
 }
 KIND_INDEX = st.integers(min_value=0, max_value=len(KINDS) - 1)
 
@@ -581,6 +607,153 @@ def test_bodies_of_any_shape_are_answered_with_a_status(
         check_answer(kind, status, answer, f"{method} {path} {body!r}")
 
 
+QUERY_KEYS = [
+    "limit",
+    "continue",
+    "labelSelector",
+    "fieldSelector",
+    "resourceVersion",
+    "resourceVersionMatch",
+    "includeObject",
+    "propagationPolicy",
+    "dryRun",
+    "fieldManager",
+    "fieldValidation",
+]
+QUERY_VALUES = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(
+        [
+            "abc",
+            "-1",
+            "0",
+            "1",
+            "99999999999999999999999",
+            "1.5",
+            "a in (",
+            "!!a",
+            "a,,b",
+            "a notin (x),b!=c",
+            "metadata.name",
+            "metadata.name=x,spec.y!=z",
+            "eyJydiI6ImEiLCJucyI6MSwibmFtZSI6Mn0=",
+            "NotOlderThan",
+            "Exact",
+            "Bogus",
+            "All",
+        ]
+    ),
+)
+
+
+@FUZZ
+@given(
+    params=st.dictionaries(st.sampled_from(QUERY_KEYS), QUERY_VALUES, min_size=1, max_size=3),
+    table=st.booleans(),
+)
+def test_query_parameters_of_any_shape_are_answered(
+    api: Api, params: dict[str, str], table: bool
+) -> None:
+    query = urlencode(params)
+    tail = urlencode({"tailLines": params.get("limit", "2")})
+    accept = "application/json;as=Table;v=v1;g=meta.k8s.io" if table else "application/json"
+    for kind in (KINDS[0], KINDS[3]):
+        status, answer = api.request("GET", f"{kind.collection}?{query}", accept=accept)
+        assert status < 500, f"list {query}: {answer}"
+        if status >= 400:
+            check_answer(kind, status, answer, f"list {query}")
+    status, answer = api.request(
+        "GET",
+        f"/api/v1/namespaces/{NS}/pods/target-pods/log?{query}&{tail}",
+    )
+    assert status < 500, f"log {query}: {answer}"
+    name = fresh_name()
+    api.request("POST", KINDS[1].collection, KINDS[1].obj(name))
+    status, answer = api.request("DELETE", f"{KINDS[1].collection}/{name}?{query}")
+    assert status < 500, f"delete {query}: {answer}"
+
+
+@FUZZ
+@given(
+    options=st.one_of(
+        VALUES,
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "propagationPolicy": st.one_of(
+                    st.sampled_from(["Orphan", "Background", "Foreground", "x"]), VALUES
+                ),
+                "preconditions": st.one_of(
+                    st.fixed_dictionaries({}, optional={"uid": VALUES, "resourceVersion": VALUES}),
+                    VALUES,
+                ),
+                "dryRun": st.one_of(st.just(["All"]), VALUES),
+                "gracePeriodSeconds": VALUES,
+                "orphanDependents": VALUES,
+            },
+        ),
+    )
+)
+def test_delete_options_of_any_shape_are_answered(api: Api, options: Any) -> None:
+    kind = KINDS[1]
+    name = fresh_name()
+    status, _ = api.request("POST", kind.collection, kind.obj(name))
+    assert status == 201
+    status, answer = api.request("DELETE", f"{kind.collection}/{name}", options)
+    assert status < 500, f"delete {options!r}: {answer}"
+    if status >= 400:
+        check_answer(kind, status, answer, f"delete {options!r}")
+    status, answer = api.request("DELETE", f"{kind.collection}?labelSelector=none%3Dnone", options)
+    assert status < 500, f"deletecollection {options!r}: {answer}"
+
+
+@FUZZ
+@given(
+    body=st.one_of(VALUES, st.fixed_dictionaries({"spec": VALUES}, optional={"metadata": VALUES}))
+)
+def test_review_bodies_of_any_shape_are_answered(api: Api, body: Any) -> None:
+    for path in (
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        f"/api/v1/namespaces/{NS}/serviceaccounts/default/token",
+    ):
+        status, answer = api.request("POST", path, body)
+        assert status < 500, f"{path} {body!r}: {answer}"
+        if status >= 400:
+            assert isinstance(answer, dict) and answer.get("kind") == "Status", answer
+
+
+# Values YAML has and JSON lacks: each is refused or converted, never stored as is.
+YAML_VALUES = ["2024-01-01", "2024-01-01T10:00:00Z", "!!binary aGVsbG8=", ".nan", ".inf", "-.inf"]
+
+
+@pytest.mark.parametrize("value", YAML_VALUES)
+@pytest.mark.parametrize("where", ["labels", "data", "spec"])
+def test_yaml_values_json_lacks_are_never_stored(api: Api, value: str, where: str) -> None:
+    kind = KINDS[1] if where != "spec" else KINDS[0]
+    name = fresh_name()
+    lines = [
+        f"apiVersion: {kind.api_version}",
+        f"kind: {kind.kind}",
+        "metadata:",
+        f"  name: {name}",
+    ]
+    if where == "labels":
+        lines += ["  labels:", f"    a: {value}"]
+    elif where == "data":
+        lines += ["data:", f"  a: {value}", "  1: x"]
+    else:
+        lines += ["spec:", "  containers: [{name: c, image: busybox}]", f"  zz: {value}"]
+    raw = ("\n".join(lines) + "\n").encode()
+    path = f"{kind.collection}/{name}?fieldManager=fuzz"
+    status, answer = api.request(
+        "PATCH", path, raw=raw, content_type="application/apply-patch+yaml"
+    )
+    check_answer(kind, status, answer, f"apply {raw!r}")
+    status, answer = api.request("GET", kind.collection)
+    assert status == 200, answer
+
+
 def test_label_selector_list_and_watch_keep_answering(api: Api) -> None:
     """Runs after the fuzz (tests run in file order): every selector read still answers."""
     check_selectors_answer(api)
@@ -589,4 +762,14 @@ def test_label_selector_list_and_watch_keep_answering(api: Api) -> None:
     assert status == 200, body
     for item in body["items"]:
         check_object(KINDS[0], item, "listed pod")
+    for kind in KINDS:  # whatever the fuzz stored, every object still reads back valid
+        status, body = api.request("GET", kind.collection)
+        assert status == 200, body
+        for item in body["items"]:
+            check_object(kind, item, f"listed {kind.kind}")
+    for test, floor in FLOORS.items():
+        if api.per_test[test]:  # the test ran (not deselected)
+            assert api.per_test[test] >= floor, (test, api.per_test[test])
     print(f"\nmetadata fuzz: {api.sent} requests sent, answers {sorted(api.codes.items())}")
+    for test, sent in sorted(api.per_test.items()):
+        print(f"  {test}: {sent}")
