@@ -423,6 +423,16 @@ def test_messages_are_kubernetes_words() -> None:
     assert om.is_config_map_key("..a") == ["must not start with '..'"]
 
 
+def test_namespace_finalizers_are_standard_or_qualified() -> None:
+    ok = {"spec": {"finalizers": ["kubernetes", "example.com/cleanup"]}}
+    assert builtin.prepare(rt("namespaces"), ok) == []
+    bad = {"spec": {"finalizers": ["cleanup", "a b/c"]}}
+    errors = builtin.prepare(rt("namespaces"), bad)
+    assert {e.path for e in errors} == {"spec.finalizers"}
+    assert any("neither a standard finalizer name" in e.message for e in errors)
+    assert any(e.value == "a b/c" for e in errors)
+
+
 def test_data_keys_and_sizes_of_configmaps_and_secrets() -> None:
     cm = {"data": {"a b": "x", "ok": "y", "dup": "z"}, "binaryData": {"dup": "eA==", "..": ""}}
     fields = {(e.path, e.type) for e in builtin.prepare(rt("configmaps"), cm)}

@@ -165,6 +165,18 @@ def validate_name(rt: ResourceType, name: str) -> list[FieldError]:
     return [FieldError("metadata.name", INVALID, m, name) for m in name_rule(rt)(name, False)]
 
 
+STANDARD_FINALIZERS = frozenset({"kubernetes", "orphan", "foregroundDeletion"})
+
+
+def _kube_finalizer_name(name: str) -> list[str]:
+    """A Namespace's spec.finalizers: qualified names, and a name without a ``/`` prefix
+    must be one of Kubernetes' standard finalizers."""
+    errors = objectmeta.is_qualified_name(name)
+    if "/" not in name and name not in STANDARD_FINALIZERS:
+        errors.append("name is neither a standard finalizer name nor is it fully qualified")
+    return errors
+
+
 def _data_keys(path: str, keys: Any) -> list[FieldError]:
     return [
         FieldError(f"{path}[{key}]", INVALID, msg, key)
@@ -214,6 +226,11 @@ def prepare(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
             errors.append(FieldError("", TOO_LONG, f"may not be more than {MAX_DATA_SIZE} bytes"))
     elif kind == "Namespace":
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        errors += [
+            FieldError("spec.finalizers", INVALID, msg, name)
+            for name in obj["spec"]["finalizers"]
+            for msg in _kube_finalizer_name(name)
+        ]
         status = obj.setdefault("status", {})
         status.setdefault("phase", "Active")
     elif kind == "Pod":
