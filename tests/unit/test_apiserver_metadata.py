@@ -519,3 +519,23 @@ async def test_what_a_mutating_webhook_returns_is_checked_like_a_request() -> No
         await server.create(cms, "default", body("configmaps", {"name": "hooked"}))
     assert (err.value.code, err.value.details["causes"][0]["field"]) == (422, "metadata.labels")
     assert server.get_object("v1", "configmaps", "default", "hooked") is None
+
+
+@pytest.mark.parametrize(
+    ("before", "policy", "after"),
+    [
+        (["orphan"], "Foreground", ["foregroundDeletion"]),
+        (["foregroundDeletion", "example.com/f"], "Orphan", ["example.com/f", "orphan"]),
+    ],
+)
+async def test_a_deletion_policy_replaces_the_other_policys_finalizer(
+    before: list[str], policy: str, after: list[str]
+) -> None:
+    from trainer.local.apiserver import APIServer  # noqa: PLC0415
+
+    server = APIServer()
+    cms = server.resource("v1", "configmaps")
+    server.create_direct("v1", "ConfigMap", {"metadata": {"name": "f", "finalizers": before}})
+    deleted = await server.delete(cms, "default", "f", policy=policy)
+    assert deleted["metadata"]["finalizers"] == after
+    assert om.validate_finalizers(deleted["metadata"]["finalizers"], "metadata.finalizers") == []

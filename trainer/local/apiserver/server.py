@@ -1008,14 +1008,15 @@ class APIServer:
             return self._out(rt, old)
         policy = policy or ("Foreground" if rt.kind == "Namespace" else "Background")
         finalizers = list(meta.get("finalizers") or [])
-        if (
-            policy == "Foreground"
-            and "foregroundDeletion" not in finalizers
-            and rt.kind != "Namespace"
-        ):
-            finalizers.append("foregroundDeletion")
-        if policy == "Orphan" and "orphan" not in finalizers:
-            finalizers.append("orphan")
+        # The policy's finalizer replaces the other one: both are never set together.
+        if policy == "Foreground" and rt.kind != "Namespace":
+            finalizers = [f for f in finalizers if f != "orphan"]
+            if "foregroundDeletion" not in finalizers:
+                finalizers.append("foregroundDeletion")
+        if policy == "Orphan":
+            finalizers = [f for f in finalizers if f != "foregroundDeletion"]
+            if "orphan" not in finalizers:
+                finalizers.append("orphan")
         if rt.kind == "Namespace" or finalizers:
             if meta.get("deletionTimestamp"):
                 return self._out(rt, old)
