@@ -44,7 +44,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainer.api import crds, objectmeta
+from trainer.api import crds, names, objectmeta
 from trainer.local.apiserver import APIServer, builtin
 
 FUZZ = settings(
@@ -411,7 +411,7 @@ def check_object(kind: Kind, obj: dict[str, Any], what: str) -> None:
     meta = obj.get("metadata")
     decoded = objectmeta.decode_object_meta(meta)
     assert decoded == meta, f"{what}: metadata is not what ObjectMeta decodes: {meta}"
-    rule = builtin.NAME_RULES.get(("", kind.plural), objectmeta.name_is_dns_subdomain)
+    rule = builtin.NAME_RULES.get(("", kind.plural), names.name_is_dns_subdomain)
     errors = objectmeta.validate_object_meta(decoded, namespaced=True, name_rule=rule)
     assert errors == [], f"{what}: stored metadata is invalid: {errors}"
     assert decoded["namespace"] == NS, what

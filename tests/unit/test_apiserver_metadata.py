@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from trainer.api import names
 from trainer.api import objectmeta as om
 from trainer.local.apiserver import builtin, metadata
 from trainer.local.apiserver.errors import APIError
@@ -410,17 +411,17 @@ def test_messages_are_kubernetes_words() -> None:
         'ConfigMap "a" is invalid: metadata.ownerReferences.uid: Invalid value: "": uid must '
         "not be empty"
     )
-    assert om.is_dns1123_subdomain("A") == [
+    assert names.is_dns1123_subdomain("A") == [
         "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
         "'-' or '.', and must start and end with an alphanumeric character (e.g. "
         "'example.com', regex used for validation is "
         "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
     ]
-    assert om.is_qualified_name("a/b/c")[0].startswith("a qualified name must consist of")
-    assert om.is_qualified_name("/a") == ["prefix part must be non-empty"]
-    assert om.is_valid_label_value("x" * 64)[0] == "must be no more than 63 characters"
-    assert om.name_is_dns_subdomain("job-", True) == []  # a generateName may end in '-'
-    assert om.is_config_map_key("..a") == ["must not start with '..'"]
+    assert names.is_qualified_name("a/b/c")[0].startswith("a qualified name must consist of")
+    assert names.is_qualified_name("/a") == ["prefix part must be non-empty"]
+    assert names.is_valid_label_value("x" * 64)[0] == "must be no more than 63 characters"
+    assert names.name_is_dns_subdomain("job-", True) == []  # a generateName may end in '-'
+    assert names.is_config_map_key("..a") == ["must not start with '..'"]
 
 
 def test_namespace_finalizers_are_standard_or_qualified() -> None:

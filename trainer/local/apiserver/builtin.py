@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from trainer.api import objectmeta
+from trainer.api import names
 from trainer.api.errors import INVALID, REQUIRED, TOO_LONG, FieldError
 from trainer.local.apiserver.resources import Registry, ResourceType
 
@@ -142,20 +142,20 @@ def new_registry() -> Registry:
 
 RBAC = "rbac.authorization.k8s.io"
 #: The kinds whose names follow another rule than DNS-1123 subdomains (ValidateNameFunc).
-NAME_RULES: dict[tuple[str, str], objectmeta.NameRule] = {
-    ("", "namespaces"): objectmeta.name_is_dns_label,
-    ("", "services"): objectmeta.name_is_dns1035_label,
-    (RBAC, "roles"): objectmeta.path_segment_name,
-    (RBAC, "clusterroles"): objectmeta.path_segment_name,
-    (RBAC, "rolebindings"): objectmeta.path_segment_name,
-    (RBAC, "clusterrolebindings"): objectmeta.path_segment_name,
+NAME_RULES: dict[tuple[str, str], names.NameRule] = {
+    ("", "namespaces"): names.name_is_dns_label,
+    ("", "services"): names.name_is_dns1035_label,
+    (RBAC, "roles"): names.path_segment_name,
+    (RBAC, "clusterroles"): names.path_segment_name,
+    (RBAC, "rolebindings"): names.path_segment_name,
+    (RBAC, "clusterrolebindings"): names.path_segment_name,
 }
 MAX_DATA_SIZE = 1024 * 1024  # core.MaxSecretSize: ConfigMap and Secret data
 
 
-def name_rule(rt: ResourceType) -> objectmeta.NameRule:
+def name_rule(rt: ResourceType) -> names.NameRule:
     """The kind's ``ValidateNameFunc`` (custom resources: DNS-1123 subdomains)."""
-    return NAME_RULES.get(rt.key, objectmeta.name_is_dns_subdomain)
+    return NAME_RULES.get(rt.key, names.name_is_dns_subdomain)
 
 
 def validate_name(rt: ResourceType, name: str) -> list[FieldError]:
@@ -171,7 +171,7 @@ STANDARD_FINALIZERS = frozenset({"kubernetes", "orphan", "foregroundDeletion"})
 def _kube_finalizer_name(name: str) -> list[str]:
     """A Namespace's spec.finalizers: qualified names, and a name without a ``/`` prefix
     must be one of Kubernetes' standard finalizers."""
-    errors = objectmeta.is_qualified_name(name)
+    errors = names.is_qualified_name(name)
     if "/" not in name and name not in STANDARD_FINALIZERS:
         errors.append("name is neither a standard finalizer name nor is it fully qualified")
     return errors
@@ -181,7 +181,7 @@ def _data_keys(path: str, keys: Any) -> list[FieldError]:
     return [
         FieldError(f"{path}[{key}]", INVALID, msg, key)
         for key in keys
-        for msg in objectmeta.is_config_map_key(key)
+        for msg in names.is_config_map_key(key)
     ]
 
 
