@@ -20,7 +20,7 @@ The bodies issue 15 reported (``labels: "x"``, ``finalizers: [{}]``, ``apiVersio
 trainer.kubeflow.org/v9`` on the v1alpha1 path, integer names...) are kept as listed cases.
 
 Hypothesis is derandomized (the same cases on every run) and bounded: 9 generated tests of
-60 cases each plus 28 listed cases, 1,976 requests in all (the last test prints the count per
+60 cases each plus 34 listed cases, 1,988 requests in all (the last test prints the count per
 test and checks each against ``FLOORS``); about 10 s on a laptop.
 """
 
@@ -472,6 +472,7 @@ FLOORS = {
     "test_review_bodies_of_any_shape_are_answered": 60 * 3,
     "test_yaml_values_json_lacks_are_never_stored": 6 * 3 * 2,
     "test_the_reported_bodies_are_refused": 10 * 3,
+    "test_patches_the_fuzz_found_are_answered": 6 * 2,
 }
 KIND_INDEX = st.integers(min_value=0, max_value=len(KINDS) - 1)
 
@@ -682,6 +683,28 @@ def test_the_reported_bodies_are_refused(
     )
     assert status == 201 and answer["metadata"]["annotations"] == {"a": ""}, answer
     check_selectors_answer(api)
+
+
+# Patches longer runs of this fuzz (400 random cases per test) once answered 500 with.
+FOUND: list[tuple[str, Any]] = [
+    ("application/merge-patch+json", {"metadata": 1}),
+    ("application/merge-patch+json", {"metadata": [1]}),
+    ("application/strategic-merge-patch+json", {"metadata": {"finalizers": [[]]}}),
+    ("application/strategic-merge-patch+json", {"metadata": {"finalizers": [{}, {}]}}),
+    ("application/strategic-merge-patch+json", {"$deleteFromPrimitiveList/finalizers": 5}),
+    (
+        "application/strategic-merge-patch+json",
+        {"metadata": {"$deleteFromPrimitiveList/finalizers": [[]]}},
+    ),
+]
+
+
+@pytest.mark.parametrize(("content_type", "patch"), FOUND)
+def test_patches_the_fuzz_found_are_answered(api: Api, content_type: str, patch: Any) -> None:
+    kind = KINDS[0]
+    target(api, kind)
+    status, answer = api.request("PATCH", f"{kind.collection}/target-pods", patch, content_type)
+    check_answer(kind, status, answer, f"{content_type} {patch}")
 
 
 QUERY_KEYS = [

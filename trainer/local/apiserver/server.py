@@ -957,7 +957,8 @@ class APIServer:
             raise unsupported_media_type(content_type)
         if not isinstance(patched, dict):
             raise bad_request("the patch did not produce an object")
-        rv = (patched.get("metadata") or {}).get("resourceVersion")
+        patched = self._check_body(rt, patched, namespace, name)
+        rv = patched["metadata"].get("resourceVersion")
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(
                 rt.plural,
@@ -965,7 +966,6 @@ class APIServer:
                 name,
                 MODIFIED,
             )
-        patched = self._check_body(rt, patched, namespace, name)
         obj = await self._commit_update(
             rt,
             old,
