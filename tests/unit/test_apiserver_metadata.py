@@ -5,6 +5,7 @@ that never trust a stored type."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
@@ -540,3 +541,34 @@ async def test_a_deletion_policy_replaces_the_other_policys_finalizer(
     deleted = await server.delete(cms, "default", "f", policy=policy)
     assert deleted["metadata"]["finalizers"] == after
     assert om.validate_finalizers(deleted["metadata"]["finalizers"], "metadata.finalizers") == []
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"a": [value]}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"spec": {"when": datetime.date(2024, 1, 1)}}, "spec.when: a date"),
+        ({"spec": {"raw": b"x"}}, "spec.raw: a bytes is not JSON data"),
+        ({"data": {1: "x"}}, "data: the key 1 is not a string"),
+        ({"spec": {"x": [1.0, float("nan")]}}, "spec.x[1]: nan is not a JSON number"),
+        ({"spec": {"x": float("inf")}}, "spec.x: inf is not a JSON number"),
+        (_nested(60), "the object nests more than 100 levels deep"),
+    ],
+)
+def test_only_plain_json_data_is_stored(value: Any, message: str) -> None:
+    with pytest.raises(om.DecodeError) as err:
+        om.check_json_data(value)
+    assert message in str(err.value)
+    bad = answer("configmaps", {**body("configmaps"), "zz": value})
+    assert bad is not None and bad.code == 400
+
+
+def test_json_data_within_bounds_passes() -> None:
+    om.check_json_data(_nested(49))  # 98 levels: a dict and a list per step
+    om.check_json_data({"a": [1, 2.5, True, None, "x", {"b": []}], "c": 10**30})
