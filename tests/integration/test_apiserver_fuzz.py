@@ -47,6 +47,9 @@ from hypothesis import strategies as st
 from trainer.api import crds, names, objectmeta
 from trainer.local.apiserver import APIServer, builtin
 
+# celpy (the CEL rules of the CRDs) raises the recursion limit while Hypothesis runs.
+pytestmark = pytest.mark.filterwarnings("ignore:The recursion limit will not be reset")
+
 FUZZ = settings(
     max_examples=60,
     deadline=None,

@@ -478,6 +478,10 @@ def test_integer_query_parameters() -> None:
         with pytest.raises(APIError) as err:
             metadata.int_param({"limit": bad}, "limit")
         assert err.value.code == 400
+    assert metadata.int_param({"tailLines": "-1"}, "tailLines") == -1
+    with pytest.raises(APIError) as err:
+        metadata.int_param({"tailLines": "-1"}, "tailLines", options="PodLogOptions")
+    assert (err.value.code, err.value.details["causes"][0]["field"]) == (422, "tailLines")
 
 
 def test_review_bodies_are_decoded() -> None:

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.api import names
 from trainer.api import objectmeta as om
-from trainer.api.errors import UNSUPPORTED, FieldError
+from trainer.api.errors import INVALID, UNSUPPORTED, FieldError
 from trainer.local.apiserver import builtin, shapes
 from trainer.local.apiserver.errors import bad_request, invalid
 from trainer.local.apiserver.resources import ResourceType
@@ -206,13 +207,18 @@ def delete_options(body: Any, query: dict[str, str]) -> dict[str, Any]:
     return options
 
 
-def int_param(query: dict[str, str], key: str) -> int | None:
+def int_param(query: dict[str, str], key: str, *, options: str = "") -> int | None:
     """An integer query parameter (``limit``, ``timeoutSeconds``, ``tailLines``...): None when
-    absent, 400 BadRequest when it is not an integer."""
+    absent, 400 BadRequest when it is not an integer; with ``options`` (the kind of options
+    it belongs to, such as ``PodLogOptions``) a negative value is 422 Invalid."""
     raw = query.get(key)
     if raw is None or raw == "":
         return None
     text = raw.strip()
     if not text.lstrip("+-").isdigit() or len(text) > 19:
         raise bad_request(f'invalid value for {key}: "{raw[:100]}": must be an integer')
-    return int(text)
+    value = int(text)
+    if options and value < 0:
+        error = FieldError(key, INVALID, names.NEGATIVE_MSG, value)
+        raise invalid(options, "", "", [error])
+    return value

@@ -1081,7 +1081,7 @@ class APIServer:
         key = (route.namespace, route.name, container)
         if not flag(query.get("follow")):
             text = "".join(self.pod_logs.get(key, []))
-            tail = metadata.int_param(query, "tailLines")
+            tail = metadata.int_param(query, "tailLines", options="PodLogOptions")
             if tail:
                 text = "".join(text.splitlines(keepends=True)[-tail:])
             return web.Response(text=text, content_type="text/plain")
