@@ -83,21 +83,21 @@ class Api:
 
     _conn: http.client.HTTPConnection | None = field(default=None, repr=False)
 
+    def _new_connection(self) -> http.client.HTTPConnection:
+        cluster = self.server.kubeconfig()["clusters"][0]["cluster"]
+        url = urlsplit(cluster["server"])
+        if url.scheme != "https":
+            return http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+        ca = cluster.get("certificate-authority-data")
+        ctx = ssl.create_default_context(
+            cafile=cluster.get("certificate-authority"),
+            cadata=base64.b64decode(ca).decode() if ca else None,
+        )
+        return http.client.HTTPSConnection(url.hostname or "", url.port, timeout=30, context=ctx)
+
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            config = self.server.kubeconfig()
-            cluster = config["clusters"][0]["cluster"]
-            url = urlsplit(cluster["server"])
-            if url.scheme == "https":
-                ca = cluster.get("certificate-authority-data")
-                ctx = ssl.create_default_context(
-                    cadata=base64.b64decode(ca).decode() if ca else None
-                )
-                self._conn = http.client.HTTPSConnection(
-                    url.hostname or "", url.port, timeout=30, context=ctx
-                )
-            else:
-                self._conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+            self._conn = self._new_connection()
         return self._conn
 
     def headers(self) -> dict[str, str]:
@@ -143,8 +143,7 @@ class Api:
     def watch_lines(self, path: str) -> tuple[int, list[str]]:
         """A watch that the server ends itself (``timeoutSeconds``): status and event lines."""
         self.count()
-        url = urlsplit(self.server.kubeconfig()["clusters"][0]["cluster"]["server"])
-        conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+        conn = self._new_connection()
         try:
             conn.request("GET", path, headers=self.headers())
             resp = conn.getresponse()
