@@ -576,3 +576,21 @@ def test_only_plain_json_data_is_stored(value: Any, message: str) -> None:
 def test_json_data_within_bounds_passes() -> None:
     om.check_json_data(_nested(49))  # 98 levels: a dict and a list per step
     om.check_json_data({"a": [1, 2.5, True, None, "x", {"b": []}], "c": 10**30})
+
+
+def test_stored_objects_are_judged_by_the_same_rules() -> None:
+    cms = rt("configmaps")
+    good = {**body("configmaps", {"name": "a", "namespace": "default"}), "data": {"k": "v"}}
+    assert metadata.stored_problem(cms, good) == ""
+    assert "labels of type map[string]string" in metadata.stored_problem(
+        cms, body("configmaps", {"name": "a", "namespace": "default", "labels": "x"})
+    )
+    assert "uid must not be empty" in metadata.stored_problem(
+        cms,
+        body(
+            "configmaps",
+            {"name": "a", "namespace": "default", "ownerReferences": [{"kind": "Pod"}]},
+        ),
+    )
+    assert metadata.stored_problem(cms, body("configmaps", {"namespace": "default"})) != ""
+    assert metadata.stored_problem(cms, ["x"]) == "not an object: array"

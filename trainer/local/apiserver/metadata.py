@@ -33,7 +33,7 @@ from trainer.api import names
 from trainer.api import objectmeta as om
 from trainer.api.errors import INVALID, UNSUPPORTED, FieldError
 from trainer.local.apiserver import builtin, shapes
-from trainer.local.apiserver.errors import bad_request, invalid
+from trainer.local.apiserver.errors import APIError, bad_request, invalid
 from trainer.local.apiserver.resources import ResourceType
 
 
@@ -222,3 +222,26 @@ def int_param(query: dict[str, str], key: str, *, options: str = "") -> int | No
         error = FieldError(key, INVALID, names.NEGATIVE_MSG, value)
         raise invalid(options, "", "", [error])
     return value
+
+
+def stored_problem(rt: ResourceType, obj: Any) -> str:
+    """Why an object read back from storage (a state file written by an older version, say)
+    is not one this server would store now, or "" when it is. For a loader that refuses or
+    sets aside such rows instead of serving them."""
+    if not isinstance(obj, dict):
+        return f"not an object: {_json_type(obj)}"
+    meta = obj.get("metadata")
+    namespace = meta.get("namespace") if isinstance(meta, dict) else ""
+    name = meta.get("name") if isinstance(meta, dict) else ""
+    try:
+        checked = check(
+            rt,
+            obj,
+            namespace if isinstance(namespace, str) else "",
+            name if isinstance(name, str) else "",
+        )
+    except APIError as err:
+        return err.message
+    if not checked["metadata"].get("name"):
+        return "metadata.name: Required value"
+    return ""
