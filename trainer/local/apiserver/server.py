@@ -34,7 +34,7 @@ import yaml
 from aiohttp import web
 
 from trainer.local.apiserver import apply as ssa
-from trainer.local.apiserver import authn, builtin, crd, discovery, gc, protobuf, table
+from trainer.local.apiserver import authn, builtin, crd, discovery, gc, metadata, protobuf, table
 from trainer.local.apiserver.admission import Admission
 from trainer.local.apiserver.authz import subject_access_review
 from trainer.local.apiserver.errors import (
@@ -461,12 +461,10 @@ class APIServer:
             assert user is not None
             return _json(authn.self_review(user, rt.key, body, self._rbac), status=201)
         if rt.key == ACCESS_REVIEWS:
-            body = await self._body(request)
-            if not isinstance(body, dict):
-                raise APIError(400, "BadRequest", "the request body must be a JSON object")
+            review = metadata.check_review(rt.group, rt.kind, await self._body(request))
             rbac = "rbac.authorization.k8s.io"
             return _json(
-                subject_access_review(body, lambda plural: self.store.items((rbac, plural))),
+                subject_access_review(review, lambda plural: self.store.items((rbac, plural))),
                 status=201,
             )
         if verb == "watch":
@@ -537,8 +535,8 @@ class APIServer:
             )
             return _json(self._served(rt, obj), status=201 if created else 200, warnings=warnings)
         if verb == "delete":
-            options = _json_or_empty(await request.read())
-            policy = options.get("propagationPolicy") or query.get("propagationPolicy")
+            options = metadata.delete_options(_json_or_empty(await request.read()), query)
+            policy = options["propagationPolicy"]
             preconditions = options.get("preconditions") or {}
             result = await self.delete(
                 rt,
@@ -550,8 +548,8 @@ class APIServer:
             )
             return _json(result)
         if verb == "deletecollection":
-            options = _json_or_empty(await request.read())
-            policy = options.get("propagationPolicy") or query.get("propagationPolicy")
+            options = metadata.delete_options(_json_or_empty(await request.read()), query)
+            policy = options["propagationPolicy"]
             match = matcher(query.get("labelSelector"), query.get("fieldSelector"))
             items = self.store.select(rt.key, route.namespace or None, match)
             for obj in items:
@@ -573,9 +571,8 @@ class APIServer:
     async def _tokens(self, request: web.Request, route: Route) -> web.StreamResponse:
         """TokenRequest (``serviceaccounts/{name}/token``) and TokenReview: answers made,
         nothing stored."""
-        body = await self._body(request)
-        if not isinstance(body, dict):
-            raise APIError(400, "BadRequest", "the request body must be a JSON object")
+        kind = "TokenRequest" if route.subresource == "token" else route.rt.kind
+        body = metadata.check_review("authentication.k8s.io", kind, await self._body(request))
         now = self.hooks.clock.now().timestamp()
         if route.subresource == "token":
             sa = self._get_or_404(route.rt, route.namespace, route.name)
@@ -671,7 +668,7 @@ class APIServer:
         self, rt: ResourceType, namespace: str, query: dict[str, str]
     ) -> dict[str, Any]:
         match = matcher(query.get("labelSelector"), query.get("fieldSelector"))
-        limit = int(query.get("limit") or 0)
+        limit = metadata.int_param(query, "limit") or 0
         start: tuple[str, str] | None = None
         token = query.get("continue")
         if token:
@@ -722,35 +719,7 @@ class APIServer:
     def _check_body(
         self, rt: ResourceType, body: Any, namespace: str, name: str = ""
     ) -> dict[str, Any]:
-        if not isinstance(body, dict):
-            raise bad_request("the request body must be a JSON object")
-        api_version, kind = body.get("apiVersion"), body.get("kind")
-        if kind and kind != rt.kind:
-            raise bad_request(
-                f"the kind of the object ({kind}) does not match the resource ({rt.kind})"
-            )
-        if api_version and api_version.rpartition("/")[0] != rt.group:
-            raise bad_request(
-                f"the API version of the object ({api_version}) does not match the resource "
-                f"group ({rt.group or 'core'})"
-            )
-        meta = body.setdefault("metadata", {})
-        if not isinstance(meta, dict):
-            raise bad_request("metadata must be an object")
-        body_ns = meta.get("namespace")
-        if rt.namespaced:
-            if body_ns and namespace and body_ns != namespace:
-                raise bad_request(
-                    "the namespace of the provided object does not match the namespace sent on "
-                    "the request"
-                )
-            meta["namespace"] = namespace or body_ns or ""
-        else:
-            meta.pop("namespace", None)
-        if name and meta.get("name") and meta["name"] != name:
-            raise bad_request("the name of the object does not match the name on the URL")
-        body["apiVersion"], body["kind"] = rt.api_version, rt.kind
-        return body
+        return metadata.check(rt, body, namespace, name)
 
     async def create(
         self,
@@ -772,7 +741,8 @@ class APIServer:
             prefix = meta.get("generateName")
             if not prefix:
                 raise invalid(rt.kind, rt.group, "", builtin.validate_name(rt, ""))
-            meta["name"] = prefix + "".join(secrets.choice(GENERATE_CHARS) for _ in range(5))
+            # SimpleNameGenerator: at most 58 characters of the prefix, then 5 random ones.
+            meta["name"] = prefix[:58] + "".join(secrets.choice(GENERATE_CHARS) for _ in range(5))
         for key in (
             "uid",
             "resourceVersion",
@@ -1007,6 +977,7 @@ class APIServer:
                 raise bad_request("PATCH with apply requires a fieldManager")
             if not isinstance(body, dict):
                 raise bad_request("an apply patch must be an object")
+            metadata.check_apply_config(rt, body)
             config = copy.deepcopy(body)
             now = _now_rfc3339(self)
             if old is None:
@@ -1055,7 +1026,8 @@ class APIServer:
             raise unsupported_media_type(content_type)
         if not isinstance(patched, dict):
             raise bad_request("the patch did not produce an object")
-        rv = (patched.get("metadata") or {}).get("resourceVersion")
+        patched = self._check_body(rt, patched, namespace, name)
+        rv = patched["metadata"].get("resourceVersion")
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(
                 rt.plural,
@@ -1063,7 +1035,6 @@ class APIServer:
                 name,
                 MODIFIED,
             )
-        patched = self._check_body(rt, patched, namespace, name)
         obj = await self._commit_update(
             rt,
             old,
@@ -1106,14 +1077,15 @@ class APIServer:
             return self._out(rt, old)
         policy = policy or ("Foreground" if rt.kind == "Namespace" else "Background")
         finalizers = list(meta.get("finalizers") or [])
-        if (
-            policy == "Foreground"
-            and "foregroundDeletion" not in finalizers
-            and rt.kind != "Namespace"
-        ):
-            finalizers.append("foregroundDeletion")
-        if policy == "Orphan" and "orphan" not in finalizers:
-            finalizers.append("orphan")
+        # The policy's finalizer replaces the other one: both are never set together.
+        if policy == "Foreground" and rt.kind != "Namespace":
+            finalizers = [f for f in finalizers if f != "orphan"]
+            if "foregroundDeletion" not in finalizers:
+                finalizers.append("foregroundDeletion")
+        if policy == "Orphan":
+            finalizers = [f for f in finalizers if f != "foregroundDeletion"]
+            if "orphan" not in finalizers:
+                finalizers.append("orphan")
         if rt.kind == "Namespace" or finalizers:
             if meta.get("deletionTimestamp"):
                 return self._out(rt, old)
@@ -1178,9 +1150,9 @@ class APIServer:
         key = (route.namespace, route.name, container)
         if not flag(query.get("follow")):
             text = "".join(self.pod_logs.get(key, []))
-            tail = query.get("tailLines")
+            tail = metadata.int_param(query, "tailLines", options="PodLogOptions")
             if tail:
-                text = "".join(text.splitlines(keepends=True)[-int(tail) :])
+                text = "".join(text.splitlines(keepends=True)[-tail:])
             return web.Response(text=text, content_type="text/plain")
         resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await resp.prepare(request)
@@ -1254,14 +1226,13 @@ def _reason_for(code: int) -> str:
     }.get(code, "Unknown")
 
 
-def _json_or_empty(raw: bytes) -> dict[str, Any]:
+def _json_or_empty(raw: bytes) -> Any:
     if not raw:
         return {}
     try:
-        data = json.loads(raw)
+        return json.loads(raw)
     except ValueError:
         raise bad_request("the request body is not valid JSON") from None
-    return data if isinstance(data, dict) else {}
 
 
 def _json(body: Any, *, status: int = 200, warnings: list[str] | None = None) -> web.Response:
