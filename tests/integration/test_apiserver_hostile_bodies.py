@@ -12,8 +12,6 @@ import pytest
 from tests.e2e.hostile import billion_laughs
 from trainer.local.apiserver import APIServer
 
-TOKEN = "hostile-bodies"
-HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 APPLY = "application/apply-patch+yaml"
 CM = "/api/v1/namespaces/default/configmaps"
 
@@ -50,7 +48,7 @@ BODIES: dict[str, tuple[str, bytes, str]] = {
 
 @pytest.fixture
 async def server() -> AsyncIterator[APIServer]:
-    srv = APIServer(token=TOKEN)
+    srv = APIServer()
     await srv.start()
     try:
         yield srv
@@ -63,7 +61,8 @@ async def test_hostile_body_is_refused_fast_and_nothing_is_stored(
     server: APIServer, name: str
 ) -> None:
     content_type, body, words = BODIES[name]
-    async with aiohttp.ClientSession(headers=HEADERS) as session:
+    connector = aiohttp.TCPConnector(ssl=server.client_ssl_context())
+    async with aiohttp.ClientSession(connector=connector, headers=server.auth_headers()) as session:
         started = time.monotonic()
         if content_type == APPLY:
             url = f"{server.url}{CM}/{name}?fieldManager=test"
