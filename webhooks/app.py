@@ -48,7 +48,7 @@ from webhooks.body import (
     read_body,
 )
 from webhooks.lookup import ClusterLookup
-from webhooks.offload import Offload
+from webhooks.offload import Offload, WorkerFailed
 from webhooks.review import (
     MAX_OBJECT_DEPTH,
     PATH_MUTATE_TRAINJOB,
@@ -192,28 +192,15 @@ async def review_offloaded(
 ) -> Answer:
     """The review in a worker process; the caller holds a place in the offload's gate."""
     try:
-        async with offload.slot():
-            result = await offload.run(body, route.path, now)
-            if isinstance(result, Answer):
-                return result
-            view = await _view(lookup, result)
-            if isinstance(view, Outcome):
-                return answer(result.uid, result.meta, view)
-            final = await offload.run(body, route.path, now, view)
-            assert isinstance(final, Answer)
-            return final
-    except Exception as exc:
-        # The worker died (killed, out of memory) or could not start: this review fails, the
-        # pool is rebuilt for the next one.
-        log.exception("admission worker failed (route %s)", route.path)
-        uid = find_uid(body[:HEAD_BYTES])
+        return await offload.review(body, route.path, now, lambda needs: _view(lookup, needs))
+    except WorkerFailed as exc:
+        # The worker died (killed, out of memory), took too long or could not start: this
+        # review fails, the next one gets a new worker.
+        log.error("admission worker failed (route %s): %s", route.path, exc)
         outcome = Outcome(
-            False,
-            500,
-            "InternalError",
-            f"internal error in the admission webhook: the worker process failed "
-            f"({type(exc).__name__})",
+            False, 500, "InternalError", f"internal error in the admission webhook: {exc}"
         )
+        uid = find_uid(body[:HEAD_BYTES])
         if uid is None:
             return _problem_answer(HTTPProblem(500, "InternalError", outcome.message))
         return answer(uid, {"uid": uid}, outcome)
