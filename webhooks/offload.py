@@ -4,24 +4,26 @@ Why processes and not threads: the webhook shares its event loop with the contro
 under ``trainer up``, with the local API server). Admission is CPU-bound Python, and the
 heaviest parts (``json.loads``, pydantic-core's validation of a big object) run in C/Rust
 holding the GIL for 50-250 ms at a time, without the 5 ms switch interval a pure-Python thread
-would give back. Measured with four concurrent 2.3 MB mutations and a stream of small reviews
-(docs/local-plane.md, "Admission webhook limits"): with a worker *thread* the loop still
-stalled up to 200 ms (p99 160 ms); with worker *processes* it stayed under 5 ms and the large
-reviews finished sooner (two cores instead of one GIL). A review is bytes in, bytes out, so a
-process costs one copy of the body through a pipe: about a millisecond for 3 MB.
+would give back. Measured with hack/bench/webhook_large.py (four concurrent 2.3 MB mutations
+and a stream of small reviews, on a shared two-core machine; docs/local-plane.md, "Admission
+webhook limits"): the event loop stalled up to 2.2-6.5 s with everything inline, up to
+1.1-1.5 s with the work in threads, and up to 40-110 ms with worker processes, whose small
+reviews kept a p50 of 3-11 ms. A review is bytes in, bytes out, so a process costs one copy of
+the body through a pipe: about a millisecond for 3 MB.
 
 The workers are ``python -m webhooks.worker`` processes started and owned here (not
 ``multiprocessing``: no fork of a process with threads, no re-import of the caller's main
 module), speaking length-prefixed pickles over their stdin/stdout (:mod:`webhooks.worker`).
-They start with the first large review, run at nice 10 (the loop wins the CPU when both want
-it), and exit when their stdin closes.
+They start with the first large review (about a second: they import the admission code), run
+at nice 10 (the loop wins the CPU when both want it; the price is that large reviews wait for
+CPU the rest of the machine leaves them), and exit when their stdin closes.
 
 Routing: a review whose body is at most :data:`INLINE_MAX_BYTES` (32 KiB; a typical TrainJob
 review is 2-5 KB and takes about a millisecond) is decided inline, as before; a larger one goes
 to a worker. The TrainJob validator needs the cluster (runtime, JobSet, PriorityClasses): the
-worker answers :class:`~webhooks.review.Needs`, the loop reads the view through its lookup,
-and a worker is called again with it (parsing the body a second time, off the loop). The JobSet
-is sent without its spec: admission reads only its status (which replicated jobs are active).
+worker answers :class:`~webhooks.review.Needs`, the loop reads the view through its lookup, and
+the same worker, which kept the parsed review, finishes it. The JobSet is sent without its
+spec: admission reads only its status (which replicated jobs are active).
 
 Bounds, so a flood of huge reviews cannot exhaust memory or queue without end: at most
 ``workers`` reviews run at once (default: 2, or 1 on a one-CPU machine) and ``queue`` more
@@ -58,7 +60,7 @@ REVIEW_TIMEOUT = 30.0
 #: A worker that does not start within this long is a failure (it imports the admission code).
 START_TIMEOUT = 60.0
 #: The workers' CPU priority (nice): module docstring.
-WORKER_NICE = 0
+WORKER_NICE = 10
 _LENGTH = struct.Struct(">Q")
 _ROOT = str(Path(__file__).resolve().parents[1])
 
