@@ -13,6 +13,7 @@ import jsonpatch
 import pytest
 import yaml
 
+from trainer.admission.defaulter import default_trainjob
 from trainer.admission.trainjob import validate_trainjob
 from trainer.admission.types import ClusterView
 from trainer.api.errors import format_errors
@@ -862,3 +863,51 @@ async def test_no_benchmark_endpoints_in_the_production_app() -> None:
     body = review(trainjob())
     for path in ("/bench-echo", "/bench-allow"):
         assert (await post(body, path)).status == 404
+
+
+def _patch(manager: str, pool: str, time: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "manager": manager,
+        "trainingRuntimeSpec": {
+            "template": {"spec": {"network": {"publishNotReadyAddresses": pool == "a"}}}
+        },
+    }
+    if time is not None:
+        out["time"] = time
+    return out
+
+
+@pytest.mark.parametrize(
+    ("new_patches", "old_patches"),
+    [
+        pytest.param([_patch("a.io/x", "a")], None, id="create-stamped"),
+        pytest.param([_patch("a.io/x", "a", "2025-01-01T00:00:00Z")], None, id="create-kept"),
+        pytest.param(
+            [_patch("a.io/x", "b", "2025-01-01T00:00:00Z"), _patch("b.io/y", "a")],
+            [_patch("a.io/x", "a", "2025-01-01T00:00:00Z")],
+            id="update-changed-and-new",
+        ),
+        pytest.param(
+            [_patch("a.io/x", "a", "2026-01-01T00:00:00Z")],
+            [_patch("a.io/x", "a", "2025-01-01T00:00:00Z")],
+            id="update-unchanged-keeps-old-time",
+        ),
+        pytest.param([], None, id="empty-list"),
+    ],
+)
+async def test_the_defaulting_patch_is_the_whole_object_diff(
+    new_patches: list[dict[str, Any]], old_patches: list[dict[str, Any]] | None
+) -> None:
+    # The webhook diffs only spec.runtimePatches: the result must be the whole-object diff.
+    obj = trainjob(runtimePatches=new_patches, suspend=True)
+    old = trainjob(runtimePatches=old_patches, suspend=True) if old_patches is not None else None
+    operation = "UPDATE" if old is not None else "CREATE"
+    resp = await post(review(obj, operation=operation, old=old), PATH_MUTATE_TRAINJOB)
+    got = answer(resp)
+    new_model, old_model = TrainJob.from_wire(obj), TrainJob.from_wire(old) if old else None
+    expected = jsonpatch.make_patch(
+        new_model.to_wire(), default_trainjob(new_model, old_model, NOW).to_wire()
+    ).patch
+    patch = json.loads(base64.b64decode(got["patch"])) if "patch" in got else []
+    assert patch == expected
+    assert new_model.to_wire() == TrainJob.from_wire(obj).to_wire()  # input untouched
