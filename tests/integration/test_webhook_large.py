@@ -9,9 +9,9 @@ not a 500; large reviews run off the event loop, so a small review finishes whil
 in flight; beyond the worker queue a large review is denied 429; malformed and huge bodies
 never get a 5xx.
 
-Counts: 3 writes of a 1.44 MB TrainJob (6 large reviews through the API server), 2 oversized
-creates, 4 concurrent 0.7 MB reviews plus 1 small one, 4 reviews against a queue of 2, and 6
-malformed or huge bodies sent straight to the webhook.
+Counts: 3 writes of a 1.44 MB TrainJob (6 large reviews through the API server), 1 create of
+a 3 MiB one, 2 oversized creates, 4 concurrent 0.7 MB reviews plus 1 small one, 4 reviews
+against a queue of 2, and 6 malformed or huge bodies sent straight to the webhook.
 """
 
 from __future__ import annotations
@@ -217,6 +217,16 @@ async def test_a_large_trainjob_is_created_labelled_and_patched(env: Env) -> Non
     )
     assert resumed["spec"]["suspend"] is False
     assert env.offload.processes, "the large reviews ran in worker processes"
+
+
+async def test_an_object_at_the_api_servers_3_mib_limit_is_admitted(env: Env) -> None:
+    # kube-apiserver accepts request bodies up to 3 MiB; so must the local one and the webhook.
+    job = trainjob("at-limit", 3 * MIB - 4096)
+    assert 3 * MIB - 8192 < wire_size(job) < 3 * MIB
+    created = await env.custom.create_namespaced_custom_object(
+        GROUP, VERSION, "default", "trainjobs", job
+    )
+    assert created["metadata"]["name"] == "at-limit"
 
 
 async def test_a_create_over_the_webhook_limit_is_a_413_naming_the_size() -> None:
