@@ -259,10 +259,11 @@ def create_app(
         return handle
 
     async def _handle(request: Request, route: Route) -> Answer:
-        declared = request.headers.get("content-length", "")
+        header = request.headers.get("content-length", "")
+        declared = int(header) if header.isdigit() and len(header) <= 18 else -1
         placed = False
         try:
-            if declared.isdigit() and pool.inline_max_bytes < int(declared) <= max_body_bytes:
+            if pool.inline_max_bytes < declared <= max_body_bytes:
                 # A large review: take its place in the queue before reading it.
                 if not pool.try_enter():
                     return busy_answer(route, await _read_head(request), pool)

@@ -911,3 +911,20 @@ async def test_the_defaulting_patch_is_the_whole_object_diff(
     patch = json.loads(base64.b64decode(got["patch"])) if "patch" in got else []
     assert patch == expected
     assert new_model.to_wire() == TrainJob.from_wire(obj).to_wire()  # input untouched
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "99999999999999999999", "-5", "1e9"])
+async def test_odd_content_lengths_are_a_4xx(value: str) -> None:
+    resp = await asgi_request(
+        create_app(default_lookup()),
+        "POST",
+        PATH_VALIDATE_TRAINJOB,
+        review(trainjob()),
+        content_length=False,
+        headers=[("content-length", value)],
+    )
+    assert resp.status < 500, resp.body
+    if resp.status != 200:
+        assert resp.json()["kind"] == "Status"
+    else:
+        assert answer(resp).get("status", {}).get("code", 200) < 500
