@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,38 +94,44 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise HTTPProblem(400, "BadRequest", "Content-Length is not a number") from None
     chunks: list[bytes] = []
     total = 0
-    over = size is not None and size > limit
-    head = b""
-    loop = asyncio.get_running_loop()
+    stream = request.stream()
     try:
-        async with asyncio.timeout(None) as budget:
-            if over:
-                budget.reschedule(loop.time() + DRAIN_SECONDS)
-            async for chunk in request.stream():
+        if size is None or size <= limit:
+            async for chunk in stream:
                 total += len(chunk)
-                if not over and total > limit:
-                    over = True
-                    budget.reschedule(loop.time() + DRAIN_SECONDS)
+                if total > limit:
                     chunks.append(chunk)
-                    head = b"".join(chunks)[:HEAD_BYTES]
-                    chunks.clear()
-                elif over:
-                    if len(head) < HEAD_BYTES:
-                        head += chunk[: HEAD_BYTES - len(head)]
-                    # Past the drain bound, or declared so: keep the head, leave the rest.
-                    beyond = size is not None and size > DRAIN_BYTES
-                    if total > DRAIN_BYTES or (beyond and len(head) >= HEAD_BYTES):
-                        raise TooLarge(limit, head, size, drained=False)
-                else:
-                    chunks.append(chunk)
+                    break
+                chunks.append(chunk)
+            else:
+                return b"".join(chunks)
+    except ClientDisconnect:
+        raise HTTPProblem(400, "BadRequest", "the client disconnected mid-request") from None
+    await _drain(stream, limit, b"".join(chunks)[:HEAD_BYTES], size, total)
+    raise AssertionError("unreachable: _drain raises")
+
+
+async def _drain(
+    stream: AsyncIterator[bytes], limit: int, head: bytes, size: int | None, total: int
+) -> None:
+    """Read and drop the rest of a body over the limit, keeping its head; raise
+    :class:`TooLarge` (``drained`` when all of it was read within the bounds)."""
+    beyond = size is not None and size > DRAIN_BYTES
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for chunk in stream:
+                total += len(chunk)
+                if len(head) < HEAD_BYTES:
+                    head += chunk[: HEAD_BYTES - len(head)]
+                # Past the drain bound, or declared so: keep the head, leave the rest unread.
+                if total > DRAIN_BYTES or (beyond and len(head) >= HEAD_BYTES):
+                    raise TooLarge(limit, head, size, drained=False)
     except ClientDisconnect:
         raise HTTPProblem(400, "BadRequest", "the client disconnected mid-request") from None
     except TimeoutError:
         # The client is slow to send what we will not use: answer now, and close.
         raise TooLarge(limit, head, size, drained=False) from None
-    if over:
-        raise TooLarge(limit, head, size if size is not None else total, drained=True)
-    return b"".join(chunks)
+    raise TooLarge(limit, head, size if size is not None else total, drained=True)
 
 
 def find_uid(head: bytes) -> str | None:
