@@ -7,7 +7,8 @@ stream of small ones. For each, the small reviews' latency (p50/p99/max, measure
 request's scheduled start) and the large reviews' times. Where the large reviews run is the
 variable, on the same app:
 
-* ``process`` (the webhook's design: :mod:`webhooks.offload`, worker processes);
+* ``process`` (the webhook's design: :mod:`webhooks.offload`, worker processes at nice 10);
+* ``process-nice0``: the same at normal priority;
 * ``thread``: the same two steps in a thread of this process (``asyncio.to_thread``);
 * ``inline``: everything on the event loop (the webhook before issue 15).
 
@@ -84,7 +85,7 @@ def serve(cert_dir: Path, mode: str) -> None:
     tls.reload(cert_dir / "tls.crt", cert_dir / "tls.key")
     offload = {
         "process": Offload(),
-        "process-nice10": Offload(nice=10),
+        "process-nice0": Offload(nice=0),
         "thread": ThreadOffload(),
         "inline": Offload(inline_max_bytes=1 << 40),
     }[mode]
