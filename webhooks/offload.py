@@ -5,11 +5,10 @@ under ``trainer up``, with the local API server). Admission is CPU-bound Python,
 heaviest parts (``json.loads``, pydantic-core's validation of a big object) run in C/Rust
 holding the GIL for 50-250 ms at a time, without the 5 ms switch interval a pure-Python thread
 would give back. Measured with hack/bench/webhook_large.py (four concurrent 2.3 MB mutations
-and a stream of small reviews, on a shared two-core machine; docs/local-plane.md, "Admission
-webhook limits"): the event loop stalled up to 2.2-6.5 s with everything inline, up to
-1.1-1.5 s with the work in threads, and up to 40-110 ms with worker processes, whose small
-reviews kept a p50 of 3-11 ms. A review is bytes in, bytes out, so a process costs one copy of
-the body through a pipe: about a millisecond for 3 MB.
+and a stream of small reviews, then one 80,000-env validation; figures in docs/local-plane.md,
+"Admission webhook limits"): the webhook's loop stalled up to 0.7-1.7 s with everything inline,
+0.3-1.1 s with the work in threads, and 14-31 ms with worker processes. A review is bytes in,
+bytes out, so a process costs one copy of the body through a pipe: about a millisecond for 3 MB.
 
 The workers are ``python -m webhooks.worker`` processes started and owned here (not
 ``multiprocessing``: no fork of a process with threads, no re-import of the caller's main
