@@ -7,12 +7,20 @@ a pickle, answer ``(Answer | Needs, log records)`` (see :func:`webhooks.review.r
   keeps the parsed review here for the next request,
 * ``("finish", view)``: finish the kept review with the cluster view the parent read.
 
-Only its parent talks to it, over its own pipes. ``--nice N`` lowers its CPU priority. It exits
-when stdin closes (the parent stopped or died). Anything printed goes to stderr: stdout
-carries the protocol only.
+Only its parent talks to it, over its own pipes. ``--nice N`` lowers its CPU priority. It
+ignores SIGINT and exits when stdin closes (the parent stopped or died). Anything printed goes
+to stderr: stdout carries the protocol only.
 """
 
 from __future__ import annotations
+
+import signal
+
+# Ctrl-C reaches the whole process group: the parent decides when its workers stop (it closes
+# their stdin), so a worker neither dies mid-review nor prints a traceback (even while
+# importing, hence before the imports).
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 import contextlib
 import logging
@@ -96,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     requests = sys.stdin.buffer
-    with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
+    with contextlib.suppress(BrokenPipeError):
         serve(requests, answers)
     return 0
 
