@@ -392,14 +392,6 @@ async def read_view(lookup: ClusterLookup, keys: ViewKeys | None) -> ClusterView
     return ClusterView(runtime, error, jobset, priority_classes)
 
 
-async def cluster_view(
-    lookup: ClusterLookup, new: TrainJob, old: TrainJob | None, namespace: str, name: str
-) -> ClusterView:
-    """What admission of ``new`` needs to know, read through ``lookup``."""
-    prepared = Prepared({}, "UPDATE" if old else "CREATE", namespace, name, new, old)
-    return await read_view(lookup, view_keys(prepared))
-
-
 # ---------------------------------------------------------------------------------------------
 # Deciding
 
