@@ -276,7 +276,8 @@ def create_app(
                 return result
             except HTTPProblem as problem:
                 return _problem_answer(problem)
-            now_text = clock()
+            # Only the defaulter stamps the time.
+            now_text = clock() if route.path == PATH_MUTATE_TRAINJOB else ""
             if len(body) <= pool.inline_max_bytes:
                 return await review_inline(body, route, lookup, now_text)
             if not placed:
