@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.admission.types import ClusterView
-from webhooks.review import Answer, Needs, Outcome, answer
+from webhooks.review import Answer, Needs, Outcome
 
 log = logging.getLogger("webhooks.admission")
 
@@ -193,8 +193,8 @@ class Offload:
                 result = await self._call(worker, ("start", body, path, now))
                 if isinstance(result, Needs):
                     view = await read_view(result)
-                    if isinstance(view, Outcome):
-                        result = answer(result.uid, result.meta, view)
+                    if isinstance(view, Outcome):  # also frees the review the worker kept
+                        result = await self._call(worker, ("deny", view))
                     else:
                         result = await self._call(worker, ("finish", _slim(view)))
             except BaseException:

@@ -5,7 +5,8 @@ a pickle, answer ``(Answer | Needs, log records)`` (see :func:`webhooks.review.r
 
 * ``("start", body, path, now)``: review ``body``; a :class:`~webhooks.review.Needs` answer
   keeps the parsed review here for the next request,
-* ``("finish", view)``: finish the kept review with the cluster view the parent read.
+* ``("finish", view)``: finish the kept review with the cluster view the parent read,
+* ``("deny", outcome)``: answer the kept review with ``outcome`` (the view could not be read).
 
 Only its parent talks to it, over its own pipes. ``--nice N`` lowers its CPU priority. It
 ignores SIGINT and exits when stdin closes (the parent stopped or died). Anything printed goes
@@ -30,7 +31,7 @@ import struct
 import sys
 from typing import BinaryIO
 
-from webhooks.review import Answer, Needs, finish_review, run_review
+from webhooks.review import Answer, Needs, answer, finish_review, run_review
 
 _LENGTH = struct.Struct(">Q")
 
@@ -85,7 +86,11 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
         else:
             assert kept is not None, "finish without a kept review"
             needs, path, now = kept
-            result, kept = finish_review(needs, path, message[1], now), None
+            if message[0] == "finish":
+                result = finish_review(needs, path, message[1], now)
+            else:  # "deny": the view could not be read; the outcome says so
+                result = answer(needs.uid, needs.meta, message[1])
+            kept = None
         if isinstance(result, Needs):
             result = Needs(result.uid, result.meta, result.keys)  # the parsed review stays here
         out = pickle.dumps((result, collect.records), protocol=pickle.HIGHEST_PROTOCOL)

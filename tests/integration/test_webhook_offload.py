@@ -2,8 +2,9 @@
 a worker that dies or runs too long fails only its own review.
 
 Every review here is sent to two apps in-process (ASGI): one deciding inline, one sending every
-review to a worker (``inline_max_bytes=0``). Counts: 9 reviews compared on both, 1 worker
-killed mid-review, 1 review past its time limit, 2 reviews after those.
+review to a worker (``inline_max_bytes=0``). Counts: 9 reviews compared on both, 1 review whose
+cluster view cannot be read, 1 worker killed mid-review, 1 review past its time limit, 3
+reviews after those.
 """
 
 from __future__ import annotations
@@ -188,3 +189,26 @@ async def test_a_review_past_its_time_limit_is_denied_and_its_worker_replaced() 
         assert after.json()["response"]["allowed"] is True
     finally:
         await pool.close()
+
+
+class BrokenLookup(StaticLookup):
+    async def runtime(self, kind: str, namespace: str, name: str) -> Any:
+        raise ConnectionError("apiserver unreachable")
+
+
+async def test_a_cluster_that_cannot_be_read_is_the_same_denial(offload: Offload) -> None:
+    inline = create_app(BrokenLookup(), offload=Offload(inline_max_bytes=1 << 40))
+    workers = create_app(BrokenLookup(), offload=offload)
+    body = review(trainjob())
+    here = await asgi_request(inline, "POST", PATH_VALIDATE_TRAINJOB, body)
+    there = await asgi_request(workers, "POST", PATH_VALIDATE_TRAINJOB, body)
+    assert there.json() == here.json()
+    assert here.json()["response"]["status"] == {
+        "code": 500,
+        "reason": "InternalError",
+        "message": "internal error in the admission webhook: ConnectionError",
+    }
+    # The worker answered it (and dropped the review it kept): it serves the next one.
+    good = create_app(lookup(), now=lambda: NOW, offload=offload)
+    after = await asgi_request(good, "POST", PATH_VALIDATE_TRAINJOB, body)
+    assert after.json()["response"]["allowed"] is True
