@@ -96,11 +96,22 @@ def webhook_configurations(port: int) -> list[dict[str, Any]]:
     ]
 
 
+LOCAL_CLIENT_QPS = 0
+"""The local controller's ``clientConnection.qps``: 0, no client-side rate limit (the cluster
+default stays upstream's 50 qps / 100 burst). See docs/local-plane.md, "Throughput"."""
+LOCAL_TRAINJOB_CONCURRENCY = 16
+"""The local controller's TrainJob workers (a cluster's default stays upstream's 5): the bound
+on the requests it has in flight at once. See docs/local-plane.md, "Throughput"."""
+
+
 def local_config(
     webhook_port: int,
     status_server_port: int = c.DEFAULT_STATUS_SERVER_PORT,
     feature_gates: dict[str, bool] | None = None,
 ) -> Configuration:
+    """The controller's Configuration in the local plane: loopback addresses, and limits fit
+    for an API server that runs on the controller's own event loop (docs/local-plane.md,
+    "Throughput"): no client-side qps/burst, and more workers than a cluster's default."""
     config = parse_config(
         f"""
 apiVersion: config.trainer.kubeflow.org/v1alpha1
@@ -108,7 +119,9 @@ kind: Configuration
 webhook: {{port: {webhook_port}, host: 127.0.0.1}}
 metrics: {{bindAddress: "127.0.0.1:0"}}
 health: {{healthProbeBindAddress: "127.0.0.1:0"}}
-controller: {{groupKindConcurrency: {{TrainJob.trainer.kubeflow.org: 5}}}}
+controller:
+  groupKindConcurrency: {{TrainJob.trainer.kubeflow.org: {LOCAL_TRAINJOB_CONCURRENCY}}}
+clientConnection: {{qps: {LOCAL_CLIENT_QPS}}}
 statusServer: {{port: {status_server_port}}}
 """,
         "<local>",
