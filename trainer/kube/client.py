@@ -1,9 +1,20 @@
-"""Building a kubernetes_asyncio client: in-cluster configuration, or a kubeconfig."""
+"""Building a kubernetes_asyncio client: in-cluster configuration, or a kubeconfig.
+
+A client of a loopback API server (the local plane's) neither goes through a proxy from the
+environment nor reads ``~/.netrc``, as client-go, whose ``http.ProxyFromEnvironment`` never
+proxies loopback hosts and which has no netrc support. kubernetes_asyncio's session trusts the
+environment for every host: with ``HTTPS_PROXY`` set and no ``NO_PROXY``, the local plane's
+controller would send its requests for 127.0.0.1 to the proxy, and every request looks the
+proxy variables and ``~/.netrc`` up again in a worker thread (docs/local-plane.md,
+"Throughput"). Other hosts keep that behaviour (a cluster behind a proxy).
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import ssl
+from urllib.parse import urlsplit
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.api_client import ApiClient
@@ -59,4 +70,18 @@ async def new_api_client(
     except ssl.SSLError as exc:  # certificate data is first parsed here
         raise KubeconfigError(f"kubeconfig {path}: bad certificate or key: {exc}") from None
     api.user_agent = f"{qps_user_agent}/0.1.0"
+    if is_loopback(str(cfg.host)):
+        session = api.rest_client.pool_manager
+        session._trust_env = False  # aiohttp has no public setter; read back by .trust_env
     return api
+
+
+def is_loopback(url: str) -> bool:
+    """``url``'s host is ``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
