@@ -23,7 +23,10 @@ Per round, on a fresh plane:
    discovery cache is filled by one untimed run first);
 5. the ``trainer up`` process's CPU seconds over the burst (``/proc/<pid>/stat``) against the
    wall time: below 1.0 CPU-second per second, the one event loop was not saturated and the
-   plane waited on something other than work.
+   plane waited on something other than work (or, on a busy machine, for a CPU);
+6. with ``--profile``, py-spy (``pip install py-spy``) samples the plane during the burst: the
+   report gives the share of samples by part (API server, webhook, controller and its client,
+   executor, threads, the event loop's own I/O) and the functions with most samples.
 
 ``--rounds`` (3) rounds; the targets use the medians: ``jobsets_s`` <= 5 s for 300 TrainJobs,
 and kubectl p50 during the burst within 1 s. Every wait is bounded (``--timeout`` per burst,
@@ -31,7 +34,7 @@ and kubectl p50 during the burst within 1 s. Every wait is bounded (``--timeout`
 the CPU the rest of the machine used during it. Writes hack/bench/reports/localplane.json.
 
     python hack/bench/localplane.py [--jobs 300] [--concurrency 32] [--rounds 3]
-        [--kubectl-runs 8] [--kubectl-gap 0.5] [--timeout 120] [--out PATH]
+        [--kubectl-runs 8] [--kubectl-gap 0.5] [--timeout 120] [--profile] [--out PATH]
 """
 
 from __future__ import annotations
@@ -315,6 +318,7 @@ async def one_round(args: argparse.Namespace, index: int) -> dict[str, Any]:
                 seen: dict[str, float] = {}
                 watcher = asyncio.create_task(watch_jobsets(kube, NAMESPACE, rv, args.jobs, seen))
                 await asyncio.sleep(0.2)  # the watch is open before the first create
+                profiler = await Profiler.start(plane.pid, Path(tmp)) if args.profile else None
                 cpu0, busy0 = proc_cpu_seconds(plane.pid), machine_busy_seconds()
                 own0 = sum(os.times()[:4])
                 started = time.monotonic()
@@ -338,6 +342,7 @@ async def one_round(args: argparse.Namespace, index: int) -> dict[str, Any]:
                 stop_kubectl.set()
                 created_at, errors = await creates
                 cpu = proc_cpu_seconds(plane.pid) - cpu0
+                profile = await profiler.stop() if profiler is not None else None
                 wall = (finished or time.monotonic()) - started
                 other = machine_busy_seconds() - busy0 - cpu - (sum(os.times()[:4]) - own0)
                 during = await kubectl
@@ -364,7 +369,79 @@ async def one_round(args: argparse.Namespace, index: int) -> dict[str, Any]:
         "other_processes_cpu_s": round(max(0.0, other), 2),
         "kubectl_idle": percentiles(idle),
         "kubectl_during_burst": {"runs": len(during), **percentiles(during)},
+        **({"profile": profile} if profile is not None else {}),
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# --profile: py-spy on the plane during the burst
+
+COMPONENTS = (
+    # (component, substrings of a frame): the outermost frame of a sample that matches one
+    # names the part of the plane the sample belongs to.
+    ("apiserver", ("trainer/local/apiserver/",)),
+    ("webhook", ("webhooks/", "/uvicorn/", "/starlette/", "/fastapi/")),
+    ("controller", ("trainer/controller/", "trainer/kube/")),
+    ("executor", ("trainer/local/executor/",)),
+    ("threads", ("concurrent/futures/thread.py",)),
+)
+
+
+def py_spy() -> str | None:
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+@dataclass
+class Profiler:
+    """``py-spy record`` of the ``trainer up`` process (100 Hz, active samples only), stopped
+    with SIGINT when the burst is over; :meth:`stop` returns the share of samples by part of
+    the plane and the functions with the most samples of their own."""
+
+    proc: asyncio.subprocess.Process
+    out: Path
+
+    @classmethod
+    async def start(cls, pid: int, workdir: Path) -> Profiler:
+        exe = py_spy()
+        if exe is None:
+            raise RuntimeError("--profile needs py-spy (pip install py-spy)")
+        out = workdir / "profile.txt"
+        cmd = [exe, "record", "-p", str(pid), "-r", "100", "-f", "raw", "-o", str(out)]
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, "--nonblocking", stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+        )
+        await asyncio.sleep(0.5)  # attached
+        if proc.returncode is not None:
+            raise RuntimeError(f"py-spy exited {proc.returncode} (ptrace not permitted?)")
+        return cls(proc, out)
+
+    async def stop(self) -> dict[str, Any]:
+        self.proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(self.proc.wait(), 30)
+        by_part: dict[str, int] = {}
+        own: dict[str, int] = {}
+        total = 0
+        for line in self.out.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            n = int(count)
+            total += n
+            frames = stack.split(";")
+            part = next(
+                (name for f in frames for name, marks in COMPONENTS if any(m in f for m in marks)),
+                "event loop and I/O",
+            )
+            by_part[part] = by_part.get(part, 0) + n
+            own[frames[-1]] = own.get(frames[-1], 0) + n
+
+        def share(n: int) -> float:
+            return round(100 * n / total, 1) if total else 0.0
+
+        return {
+            "samples": total,
+            "share_pct": {k: share(v) for k, v in sorted(by_part.items(), key=lambda x: -x[1])},
+            "top_own_pct": {k: share(v) for k, v in sorted(own.items(), key=lambda x: -x[1])[:15]},
+        }
 
 
 def source_state() -> dict[str, Any]:
@@ -456,6 +533,7 @@ def main() -> int:
     parser.add_argument(
         "--kubectl-gap", type=float, default=0.5, help="seconds between kubectl get runs"
     )
+    parser.add_argument("--profile", action="store_true", help="py-spy the plane during each burst")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per burst")
     parser.add_argument("--out", type=Path, default=ROOT / "hack/bench/reports/localplane.json")
     args = parser.parse_args()
