@@ -117,7 +117,11 @@ class Admission:
         dry_run: bool,
         field_validation: str,
         warnings: list[str],
+        subresource: str = "",
     ) -> dict[str, Any]:
+        """Decode, default, validate and call the webhooks whose rules match the request
+        (``subresource``: a write to ``<plural>/status`` matches only rules naming it, as in
+        kube-apiserver)."""
         name = obj["metadata"].get("name", "")
         if rt.schema is not None:
             obj = self._decode(rt, obj, field_validation, warnings)
@@ -129,7 +133,14 @@ class Admission:
             if errors:
                 raise invalid(rt.kind, rt.group, name, errors)
         mutated = await self._webhooks(
-            rt, operation, obj, old, mutating=True, dry_run=dry_run, warnings=warnings
+            rt,
+            operation,
+            obj,
+            old,
+            mutating=True,
+            dry_run=dry_run,
+            warnings=warnings,
+            subresource=subresource,
         )
         if mutated is not obj:  # a webhook's patch is decoded and checked as a request body is
             mutated = metadata.check(rt, mutated, obj["metadata"].get("namespace") or "", name)
@@ -156,7 +167,14 @@ class Admission:
                     + format_errors(denied),
                 )
         await self._webhooks(
-            rt, operation, obj, old, mutating=False, dry_run=dry_run, warnings=warnings
+            rt,
+            operation,
+            obj,
+            old,
+            mutating=False,
+            dry_run=dry_run,
+            warnings=warnings,
+            subresource=subresource,
         )
         return obj
 

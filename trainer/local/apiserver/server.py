@@ -892,6 +892,7 @@ class APIServer:
             dry_run=dry_run,
             field_validation=field_validation,
             warnings=warnings,
+            subresource=subresource,
         )
         current = self.store.get(rt.key, old_meta.get("namespace") or "", old_meta["name"])
         if current is None:
