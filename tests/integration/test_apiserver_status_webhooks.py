@@ -35,10 +35,11 @@ def closed_port() -> int:
 
 def configuration(kind: str, resources: list[str], port: int) -> dict[str, Any]:
     mutating = kind == "MutatingWebhookConfiguration"
+    slug = "-".join(resources).replace("/", "-").replace("*", "all")
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": kind,
-        "metadata": {"name": f"{'m' if mutating else 'v'}-{'-'.join(resources).replace('/', '.')}"},
+        "metadata": {"name": f"{'m' if mutating else 'v'}-{slug}"},
         "webhooks": [
             {
                 "name": f"{'defaulter' if mutating else 'validator'}.trainjob.example.com",
