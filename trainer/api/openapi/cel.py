@@ -19,6 +19,11 @@ cel-python differs from cel-go in places; this module narrows the gap:
 * ``optionalOldSelf`` binds ``oldSelf`` to an optional with ``hasValue()``, ``value()`` and
   ``orValue(x)``.
 
+On an update, rules that do not reference ``oldSelf`` are not evaluated on a node whose value
+equals the old one: kube-apiserver's CRD validation ratcheting (on by default since 1.30)
+ignores their failures there, and skipping them saves a status patch from re-checking the
+whole spec (docs/local-plane.md, "Throughput"). Transition rules always run.
+
 Every failure (a syntax error, a missing key, a type mismatch) becomes a :class:`FieldError`;
 nothing here raises.
 """
@@ -599,20 +604,48 @@ def validate_rules(
 
 
 def _walk(
-    schema: Schema, value: Any, old: Any, path: str, errors: list[FieldError], *, resource: bool
+    schema: Schema,
+    value: Any,
+    old: Any,
+    path: str,
+    errors: list[FieldError],
+    *,
+    resource: bool,
+    unchanged: bool = False,
 ) -> None:
+    """``unchanged``: an ancestor object equals its old value, so this node does too
+    (ratcheting)."""
     if value is None:
         return
+    if not unchanged and old is not ABSENT and old is not None:
+        unchanged = bool(value == old)
     rules = schema.get("x-kubernetes-validations")
     if isinstance(rules, list) and rules:
-        _run_rules(schema, rules, value=value, old=old, path=path, errors=errors, resource=resource)
+        _run_rules(
+            schema,
+            rules,
+            value=value,
+            old=old,
+            path=path,
+            errors=errors,
+            resource=resource,
+            ratchet=unchanged,
+        )
     if isinstance(value, Mapping):
         for key, item in value.items():
             sub, is_prop = child_schema(schema, key)
             if sub is None:
                 continue
             old_item = old.get(key, ABSENT) if isinstance(old, Mapping) else ABSENT
-            _walk(sub, item, old_item, child_path(path, key, is_prop), errors, resource=False)
+            _walk(
+                sub,
+                item,
+                old_item,
+                child_path(path, key, is_prop),
+                errors,
+                resource=False,
+                unchanged=unchanged,
+            )
     elif isinstance(value, list):
         items = sub_schema(schema.get("items"))
         if items is None:
@@ -623,6 +656,8 @@ def _walk(
             if old_items and isinstance(item, Mapping):
                 identity = map_key_identity(list_map_key_values(schema, item))
                 old_value = old_items.get(identity, ABSENT)
+            # Items are not ratcheted through their list: only map-list items are correlated
+            # with an old item (and compared with it), as kube-apiserver correlates them.
             _walk(items, item, old_value, join_path(path, i), errors, resource=False)
 
 
@@ -646,7 +681,10 @@ def _run_rules(
     path: str,
     errors: list[FieldError],
     resource: bool,
+    ratchet: bool = False,
 ) -> None:
+    """Evaluate ``rules`` at one node; with ``ratchet`` (the node is unchanged by an update)
+    only the transition rules."""
     has_old = old is not ABSENT and old is not None
     converted: dict[bool, Any] = {}  # self and oldSelf, converted once for all rules
 
@@ -666,6 +704,8 @@ def _run_rules(
         if compiled.error:
             errors.append(FieldError(path, INVALID, f"rule compile error: {compiled.error}", value))
             continue
+        if ratchet and not compiled.transition:
+            continue  # unchanged: kube-apiserver would ignore its failure (ratcheting)
         optional_old = spec.get("optionalOldSelf") is True
         if compiled.transition and not has_old and not optional_old:
             continue  # a transition rule runs only on update, where the node existed
