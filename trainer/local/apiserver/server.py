@@ -111,6 +111,7 @@ class APIServer:
         max_body: int = DEFAULT_MAX_BODY,
         history: int = 10_000,
         state_file: str | None = None,
+        reset_damaged_state: bool = False,
     ) -> None:
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError("the local API server listens on loopback only")
@@ -130,14 +131,25 @@ class APIServer:
         self._site: web.TCPSite | None = None
         self._stopping = asyncio.Event()
         self.state_file = state_file
-        self._persistence: Any = None
-        self._bootstrap()
+        self._persistence: Persistence | None = None
+        self._bootstrap(reset_damaged_state)
 
     # --- lifecycle --------------------------------------------------------------------------
-    def _bootstrap(self) -> None:
+    def _bootstrap(self, reset_damaged_state: bool) -> None:
         if self.state_file:
-            self._persistence = Persistence(self, self.state_file)
-            self._persistence.load()
+            self._persistence = Persistence(
+                self, self.state_file, reset_damaged=reset_damaged_state
+            )
+            try:
+                self._persistence.load()
+                self._bootstrap_objects()
+            except BaseException:
+                self._persistence.close()
+                raise
+        else:
+            self._bootstrap_objects()
+
+    def _bootstrap_objects(self) -> None:
         for ns in SYSTEM_NAMESPACES:
             if self.store.get(("", "namespaces"), "", ns) is None:
                 self.create_direct("v1", "Namespace", {"metadata": {"name": ns}})
@@ -872,8 +884,8 @@ class APIServer:
         if dry_run:
             return new
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            self.store.put(rt.key, new, old)
-            self._remove(rt, new)
+            # The last finalizer is gone: stored and deleted in one persisted batch.
+            self._after_delete(rt, self.store.put_and_remove(rt.key, new, old)[1])
             return new
         self.store.put(rt.key, new, old)
         self._after_write(rt, new, old)
