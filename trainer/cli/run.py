@@ -16,9 +16,11 @@ from trainer.api import constants as c
 from trainer.api.load import ObjectError
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
+from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
 from trainer.controller.config import parse_feature_gates
 from trainer.kube import resources as r
 from trainer.kube.rest import APIError
+from trainer.local.apiserver.statefile import StateFileError
 from trainer.observability.logging import setup_logging
 
 PLURALS = {
@@ -223,12 +225,17 @@ def run(
 
 
 async def _up(
-    kubeconfig: Path, state_file: str | None, port: int, gates: dict[str, bool] | None = None
+    kubeconfig: Path,
+    state_file: str | None,
+    port: int,
+    gates: dict[str, bool] | None = None,
+    reset_damaged_state: bool = False,
 ) -> None:
     printer = Printer()
     plane = await start_local_plane(
         work_dir=Path.cwd(),
         state_file=state_file,
+        reset_damaged_state=reset_damaged_state,
         port=port,
         on_log=printer.log,
         feature_gates=gates,
@@ -258,9 +265,8 @@ def up(
     kubeconfig: Annotated[Path, typer.Option(help="Where to write the kubeconfig.")] = Path(
         "trainer-local.kubeconfig"
     ),
-    state_file: Annotated[
-        str | None, typer.Option(help="SQLite file keeping objects across restarts.")
-    ] = None,
+    state_file: StateFileOption = None,
+    reset_damaged_state: ResetDamagedOption = False,
     port: Annotated[int, typer.Option(help="API server port on 127.0.0.1 (0: any).")] = 0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     feature_gates: Annotated[
@@ -271,5 +277,8 @@ def up(
     `trainer` commands work against the kubeconfig it writes) until SIGINT/SIGTERM."""
     gates = _gates(feature_gates)
     setup_logging("DEBUG" if verbose else "INFO", "text")
-    asyncio.run(_up(kubeconfig, state_file, port, gates))
+    try:
+        asyncio.run(_up(kubeconfig, state_file, port, gates, reset_damaged_state))
+    except StateFileError as err:
+        raise refuse(err) from None
     sys.exit(0)

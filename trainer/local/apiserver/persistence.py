@@ -64,7 +64,12 @@ class Persistence:
             except StateFileError as err:
                 if not (err.damaged and reset_damaged):
                     raise
-                self.moved_to = move_aside(path)
+                try:
+                    self.moved_to = move_aside(path)
+                except OSError as exc:
+                    raise StateFileError(
+                        path, f"{err.problem}, and it cannot be moved aside: {exc.strerror}"
+                    ) from None
                 log.warning("%s; moved to %s, starting empty", err, self.moved_to)
                 self.db = open_state(path)
         except BaseException:

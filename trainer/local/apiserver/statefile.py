@@ -62,6 +62,7 @@ class StateLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        _check_place(self.path)
         try:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
@@ -128,13 +129,18 @@ def open_state(path: str) -> sqlite3.Connection:
     return db
 
 
-def _check_file(path: str) -> None:
+def _check_place(path: str) -> None:
+    """What can be told before taking the lock (which creates ``FILE.lock`` beside it)."""
     if os.path.isdir(path):
         raise StateFileError(path, "is a directory, not a state file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise StateFileError(path, f"cannot be created: directory {parent} does not exist")
+
+
+def _check_file(path: str) -> None:
+    _check_place(path)
     if not os.path.lexists(path):
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            raise StateFileError(path, f"cannot be created: directory {parent} does not exist")
         return
     if not os.path.isfile(path):
         raise StateFileError(path, "is not a regular file")
@@ -194,6 +200,10 @@ def move_aside(path: str) -> str:
     ``FILE.damaged-<UTC timestamp>``; returns the new name. The caller holds the lock."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = f"{path}.damaged-{stamp}"
+    n = 0
+    while os.path.lexists(target):  # never overwrite an earlier one
+        n += 1
+        target = f"{path}.damaged-{stamp}-{n}"
     os.replace(path, target)
     for suffix in ("-wal", "-shm"):
         if os.path.exists(path + suffix):
