@@ -499,7 +499,7 @@ class APIServer:
             items = self.store.select(rt.key, route.namespace or None, match)
             for obj in items:
                 meta = obj["metadata"]
-                with contextlib.suppress(APIError):
+                try:
                     await self.delete(
                         rt,
                         meta.get("namespace") or "",
@@ -507,6 +507,9 @@ class APIServer:
                         policy=policy,
                         dry_run=dry_run,
                     )
+                except APIError as err:
+                    if err.code >= 500:  # not persisted: never report it deleted
+                        raise
             return _json(self._list_body(rt, [self._out(rt, o) for o in items]))
         raise method_not_allowed(f"{request.method} is not supported")
 
