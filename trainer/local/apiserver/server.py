@@ -57,6 +57,7 @@ from trainer.local.apiserver.patch import (
     strategic_merge_patch,
 )
 from trainer.local.apiserver.persistence import Persistence
+from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import flag, matcher
 from trainer.local.apiserver.store import Event, Store
@@ -143,6 +144,11 @@ class APIServer:
             try:
                 self._persistence.load()
                 self._bootstrap_objects()
+            except APIError as err:  # the first writes could not be stored
+                self._persistence.close()
+                raise StateFileError(
+                    self.state_file, f"cannot be written ({err.message})"
+                ) from None
             except BaseException:
                 self._persistence.close()
                 raise

@@ -110,10 +110,15 @@ def open_state(path: str) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise StateFileError(path, f"cannot be opened: {exc}") from None
     try:
-        problems = [str(r[0]) for r in db.execute("PRAGMA quick_check(3)").fetchall()]
+        problems = [
+            line.strip()
+            for (text,) in db.execute("PRAGMA quick_check(3)").fetchall()
+            for line in str(text).splitlines()
+            if line.strip() and not line.startswith("*** in database")
+        ]
         if problems != ["ok"]:
             raise StateFileError(
-                path, "is damaged (integrity check: " + "; ".join(problems) + ")", damaged=True
+                path, f"is damaged (integrity check: {'; '.join(problems)})", damaged=True
             )
         _check_schema(path, db)
         mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
