@@ -57,9 +57,9 @@ from trainer.local.apiserver.patch import (
     strategic_merge_patch,
 )
 from trainer.local.apiserver.persistence import Persistence
-from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import flag, matcher
+from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.apiserver.store import Event, Store
 from trainer.local.apiserver.tokens import TokenIssuer, TokenRequestError
 from trainer.local.apiserver.watch import serve_watch
