@@ -11,6 +11,8 @@ write is persisted first: the new object and its resourceVersion are computed, h
 backend as one batch, and only once it returns are the objects, the clock, the history, the
 watchers and the ``on_write`` hooks changed. A backend that raises leaves all of them as they
 were, so no client ever sees a write the file does not hold, and the clock has no gap.
+``on_write`` hooks run as each event is emitted and must not write to the store themselves
+(a batch's versions are fixed before its first event); they may schedule writes.
 """
 
 from __future__ import annotations
