@@ -185,3 +185,39 @@ async def test_a_dependent_keeps_its_remaining_owners_after_a_restart(tmp_path: 
         assert [r["name"] for r in kept["metadata"]["ownerReferences"]] == ["stays"]
     finally:
         await server.stop()
+
+
+async def test_a_file_from_before_row_checksums_is_upgraded_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    old = sqlite3.connect(path)
+    old.executescript(
+        """
+        CREATE TABLE objects (
+            grp TEXT NOT NULL, plural TEXT NOT NULL, namespace TEXT NOT NULL,
+            name TEXT NOT NULL, rv INTEGER NOT NULL, body TEXT NOT NULL,
+            PRIMARY KEY (grp, plural, namespace, name)
+        );
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        """
+    )
+    body = {**configmap("old"), "metadata": {"name": "old", "namespace": "default", "uid": "u1"}}
+    old.execute(
+        "INSERT INTO objects VALUES ('', 'configmaps', 'default', 'old', 7, ?)",
+        (json.dumps(body),),
+    )
+    old.execute("INSERT INTO meta VALUES ('rv', '9')")
+    old.commit()
+    old.close()
+    server = await started(path)
+    try:
+        kept = server.get_object("v1", "configmaps", "default", "old")
+        assert kept is not None and kept["metadata"]["uid"] == "u1"
+        created = server.create_direct("v1", "ConfigMap", configmap("new"))
+        assert int(created["metadata"]["resourceVersion"]) > 9
+    finally:
+        await server.stop()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (1,)
+    assert db.execute("SELECT crc IS NULL FROM objects WHERE name = 'old'").fetchone() == (1,)
+    assert db.execute("SELECT crc IS NULL FROM objects WHERE name = 'new'").fetchone() == (0,)
+    db.close()
