@@ -79,9 +79,15 @@ class StateLock:
                 self.path,
                 f"is in use by {who} (lock {self.lock_path}); stop it or use another state file",
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:
+            self.release()
+            raise StateFileError(
+                self.path, f"cannot write its lock file {self.lock_path}: {exc.strerror}"
+            ) from None
 
     def release(self) -> None:
         if self._fd is not None:
