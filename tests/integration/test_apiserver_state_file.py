@@ -19,7 +19,9 @@ import pytest
 
 from tests.integration.kubeconfig_client import session_from_kubeconfig
 from trainer.local.apiserver import APIServer
+from trainer.local.apiserver.errors import APIError
 from trainer.local.apiserver.statefile import StateFileError
+from trainer.local.apiserver.store import Write
 
 CMS = "/api/v1/namespaces/default/configmaps"
 
@@ -221,3 +223,29 @@ async def test_a_file_from_before_row_checksums_is_upgraded_in_place(tmp_path: P
     assert db.execute("SELECT crc IS NULL FROM objects WHERE name = 'old'").fetchone() == (1,)
     assert db.execute("SELECT crc IS NULL FROM objects WHERE name = 'new'").fetchone() == (0,)
     db.close()
+
+
+async def test_collection_whose_write_cannot_be_stored_is_retried(tmp_path: Path) -> None:
+    server = await started(tmp_path / "state.db")
+    try:
+        owner = server.create_direct("v1", "ConfigMap", configmap("owner"))
+        server.create_direct("v1", "ConfigMap", owned_by(owner, "dep"))
+        persist = server.store.backend
+        assert persist is not None
+        failures: list[int] = []
+
+        def failing_twice(writes: list[Write]) -> None:
+            if len(failures) < 2:
+                failures.append(len(writes))
+                raise APIError(503, "ServiceUnavailable", "injected: the disk is full")
+            persist(writes)
+
+        await asyncio.wait_for(server.gc.idle(), 20)  # nothing queued but what follows
+        await server.delete(server.resource("v1", "configmaps"), "default", "owner")
+        # The owner's delete is stored; the collector's first two writes are not.
+        server.store.backend = failing_twice
+        await asyncio.wait_for(server.gc.idle(), 20)
+        assert failures == [1, 1]
+        assert server.get_object("v1", "configmaps", "default", "dep") is None
+    finally:
+        await server.stop()

@@ -11,7 +11,8 @@ full list: objects of a resource no longer served (a CRD deletion cut short) are
 dependents whose owners are all gone are deleted, and references to gone owners are removed
 when other owners remain; objects being deleted with ``foregroundDeletion`` or ``orphan``
 finalizers, and terminating namespaces, are taken up again until they are gone. Nothing is
-recreated: only deletes and finalizer removals are finished.
+recreated: only deletes and finalizer removals are finished. Work whose write the server
+could not store (a 503 from the state file) is retried after :data:`RETRY_DELAY`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import asyncio
 import contextlib
 import copy
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from trainer.local.apiserver.errors import APIError
@@ -32,6 +34,21 @@ if TYPE_CHECKING:
 log = logging.getLogger("trainer.apiserver.gc")
 
 Ref = tuple[str, str, str, str]  # group, plural, namespace, name
+# Seconds before a collection whose write could not be stored is retried, doubling per
+# failure up to the maximum.
+RETRY_DELAY = 0.25
+MAX_RETRY_DELAY = 30.0
+
+
+@contextlib.contextmanager
+def _unless_unavailable() -> Iterator[None]:
+    """Ignore what a concurrent client makes moot (the object is gone, changed, refused);
+    a write the server could not store (5xx) propagates, and the work is retried."""
+    try:
+        yield
+    except APIError as err:
+        if err.code >= 500:
+            raise
 
 
 class GarbageCollector:
@@ -43,6 +60,7 @@ class GarbageCollector:
         self._task: asyncio.Task[None] | None = None
         self._busy = 0
         self._idle_event: asyncio.Event | None = None
+        self._failures: dict[tuple[str, Any], int] = {}
         server.store.on_write.append(self._index)
 
     # --- ownership index --------------------------------------------------------------------
@@ -144,6 +162,18 @@ class GarbageCollector:
                     await self._absent_owners(*item)
                 elif kind == "resync":
                     self._resync()
+                self._failures.pop((kind, item), None)
+            except APIError as err:  # only 5xx get here: the write was not stored
+                failures = self._failures[(kind, item)] = self._failures.get((kind, item), 0) + 1
+                delay = min(RETRY_DELAY * 2 ** (failures - 1), MAX_RETRY_DELAY)
+                log.warning(
+                    "garbage collection of %s %s: %s; retrying in %.2f s",
+                    kind,
+                    item,
+                    err.message,
+                    delay,
+                )
+                self._enqueue_later(kind, item, delay)
             except Exception:
                 log.exception("garbage collection of %s %s failed", kind, item)
             finally:
@@ -186,7 +216,7 @@ class GarbageCollector:
                 continue
             refs = obj["metadata"].get("ownerReferences") or []
             remaining = [r for r in refs if r.get("uid") != owner_uid and self._owner_exists(r, ns)]
-            with contextlib.suppress(APIError):
+            with _unless_unavailable():
                 if remaining:
                     new = copy.deepcopy(obj)
                     new["metadata"]["ownerReferences"] = [
@@ -218,7 +248,7 @@ class GarbageCollector:
         solid = [r for r in refs if self._owner_exists(r, ns) or not self._kind_served(r)]
         if len(solid) == len(refs):
             return
-        with contextlib.suppress(APIError):
+        with _unless_unavailable():
             if not solid:
                 log.info("deleting %s %s/%s: its owners no longer exist", rt.kind, ns, name)
                 await self.server.delete(rt, ns, name, policy="Background")
@@ -266,7 +296,7 @@ class GarbageCollector:
         for group, plural, dns, dname in self.dependents(uid):
             rt = self._rt(group, plural)
             if rt is not None and self.server.store.get((group, plural), dns, dname) is not None:
-                with contextlib.suppress(APIError):
+                with _unless_unavailable():
                     await self.server.delete(rt, dns, dname, policy="Foreground")
         if any(
             self.server.store.get((g, p), n, m) is not None for g, p, n, m in self.dependents(uid)
@@ -292,7 +322,7 @@ class GarbageCollector:
             ]
             if not new["metadata"]["ownerReferences"]:
                 del new["metadata"]["ownerReferences"]
-            with contextlib.suppress(APIError):
+            with _unless_unavailable():
                 await self.server._commit_update(
                     rt,
                     dep,
@@ -316,7 +346,7 @@ class GarbageCollector:
         new["metadata"]["finalizers"] = [
             f for f in obj["metadata"].get("finalizers") or [] if f != finalizer
         ]
-        with contextlib.suppress(APIError):
+        with _unless_unavailable():
             await self.server._commit_update(
                 rt,
                 obj,
@@ -337,7 +367,7 @@ class GarbageCollector:
             for obj in list(self.server.store.items(rt.key, name)):
                 pending = True
                 if not obj["metadata"].get("deletionTimestamp"):
-                    with contextlib.suppress(APIError):
+                    with _unless_unavailable():
                         await self.server.delete(
                             rt, name, obj["metadata"]["name"], policy="Background"
                         )
