@@ -2,8 +2,8 @@
 
 The server is the real one, ``python -m trainer.cli.main apiserver --port 0`` (CRDs installed),
 running in its own process pinned to one CPU; the load runs in this process, pinned to the
-other, over aiohttp keep-alive connections. The port is read from the kubeconfig the server
-writes. Phases, each bounded in count and time:
+other, over aiohttp keep-alive HTTPS connections. The URL, the CA and the bearer token are read
+from the kubeconfig the server writes. Phases, each bounded in count and time:
 
 1. create throughput: ``--configmaps`` (10,000) small ConfigMaps with varied labels, written
    with ``--concurrency`` (16) requests in flight; writes/s and latency percentiles;
@@ -50,7 +50,14 @@ from urllib.parse import quote
 
 import aiohttp
 import yaml
-from benchlib import cpu_busy, percentiles, proc_cpu_seconds, proc_rss_mb
+from benchlib import (
+    APIAccess,
+    cpu_busy,
+    kubeconfig_access,
+    percentiles,
+    proc_cpu_seconds,
+    proc_rss_mb,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINJOB_EXAMPLE = ROOT / "examples" / "multi-node.yaml"
@@ -68,11 +75,22 @@ TARGET_RSS_MB = 200.0
 
 
 class Server:
-    """``trainer apiserver`` in a subprocess on ``cpu``; its URL comes from the kubeconfig."""
+    """``trainer apiserver`` in a subprocess on ``cpu``; its URL, CA and token come from the
+    kubeconfig."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], url: str) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], access: APIAccess) -> None:
         self.proc = proc
-        self.url = url
+        self.access = access
+        self.url = access.url
+
+    def session(self, limit: int, **kw: Any) -> aiohttp.ClientSession:
+        """A keep-alive HTTPS session to the server (``limit`` connections) with its token."""
+        return aiohttp.ClientSession(
+            base_url=self.url,
+            connector=aiohttp.TCPConnector(limit=limit, ssl=self.access.ssl),
+            headers=self.access.headers,
+            **kw,
+        )
 
     @classmethod
     def start(
@@ -112,8 +130,7 @@ class Server:
                 proc.kill()
                 raise RuntimeError(f"the API server did not start (exit {proc.poll()})")
             time.sleep(0.05)
-        config = yaml.safe_load(kubeconfig.read_text())
-        return cls(proc, str(config["clusters"][0]["cluster"]["server"]))
+        return cls(proc, kubeconfig_access(kubeconfig))
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -358,11 +375,7 @@ async def watch_phase(
     _, listed = await timed_list(session, path)
     list_rv = listed["metadata"]["resourceVersion"]
     watch_timeout = aiohttp.ClientTimeout(total=None, sock_read=60)
-    async with aiohttp.ClientSession(
-        base_url=server.url,
-        connector=aiohttp.TCPConnector(limit=watchers),
-        timeout=watch_timeout,
-    ) as watch_session:
+    async with server.session(watchers, timeout=watch_timeout) as watch_session:
         events = [asyncio.Event() for _ in range(watchers)]
         logs = [WatchLog() for _ in range(watchers)]
         tasks = [
@@ -443,8 +456,7 @@ async def watch_phase(
 
 async def configmap_server(args: argparse.Namespace, server: Server, end: float) -> dict[str, Any]:
     out: dict[str, Any] = {"rss_idle": server.rss_mb()}
-    connector = aiohttp.TCPConnector(limit=args.concurrency)
-    async with aiohttp.ClientSession(base_url=server.url, connector=connector) as session:
+    async with server.session(args.concurrency) as session:
         for ns in ("bench-warm", "bench-cm", "bench-watch"):
             await create_namespace(session, ns)
         cm_path = collection("v1", "bench-cm", "configmaps")
@@ -506,8 +518,7 @@ async def configmap_server(args: argparse.Namespace, server: Server, end: float)
 
 async def trainjob_server(args: argparse.Namespace, server: Server, end: float) -> dict[str, Any]:
     out: dict[str, Any] = {"rss_idle": server.rss_mb()}
-    connector = aiohttp.TCPConnector(limit=args.concurrency)
-    async with aiohttp.ClientSession(base_url=server.url, connector=connector) as session:
+    async with server.session(args.concurrency) as session:
         for ns in ("bench-warm", "bench-tj"):
             await create_namespace(session, ns)
         make = trainjob_factory()

@@ -4,8 +4,14 @@ puts it on the path)."""
 
 from __future__ import annotations
 
+import base64
 import os
+import ssl
 import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 
 def proc_cpu_seconds(pid: int) -> float:
@@ -64,3 +70,31 @@ def percentiles(samples: list[float]) -> dict[str, float]:
         "p99_ms": at(0.99),
         "max_ms": round(ordered[-1] * 1000, 3),
     }
+
+
+@dataclass(frozen=True)
+class APIAccess:
+    """How to reach the API server a kubeconfig names: its HTTPS URL, an SSL context trusting
+    its CA (``certificate-authority-data``) and the ``Authorization`` header of its token."""
+
+    url: str
+    ssl: ssl.SSLContext
+    headers: dict[str, str]
+
+
+def kubeconfig_access(path: Path) -> APIAccess:
+    """The access the current context of the kubeconfig at ``path`` gives (``trainer
+    apiserver`` writes one with the CA and a bearer token)."""
+    config = yaml.safe_load(path.read_text())
+    context = next(
+        c["context"] for c in config["contexts"] if c["name"] == config["current-context"]
+    )
+    cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+    user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+    ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+    token = user["token"]
+    return APIAccess(
+        str(cluster["server"]),
+        ssl.create_default_context(cadata=ca),
+        {"Authorization": f"Bearer {token}"},
+    )

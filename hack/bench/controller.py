@@ -74,7 +74,7 @@ from typing import Any
 
 import aiohttp
 import yaml
-from benchlib import cpu_busy, proc_cpu_seconds, proc_rss_mb
+from benchlib import APIAccess, cpu_busy, kubeconfig_access, proc_cpu_seconds, proc_rss_mb
 
 from trainer.api import constants as c
 from trainer.api.jobset import JobSet
@@ -191,11 +191,13 @@ def job_names(prefix: str, start: int, stop: int) -> list[str]:
 
 
 class ApiServer:
-    """``trainer apiserver`` in a subprocess on ``cpu``; its URL comes from the kubeconfig."""
+    """``trainer apiserver`` in a subprocess on ``cpu``; its URL, CA and token come from the
+    kubeconfig."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], url: str, kubeconfig: Path) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], access: APIAccess, kubeconfig: Path) -> None:
         self.proc = proc
-        self.url = url
+        self.access = access
+        self.url = access.url
         self.kubeconfig = kubeconfig
 
     @classmethod
@@ -217,8 +219,7 @@ class ApiServer:
                 proc.kill()
                 raise RuntimeError(f"the API server did not start (exit {proc.poll()})")
             time.sleep(0.05)
-        config = yaml.safe_load(kubeconfig.read_text())
-        return cls(proc, str(config["clusters"][0]["cluster"]["server"]), kubeconfig)
+        return cls(proc, kubeconfig_access(kubeconfig), kubeconfig)
 
     def stop(self) -> None:
         stop_process(self.proc)
@@ -717,10 +718,11 @@ class Env:
     workers: int | None  # controller concurrency (None: the product default)
 
 
-def session_for(url: str, limit: int) -> aiohttp.ClientSession:
+def session_for(access: APIAccess, limit: int) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
-        base_url=url,
-        connector=aiohttp.TCPConnector(limit=limit),
+        base_url=access.url,
+        headers=access.headers,
+        connector=aiohttp.TCPConnector(limit=limit, ssl=access.ssl),
         timeout=aiohttp.ClientTimeout(total=120),
     )
 
@@ -813,7 +815,7 @@ async def bare_run(env: Env, names: list[str], events: bool, deadline: float) ->
     server = ApiServer.start(env.workdir, env.server_cpu)
     proc: asyncio.subprocess.Process | None = None
     try:
-        async with session_for(server.url, env.concurrency) as session:
+        async with session_for(server.access, env.concurrency) as session:
             await prepare_server(session)
             warm = job_names("warm", 0, WARM_JOBS)
             plan = {
@@ -1133,7 +1135,7 @@ async def controller_env(
     controller: ControllerProcess | None = None
     try:
         async with (
-            session_for(server.url, env.concurrency) as session,
+            session_for(server.access, env.concurrency) as session,
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as metrics,
         ):
             await prepare_server(session)

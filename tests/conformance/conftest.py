@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -41,6 +42,11 @@ class Kubectl:
     loop: asyncio.AbstractEventLoop
     home: str
     env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext:
+        """A client context trusting the server's CA (for direct HTTPS requests)."""
+        return self.server.client_ssl_context()
 
     def command(self, *args: str) -> list[str]:
         assert KUBECTL is not None

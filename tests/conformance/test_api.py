@@ -402,12 +402,13 @@ async def test_server_side_apply_real_yaml_body(cluster: Cluster) -> None:
     server = cluster.local()
     text = yaml.safe_dump(apply_cm("yaml", {"k": "v"}))
     url = f"{server.url}/api/v1/namespaces/{cluster.namespace}/configmaps/yaml"
-    async with aiohttp.ClientSession() as session:
+    connector = aiohttp.TCPConnector(ssl=server.client_ssl_context())
+    async with aiohttp.ClientSession(connector=connector) as session:
         resp = await session.patch(
             url,
             data=text,
             params={"fieldManager": "kubectl"},
-            headers={"Content-Type": "application/apply-patch+yaml"},
+            headers={"Content-Type": "application/apply-patch+yaml", **server.auth_headers()},
         )
         created = await resp.json()
     assert resp.status == 201 and created["data"] == {"k": "v"}

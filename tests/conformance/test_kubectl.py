@@ -81,7 +81,8 @@ def complete(kubectl: Kubectl, namespace: str, name: str) -> None:
 
 
 def http_json(kubectl: Kubectl, path: str) -> Any:
-    with urllib.request.urlopen(f"{kubectl.url}{path}", timeout=10) as resp:
+    request = urllib.request.Request(f"{kubectl.url}{path}", headers=kubectl.server.auth_headers())
+    with urllib.request.urlopen(request, timeout=10, context=kubectl.ssl_context) as resp:
         return json.loads(resp.read())
 
 
@@ -444,9 +445,12 @@ def test_openapi_v2_describes_every_kind(
 
     protobuf = urllib.request.Request(
         f"{kubectl.url}/openapi/v2",
-        headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"},
+        headers={
+            "Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+            **kubectl.server.auth_headers(),
+        },
     )
-    with urllib.request.urlopen(protobuf, timeout=10) as resp:
+    with urllib.request.urlopen(protobuf, timeout=10, context=kubectl.ssl_context) as resp:
         assert resp.headers["Content-Type"].endswith("spec.v2.v1.0+protobuf")
         assert resp.read().startswith(b"\n\x032.0")  # field 1, "2.0"
 

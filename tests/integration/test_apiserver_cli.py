@@ -65,7 +65,7 @@ def test_state_survives_a_restart_and_sigterm_stops_cleanly(tmp_path: Path) -> N
     proc, kubeconfig = start(tmp_path, state)
     try:
         config = yaml.safe_load(kubeconfig.read_text())
-        assert config["clusters"][0]["cluster"]["server"].startswith("http://127.0.0.1:")
+        assert config["clusters"][0]["cluster"]["server"].startswith("https://127.0.0.1:")
         kubectl(kubeconfig, "create", "configmap", "kept", "--from-literal=k=v")
         before = kubectl(kubeconfig, "get", "configmap", "kept", "-o", "yaml")
     finally:

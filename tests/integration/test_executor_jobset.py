@@ -21,7 +21,12 @@ async def env() -> AsyncIterator[tuple[Plane, Executor]]:
     async with local_plane(runtimes=False) as plane:
         with tempfile.TemporaryDirectory() as tmp:
             executor = Executor(
-                plane.server.url, workdir=Path(tmp), state_dir=Path(tmp), kubelet=False
+                plane.server.url,
+                token=plane.server.token,
+                ssl_context=plane.server.client_ssl_context(),
+                workdir=Path(tmp),
+                state_dir=Path(tmp),
+                kubelet=False,
             )
             await executor.start()
             try:

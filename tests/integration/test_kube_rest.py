@@ -254,7 +254,8 @@ async def test_connection_errors_and_timeouts_are_retryable(env: Env) -> None:
     app.router.add_get("/{tail:.*}", hang)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", server.port)
+    # A stand-in that hangs, on the same port with the same certificate (the client trusts it).
+    site = web.TCPSite(runner, "127.0.0.1", server.port, ssl_context=server.tls.server_context())
     await site.start()
     try:
         with pytest.raises(APIError) as slow:

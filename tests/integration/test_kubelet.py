@@ -101,7 +101,7 @@ class Env:
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
     server = APIServer()
     await server.start()
-    client = LocalClient(server.url)
+    client = LocalClient(server.url, server.token, ssl_context=server.client_ssl_context())
     (tmp_path / "work").mkdir()
     kubelet: Kubelet
     holder: list[Env] = []

@@ -26,9 +26,13 @@ async def _serve(
     install_crds: bool,
     reset_damaged_state: bool = False,
 ) -> None:
-    server = APIServer(
-        port=port, state_file=state_file, token=token, reset_damaged_state=reset_damaged_state
-    )
+    try:
+        server = APIServer(
+            port=port, state_file=state_file, token=token, reset_damaged_state=reset_damaged_state
+        )
+    except ValueError as exc:
+        typer.echo(f"error: --token: {exc}", err=True)
+        raise typer.Exit(2) from None
     await server.start()
     if install_crds:
         for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
@@ -40,6 +44,10 @@ async def _serve(
                 server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     server.write_kubeconfig(str(kubeconfig))
     typer.echo(f"API server listening on {server.url}")
+    typer.echo(
+        "the kubeconfig holds the server's CA and the administrator's bearer token (file mode "
+        "0600): anyone who can read it controls this API server"
+    )
     typer.echo(f"kubeconfig written to {kubeconfig}: export KUBECONFIG={kubeconfig}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -60,7 +68,15 @@ def apiserver(
     state_file: StateFileOption = None,
     reset_damaged_state: ResetDamagedOption = False,
     token: Annotated[
-        str | None, typer.Option("--token", help="Require this bearer token from clients.")
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="TRAINER_APISERVER_TOKEN",
+            show_envvar=True,
+            help="The administrator's bearer token clients must send (default: a random one). "
+            "It is written into the kubeconfig; prefer the environment variable, as other "
+            "users of the machine can see command lines.",
+        ),
     ] = None,
     install_crds: Annotated[
         bool,
@@ -73,10 +89,11 @@ def apiserver(
 ) -> None:
     """Run the embedded Kubernetes API server (loopback only) until SIGINT or SIGTERM.
 
-    It speaks the real Kubernetes REST protocol, so kubectl and client libraries work with
-    the kubeconfig it writes. State lives in memory unless --state-file is given; a state
-    file that is damaged, in use by another process or unusable is refused with one line on
-    stderr and exit status 2.
+    It speaks the real Kubernetes REST protocol over HTTPS, with a CA made at start, and
+    requires a bearer token on every request but the health probes; kubectl and client
+    libraries work with the kubeconfig it writes (mode 0600), which holds both. State lives in
+    memory unless --state-file is given; a state file that is damaged, in use by another
+    process or unusable is refused with one line on stderr and exit status 2.
     """
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,

@@ -229,7 +229,14 @@ async def start_local_plane(
         ),
         name="controller",
     )
-    executor = Executor(server.url, workdir=work_dir, state_dir=state_dir, on_log=on_log)
+    executor = Executor(
+        server.url,
+        token=server.token,
+        ssl_context=server.client_ssl_context(),
+        workdir=work_dir,
+        state_dir=state_dir,
+        on_log=on_log,
+    )
     await executor.start()
     await asyncio.wait(
         {controller, asyncio.create_task(ready.wait())}, return_when=asyncio.FIRST_COMPLETED

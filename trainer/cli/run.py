@@ -244,6 +244,10 @@ async def _up(
     printer.line(f"local control plane ready: API server {plane.server.url}")
     printer.line(f"kubeconfig: {kubeconfig}  (export KUBECONFIG={kubeconfig})")
     printer.line(
+        "  it holds the API server's CA and the administrator's bearer token (file mode 0600): "
+        "anyone who can read it can run commands as you through the local plane"
+    )
+    printer.line(
         "built-in runtimes: "
         + ", ".join(
             o["metadata"]["name"]
@@ -262,9 +266,12 @@ async def _up(
 
 
 def up(
-    kubeconfig: Annotated[Path, typer.Option(help="Where to write the kubeconfig.")] = Path(
-        "trainer-local.kubeconfig"
-    ),
+    kubeconfig: Annotated[
+        Path,
+        typer.Option(
+            help="Where to write the kubeconfig (mode 0600: it holds the plane's credentials)."
+        ),
+    ] = Path("trainer-local.kubeconfig"),
     state_file: StateFileOption = None,
     reset_damaged_state: ResetDamagedOption = False,
     port: Annotated[int, typer.Option(help="API server port on 127.0.0.1 (0: any).")] = 0,
@@ -274,7 +281,11 @@ def up(
     ] = None,
 ) -> None:
     """Start the local control plane and leave it running (kubectl, the Kubeflow SDK and
-    `trainer` commands work against the kubeconfig it writes) until SIGINT/SIGTERM."""
+    `trainer` commands work against the kubeconfig it writes) until SIGINT/SIGTERM.
+
+    The API server serves HTTPS on 127.0.0.1 and accepts only requests with the bearer token
+    in the kubeconfig (created with mode 0600, with the server's CA), which is made at random
+    for each start."""
     gates = _gates(feature_gates)
     setup_logging("DEBUG" if verbose else "INFO", "text")
     try:

@@ -23,7 +23,7 @@ import jsonpatch
 
 from trainer.api.errors import format_errors
 from trainer.api.openapi import apply_defaults, prune, validate
-from trainer.local.apiserver import builtin, crd, jobset_webhook
+from trainer.local.apiserver import builtin, crd, jobset_webhook, metadata
 from trainer.local.apiserver.errors import APIError, bad_request, invalid
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import parse_label_selector
@@ -109,9 +109,12 @@ class Admission:
                 errors += crd.validate_crd(obj)
             if errors:
                 raise invalid(rt.kind, rt.group, name, errors)
-        obj = await self._webhooks(
+        mutated = await self._webhooks(
             rt, operation, obj, old, mutating=True, dry_run=dry_run, warnings=warnings
         )
+        if mutated is not obj:  # a webhook's patch is decoded and checked as a request body is
+            mutated = metadata.check(rt, mutated, obj["metadata"].get("namespace") or "", name)
+        obj = mutated
         if rt.schema is not None:
             obj, _ = prune(rt.schema, obj)
             obj = apply_defaults(rt.schema, obj)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import base64
-import binascii
-import re
 from typing import Any
 
-from trainer.api.errors import INVALID, REQUIRED, FieldError
+from trainer.api import names
+from trainer.api.errors import INVALID, REQUIRED, TOO_LONG, FieldError
 from trainer.local.apiserver.resources import Registry, ResourceType
 
 # Strategic-merge list keys of the core types (by field name: unambiguous in these kinds).
@@ -27,11 +26,6 @@ CORE_MERGE_KEYS = {
     "webhooks": "name",
     "finalizers": "",  # a set of strings
 }
-
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-CONFIG_KEY_MESSAGE = "a valid config key must consist of alphanumeric characters, '-', '_' or '.'"
-CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
 def builtin_types() -> list[ResourceType]:
@@ -70,6 +64,22 @@ def builtin_types() -> list[ResourceType]:
             "v1",
             "SubjectAccessReview",
             "subjectaccessreviews",
+            False,
+            verbs=("create",),
+        ),
+        rt(
+            "authentication.k8s.io",
+            "v1",
+            "SelfSubjectReview",
+            "selfsubjectreviews",
+            False,
+            verbs=("create",),
+        ),
+        rt(
+            "authorization.k8s.io",
+            "v1",
+            "SelfSubjectAccessReview",
+            "selfsubjectaccessreviews",
             False,
             verbs=("create",),
         ),
@@ -146,33 +156,57 @@ def new_registry() -> Registry:
     return reg
 
 
+RBAC = "rbac.authorization.k8s.io"
+#: The kinds whose names follow another rule than DNS-1123 subdomains (ValidateNameFunc).
+NAME_RULES: dict[tuple[str, str], names.NameRule] = {
+    ("", "namespaces"): names.name_is_dns_label,
+    ("", "services"): names.name_is_dns1035_label,
+    (RBAC, "roles"): names.path_segment_name,
+    (RBAC, "clusterroles"): names.path_segment_name,
+    (RBAC, "rolebindings"): names.path_segment_name,
+    (RBAC, "clusterrolebindings"): names.path_segment_name,
+}
+MAX_DATA_SIZE = 1024 * 1024  # core.MaxSecretSize: ConfigMap and Secret data
+
+
+def name_rule(rt: ResourceType) -> names.NameRule:
+    """The kind's ``ValidateNameFunc`` (custom resources: DNS-1123 subdomains)."""
+    return NAME_RULES.get(rt.key, names.name_is_dns_subdomain)
+
+
 def validate_name(rt: ResourceType, name: str) -> list[FieldError]:
-    """Object names: DNS-1123 labels for namespaces, subdomains otherwise."""
+    """An object's name by its kind's rule (``metadata.name`` errors)."""
     if not name:
         return [FieldError("metadata.name", REQUIRED, "name or generateName is required")]
-    if rt.plural == "namespaces":
-        if len(name) > 63 or not DNS1123_LABEL.match(name):
-            return [
-                FieldError(
-                    "metadata.name",
-                    INVALID,
-                    "a lowercase RFC 1123 label must consist of lower case alphanumeric "
-                    "characters or '-', and must start and end with an alphanumeric character",
-                    name,
-                )
-            ]
-        return []
-    if len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
-        return [
-            FieldError(
-                "metadata.name",
-                INVALID,
-                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                "characters, '-' or '.', and must start and end with an alphanumeric character",
-                name,
-            )
-        ]
-    return []
+    return [FieldError("metadata.name", INVALID, m, name) for m in name_rule(rt)(name, False)]
+
+
+STANDARD_FINALIZERS = frozenset({"kubernetes", "orphan", "foregroundDeletion"})
+
+
+def _kube_finalizer_name(name: str) -> list[str]:
+    """A Namespace's spec.finalizers: qualified names, and a name without a ``/`` prefix
+    must be one of Kubernetes' standard finalizers."""
+    errors = names.is_qualified_name(name)
+    if "/" not in name and name not in STANDARD_FINALIZERS:
+        errors.append("name is neither a standard finalizer name nor is it fully qualified")
+    return errors
+
+
+def _data_keys(path: str, keys: Any) -> list[FieldError]:
+    return [
+        FieldError(f"{path}[{key}]", INVALID, msg, key)
+        for key in keys
+        for msg in names.is_config_map_key(key)
+    ]
+
+
+def _data_size(values: Any, *, encoded: bool) -> int:
+    total = 0
+    for value in values:
+        text = str(value)
+        total += len(text) * 3 // 4 if encoded else len(text.encode("utf-8", "surrogatepass"))
+    return total
 
 
 def prepare(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
@@ -180,48 +214,49 @@ def prepare(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
     errors: list[FieldError] = []
     kind = rt.kind
     if kind == "Secret":
+        # Request bodies were decoded (shapes.py): data values are base64 strings, stringData
+        # values strings.
         string_data = obj.pop("stringData", None) or {}
         data = dict(obj.get("data") or {})
         for key, value in string_data.items():
             data[key] = base64.b64encode(str(value).encode()).decode()
-        for key, value in data.items():
-            if not CONFIG_KEY.match(key):
-                errors.append(
-                    FieldError(
-                        f"data[{key}]",
-                        INVALID,
-                        CONFIG_KEY_MESSAGE,
-                        key,
-                    )
-                )
-            try:
-                base64.b64decode(str(value), validate=True)
-            except (binascii.Error, ValueError):
-                errors.append(
-                    FieldError(f"data[{key}]", INVALID, "illegal base64 data", "<secret>")
-                )
+        errors += _data_keys("data", data)
+        if _data_size(data.values(), encoded=True) > MAX_DATA_SIZE:
+            errors.append(
+                FieldError("data", TOO_LONG, f"may not be more than {MAX_DATA_SIZE} bytes")
+            )
         if data or "data" in obj:
             obj["data"] = data
         obj.setdefault("type", "Opaque")
     elif kind == "ConfigMap":
-        for key in obj.get("data") or {}:
-            if not CONFIG_KEY.match(key):
-                errors.append(
-                    FieldError(
-                        f"data[{key}]",
-                        INVALID,
-                        CONFIG_KEY_MESSAGE,
-                        key,
-                    )
-                )
+        data, binary = obj.get("data") or {}, obj.get("binaryData") or {}
+        errors += _data_keys("data", data)
+        errors += _data_keys("binaryData", binary)
+        errors += [
+            FieldError(f"data[{key}]", INVALID, "duplicate of key present in binaryData", key)
+            for key in data
+            if key in binary
+        ]
+        size = _data_size(data.values(), encoded=False) + _data_size(binary.values(), encoded=True)
+        if size > MAX_DATA_SIZE:
+            errors.append(FieldError("", TOO_LONG, f"may not be more than {MAX_DATA_SIZE} bytes"))
     elif kind == "Namespace":
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        errors += [
+            FieldError("spec.finalizers", INVALID, msg, name)
+            for name in obj["spec"]["finalizers"]
+            for msg in _kube_finalizer_name(name)
+        ]
         status = obj.setdefault("status", {})
         status.setdefault("phase", "Active")
     elif kind == "Pod":
         spec = obj.get("spec") or {}
         if not spec.get("containers"):
             errors.append(FieldError("spec.containers", REQUIRED, ""))
+        for group in ("initContainers", "containers"):
+            for i, container in enumerate(spec.get(group) or []):
+                if not container.get("name"):
+                    errors.append(FieldError(f"spec.{group}[{i}].name", REQUIRED, ""))
         status = obj.setdefault("status", {})
         status.setdefault("phase", "Pending")
         spec.setdefault("restartPolicy", "Always")

@@ -70,8 +70,11 @@ def _smp(target: Any, patch: Any, keys: Mapping[str, str], field: str) -> Any:
                 continue
             if key.startswith("$deleteFromPrimitiveList/"):
                 name = key.split("/", 1)[1]
-                drop = set(value or [])
-                out[name] = [v for v in out.get(name) or [] if v not in drop]
+                if not isinstance(value, list):
+                    raise bad_request(f"{key}: the values to delete must be a list")
+                current = out.get(name)
+                kept = current if isinstance(current, list) else []
+                out[name] = [v for v in kept if v not in value]
                 continue
             if value is None:
                 out.pop(key, None)
@@ -84,8 +87,12 @@ def _smp(target: Any, patch: Any, keys: Mapping[str, str], field: str) -> Any:
         return out
     if isinstance(patch, list) and field in keys and isinstance(target, list):
         key = keys[field]
-        if key == "":
-            return list(dict.fromkeys([*target, *patch]))
+        if key == "":  # a set: equality, not hashing (items may be any JSON)
+            members: list[Any] = []
+            for item in [*target, *patch]:
+                if item not in members:
+                    members.append(item)
+            return members
         out_list = list(target)
         for item in patch:
             if not isinstance(item, Mapping) or key not in item:

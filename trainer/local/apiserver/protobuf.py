@@ -1,11 +1,11 @@
 """Decoding Kubernetes protobuf request bodies (``application/vnd.kubernetes.protobuf``).
 
 kubectl 1.32's typed clients (``kubectl create namespace|configmap|secret|serviceaccount|
-priorityclass``) send built-in kinds as protobuf: the 4-byte magic ``k8s\\x00`` and a
-``runtime.Unknown`` envelope (typeMeta, raw) whose ``raw`` is the object's generated protobuf
-message. This module turns such a body into the object's JSON form for the kinds those
-commands create; other kinds answer 415 Unsupported Media Type (clients then need JSON).
-Unknown fields are skipped, as a protobuf decoder does.
+priorityclass``, ``kubectl auth whoami|can-i``) send built-in kinds as protobuf: the 4-byte
+magic ``k8s\\x00`` and a ``runtime.Unknown`` envelope (typeMeta, raw) whose ``raw`` is the
+object's generated protobuf message. This module turns such a body into the object's JSON
+form for the kinds those commands create; other kinds answer 415 Unsupported Media Type
+(clients then need JSON). Unknown fields are skipped, as a protobuf decoder does.
 """
 
 from __future__ import annotations
@@ -110,8 +110,30 @@ SCHEMAS: dict[str, dict[int, tuple[str, str]]] = {
         4: ("description", "string"),
         5: ("preemptionPolicy", "string"),
     },
+    # kubectl auth whoami / kubectl auth can-i (authentication.k8s.io/v1, authorization.k8s.io/v1)
+    "SelfSubjectReview": {1: ("metadata", "msg:ObjectMeta")},
+    "SelfSubjectAccessReview": {
+        1: ("metadata", "msg:ObjectMeta"),
+        2: ("spec", "msg:SelfSubjectAccessReviewSpec"),
+    },
+    "SelfSubjectAccessReviewSpec": {
+        1: ("resourceAttributes", "msg:ResourceAttributes"),
+        2: ("nonResourceAttributes", "msg:NonResourceAttributes"),
+    },
+    "ResourceAttributes": {
+        1: ("namespace", "string"),
+        2: ("verb", "string"),
+        3: ("group", "string"),
+        4: ("version", "string"),
+        5: ("resource", "string"),
+        6: ("subresource", "string"),
+        7: ("name", "string"),
+    },
+    "NonResourceAttributes": {1: ("path", "string"), 2: ("verb", "string")},
 }
 KINDS = {
+    ("authentication.k8s.io/v1", "SelfSubjectReview"),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"),
     ("v1", "Namespace"),
     ("v1", "ConfigMap"),
     ("v1", "Secret"),

@@ -22,7 +22,9 @@ class Requirement:
     op: str  # "=", "!=", "in", "notin", "exists", "!exists"
     values: tuple[str, ...] = ()
 
-    def matches(self, labels: dict[str, str]) -> bool:
+    def matches(self, labels: Mapping[str, Any]) -> bool:
+        if not isinstance(labels, Mapping):
+            labels = _EMPTY
         present = self.key in labels
         if self.op == "exists":
             return present
@@ -139,6 +141,14 @@ def label_test(req: Requirement) -> LabelTest:
     return lambda labels: labels.get(key) not in values  # notin
 
 
+def labels_of(obj: Any) -> Mapping[str, Any]:
+    """An object's labels, or an empty mapping when it has none or they are not a map (a
+    stored object is validated on write, but a reader never trusts a type)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return labels if isinstance(labels, dict) else _EMPTY
+
+
 def matcher(label_selector: str | None, field_selector: str | None) -> Matcher | None:
     """A predicate for objects, or None when there is no selector (matches everything).
 
@@ -153,12 +163,12 @@ def matcher(label_selector: str | None, field_selector: str | None) -> Matcher |
         (test,) = labels
 
         def match_one(obj: dict[str, Any]) -> bool:
-            return test((obj.get("metadata") or _EMPTY).get("labels") or _EMPTY)
+            return test(labels_of(obj))
 
         return match_one
 
     def match(obj: dict[str, Any]) -> bool:
-        meta_labels = (obj.get("metadata") or _EMPTY).get("labels") or _EMPTY
+        meta_labels = labels_of(obj)
         for test in labels:
             if not test(meta_labels):
                 return False

@@ -1,4 +1,4 @@
-"""An in-memory Kubernetes API server speaking the real REST protocol over HTTP on loopback.
+"""An in-memory Kubernetes API server speaking the real REST protocol over HTTPS on loopback.
 
 It serves the built-in kinds this project needs and every CRD registered through the
 apiextensions API, with real semantics: resourceVersions and optimistic concurrency,
@@ -6,7 +6,9 @@ generation, status subresources, label/field selectors and paging, merge / JSON 
 merge patches and server-side apply, finalizers and ownerReference garbage collection,
 namespace lifecycle, watches with history, bookmarks and 410, dry runs, and admission
 webhooks. Test hooks (:attr:`APIServer.hooks`) expose the request log, fault injection and
-the clock; :meth:`APIServer.objects` reads stored objects directly.
+the clock; :meth:`APIServer.objects` reads stored objects directly. It serves HTTPS with its
+own CA and requires a bearer token (:mod:`.authn`, :mod:`.tls`): :meth:`APIServer.kubeconfig`
+carries both to clients.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import contextlib
 import copy
 import json
 import logging
+import os
 import secrets
+import ssl
+import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -29,7 +34,7 @@ import yaml
 from aiohttp import web
 
 from trainer.local.apiserver import apply as ssa
-from trainer.local.apiserver import builtin, crd, discovery, gc, protobuf, table
+from trainer.local.apiserver import authn, builtin, crd, discovery, gc, metadata, protobuf, table
 from trainer.local.apiserver.admission import Admission
 from trainer.local.apiserver.authz import subject_access_review
 from trainer.local.apiserver.errors import (
@@ -43,7 +48,6 @@ from trainer.local.apiserver.errors import (
     method_not_allowed,
     not_found,
     too_large,
-    unauthorized,
     unsupported_media_type,
 )
 from trainer.local.apiserver.hooks import Hooks, RequestRecord
@@ -61,6 +65,7 @@ from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import flag, matcher
 from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.apiserver.store import Event, Store
+from trainer.local.apiserver.tls import ServingTLS
 from trainer.local.apiserver.tokens import TokenIssuer, TokenRequestError
 from trainer.local.apiserver.watch import serve_watch
 
@@ -84,6 +89,9 @@ GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 TOKEN_REVIEWS = ("authentication.k8s.io", "tokenreviews")
 ACCESS_REVIEWS = ("authorization.k8s.io", "subjectaccessreviews")
+SELF_REVIEWS = ("authentication.k8s.io", "selfsubjectreviews")
+SELF_ACCESS_REVIEWS = ("authorization.k8s.io", "selfsubjectaccessreviews")
+RBAC_GROUP = "rbac.authorization.k8s.io"
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -101,7 +109,10 @@ def _now_rfc3339(server: APIServer) -> str:
 
 
 class APIServer:
-    """The embedded API server. ``await start()`` binds 127.0.0.1 on ``port`` (0: any free)."""
+    """The embedded API server. ``await start()`` binds 127.0.0.1 on ``port`` (0: any free)
+    and serves HTTPS. ``token`` is the administrator's bearer token (random when not given);
+    clients get it and the CA from :meth:`kubeconfig`, or from :meth:`client_ssl_context` and
+    :meth:`auth_headers`."""
 
     def __init__(
         self,
@@ -118,7 +129,8 @@ class APIServer:
             raise ValueError("the local API server listens on loopback only")
         self.host = host
         self.port = port
-        self.token = token
+        self.token = authn.valid_token(token) if token is not None else secrets.token_urlsafe(32)
+        self.tls = ServingTLS()
         self.max_body = max_body
         self.registry = builtin.new_registry()
         self.store = Store(history=history)
@@ -126,6 +138,9 @@ class APIServer:
         self.admission = Admission(self)
         self.gc = gc.GarbageCollector(self)
         self.tokens = TokenIssuer()
+        self.authenticator = authn.Authenticator(
+            self.token, self.tokens, self._lookup, lambda: self.hooks.clock.now().timestamp()
+        )
         self.pod_logs: dict[tuple[str, str, str], list[str]] = {}
         self._log_waiters: dict[tuple[str, str, str], asyncio.Event] = {}
         self._runner: web.AppRunner | None = None
@@ -167,7 +182,9 @@ class APIServer:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, self.host, self.port)
+        self._site = web.TCPSite(
+            self._runner, self.host, self.port, ssl_context=self.tls.server_context()
+        )
         await self._site.start()
         server = self._site._server
         assert server is not None
@@ -191,18 +208,27 @@ class APIServer:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"https://{host}:{self.port}"
+
+    def client_ssl_context(self) -> ssl.SSLContext:
+        """An SSL context for clients of this server (trusts its CA only)."""
+        return self.tls.client_context()
+
+    def auth_headers(self) -> dict[str, str]:
+        """The administrator's ``Authorization`` header."""
+        return {"Authorization": f"Bearer {self.token}"}
 
     def kubeconfig(
         self, context: str = "trainer-local", namespace: str = "default"
     ) -> dict[str, Any]:
-        """A kubeconfig for this server (kubectl and kubernetes_asyncio accept it)."""
-        user: dict[str, Any] = {"token": self.token} if self.token else {}
+        """A kubeconfig for this server, with its CA and the administrator's token (kubectl,
+        kubernetes_asyncio and the kubernetes client accept it with no extra flags)."""
+        cluster = {"server": self.url, "certificate-authority-data": self.tls.ca_data()}
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": context, "cluster": {"server": self.url}}],
-            "users": [{"name": context, "user": user}],
+            "clusters": [{"name": context, "cluster": cluster}],
+            "users": [{"name": context, "user": {"token": self.token}}],
             "contexts": [
                 {
                     "name": context,
@@ -214,13 +240,19 @@ class APIServer:
         }
 
     def write_kubeconfig(self, path: str, **kw: Any) -> None:
-        import os  # noqa: PLC0415
-
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            yaml.safe_dump(self.kubeconfig(**kw), fh, sort_keys=False)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
+        """Write :meth:`kubeconfig` to ``path`` atomically. It holds the administrator's
+        token: the file is created with mode 0600 (never readable by others, not even for a
+        moment) and then renamed over ``path``."""
+        directory, base = os.path.split(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                yaml.safe_dump(self.kubeconfig(**kw), fh, sort_keys=False)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     # --- direct access for tests and bootstrapping -----------------------------------------
     def resource(self, api_version: str, kind_or_plural: str) -> ResourceType:
@@ -259,9 +291,12 @@ class APIServer:
         verb, resource, group, ns, name, manager = request.method.lower(), "", "", "", "", ""
         code = 500
         try:
-            self._check_auth(request)
+            user = self._check_auth(request)
             route = self._route(request.path)
             if route is None:
+                if user is not None:
+                    attrs = authn.Attributes(request.method.lower(), path=request.path)
+                    authn.authorize(user, attrs, self._rbac)
                 resp = await self._non_resource(request)
                 code = resp.status
                 return resp
@@ -275,6 +310,7 @@ class APIServer:
             group, ns, name = route.rt.group, route.namespace, route.name
             resource = route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
             manager = query.get("fieldManager", "")
+            self._check_request(request, user, route, verb)
             fault = self.hooks.fault_for(verb, resource)
             if fault is not None:
                 err = APIError(fault.code, _reason_for(fault.code), fault.message)
@@ -319,13 +355,39 @@ class APIServer:
                 (time.perf_counter() - started) * 1000,
             )
 
-    def _check_auth(self, request: web.Request) -> None:
-        if not self.token:
-            return
-        header = request.headers.get("Authorization", "")
-        scheme, _, cred = header.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(cred.strip(), self.token):
-            raise unauthorized()
+    def _check_auth(self, request: web.Request) -> authn.User | None:
+        """The Host check and the caller (None for a health probe); 403 / 401 otherwise."""
+        authn.check_host(request.headers, self.port)
+        if authn.is_probe(request.path):
+            return None
+        return authn.impersonate(
+            self.authenticator.authenticate(request.headers), request.headers, self._rbac
+        )
+
+    def _check_request(
+        self, request: web.Request, user: authn.User | None, route: Route, verb: str
+    ) -> None:
+        """May ``user`` do this (RBAC), and is the body in a media type it can be in."""
+        if user is not None:
+            attrs = authn.Attributes(
+                verb,
+                group=route.rt.group,
+                resource=route.rt.plural,
+                subresource=route.subresource,
+                namespace=route.namespace,
+                name=route.name,
+            )
+            authn.authorize(user, attrs, self._rbac)
+        media = request.content_type if "Content-Type" in request.headers else None
+        authn.check_content_type(
+            request.method,
+            media,
+            has_body=request.body_exists,
+            log_append=route.subresource == "log",
+        )
+
+    def _rbac(self, plural: str) -> Iterable[dict[str, Any]]:
+        return self.store.items((RBAC_GROUP, plural))
 
     def _route(self, path: str) -> Route | web.StreamResponse | None:
         parts = [p for p in path.split("/") if p]
@@ -409,13 +471,18 @@ class APIServer:
             )
         if route.subresource == "token" or rt.key == TOKEN_REVIEWS:
             return await self._tokens(request, route)
-        if rt.key == ACCESS_REVIEWS:
+        if rt.key in (SELF_REVIEWS, SELF_ACCESS_REVIEWS):
             body = await self._body(request)
             if not isinstance(body, dict):
                 raise APIError(400, "BadRequest", "the request body must be a JSON object")
+            user = self._check_auth(request)  # who is asking (checked already in _handle)
+            assert user is not None
+            return _json(authn.self_review(user, rt.key, body, self._rbac), status=201)
+        if rt.key == ACCESS_REVIEWS:
+            review = metadata.check_review(rt.group, rt.kind, await self._body(request))
             rbac = "rbac.authorization.k8s.io"
             return _json(
-                subject_access_review(body, lambda plural: self.store.items((rbac, plural))),
+                subject_access_review(review, lambda plural: self.store.items((rbac, plural))),
                 status=201,
             )
         if verb == "watch":
@@ -486,8 +553,8 @@ class APIServer:
             )
             return _json(self._served(rt, obj), status=201 if created else 200, warnings=warnings)
         if verb == "delete":
-            options = _json_or_empty(await request.read())
-            policy = options.get("propagationPolicy") or query.get("propagationPolicy")
+            options = metadata.delete_options(_json_or_empty(await request.read()), query)
+            policy = options["propagationPolicy"]
             preconditions = options.get("preconditions") or {}
             result = await self.delete(
                 rt,
@@ -499,8 +566,8 @@ class APIServer:
             )
             return _json(result)
         if verb == "deletecollection":
-            options = _json_or_empty(await request.read())
-            policy = options.get("propagationPolicy") or query.get("propagationPolicy")
+            options = metadata.delete_options(_json_or_empty(await request.read()), query)
+            policy = options["propagationPolicy"]
             match = matcher(query.get("labelSelector"), query.get("fieldSelector"))
             items = self.store.select(rt.key, route.namespace or None, match)
             for obj in items:
@@ -525,9 +592,8 @@ class APIServer:
     async def _tokens(self, request: web.Request, route: Route) -> web.StreamResponse:
         """TokenRequest (``serviceaccounts/{name}/token``) and TokenReview: answers made,
         nothing stored."""
-        body = await self._body(request)
-        if not isinstance(body, dict):
-            raise APIError(400, "BadRequest", "the request body must be a JSON object")
+        kind = "TokenRequest" if route.subresource == "token" else route.rt.kind
+        body = metadata.check_review("authentication.k8s.io", kind, await self._body(request))
         now = self.hooks.clock.now().timestamp()
         if route.subresource == "token":
             sa = self._get_or_404(route.rt, route.namespace, route.name)
@@ -623,7 +689,7 @@ class APIServer:
         self, rt: ResourceType, namespace: str, query: dict[str, str]
     ) -> dict[str, Any]:
         match = matcher(query.get("labelSelector"), query.get("fieldSelector"))
-        limit = int(query.get("limit") or 0)
+        limit = metadata.int_param(query, "limit") or 0
         start: tuple[str, str] | None = None
         token = query.get("continue")
         if token:
@@ -674,35 +740,7 @@ class APIServer:
     def _check_body(
         self, rt: ResourceType, body: Any, namespace: str, name: str = ""
     ) -> dict[str, Any]:
-        if not isinstance(body, dict):
-            raise bad_request("the request body must be a JSON object")
-        api_version, kind = body.get("apiVersion"), body.get("kind")
-        if kind and kind != rt.kind:
-            raise bad_request(
-                f"the kind of the object ({kind}) does not match the resource ({rt.kind})"
-            )
-        if api_version and api_version.rpartition("/")[0] != rt.group:
-            raise bad_request(
-                f"the API version of the object ({api_version}) does not match the resource "
-                f"group ({rt.group or 'core'})"
-            )
-        meta = body.setdefault("metadata", {})
-        if not isinstance(meta, dict):
-            raise bad_request("metadata must be an object")
-        body_ns = meta.get("namespace")
-        if rt.namespaced:
-            if body_ns and namespace and body_ns != namespace:
-                raise bad_request(
-                    "the namespace of the provided object does not match the namespace sent on "
-                    "the request"
-                )
-            meta["namespace"] = namespace or body_ns or ""
-        else:
-            meta.pop("namespace", None)
-        if name and meta.get("name") and meta["name"] != name:
-            raise bad_request("the name of the object does not match the name on the URL")
-        body["apiVersion"], body["kind"] = rt.api_version, rt.kind
-        return body
+        return metadata.check(rt, body, namespace, name)
 
     async def create(
         self,
@@ -724,7 +762,8 @@ class APIServer:
             prefix = meta.get("generateName")
             if not prefix:
                 raise invalid(rt.kind, rt.group, "", builtin.validate_name(rt, ""))
-            meta["name"] = prefix + "".join(secrets.choice(GENERATE_CHARS) for _ in range(5))
+            # SimpleNameGenerator: at most 58 characters of the prefix, then 5 random ones.
+            meta["name"] = prefix[:58] + "".join(secrets.choice(GENERATE_CHARS) for _ in range(5))
         for key in (
             "uid",
             "resourceVersion",
@@ -959,6 +998,7 @@ class APIServer:
                 raise bad_request("PATCH with apply requires a fieldManager")
             if not isinstance(body, dict):
                 raise bad_request("an apply patch must be an object")
+            metadata.check_apply_config(rt, body)
             config = copy.deepcopy(body)
             now = _now_rfc3339(self)
             if old is None:
@@ -1007,7 +1047,8 @@ class APIServer:
             raise unsupported_media_type(content_type)
         if not isinstance(patched, dict):
             raise bad_request("the patch did not produce an object")
-        rv = (patched.get("metadata") or {}).get("resourceVersion")
+        patched = self._check_body(rt, patched, namespace, name)
+        rv = patched["metadata"].get("resourceVersion")
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(
                 rt.plural,
@@ -1015,7 +1056,6 @@ class APIServer:
                 name,
                 MODIFIED,
             )
-        patched = self._check_body(rt, patched, namespace, name)
         obj = await self._commit_update(
             rt,
             old,
@@ -1058,14 +1098,15 @@ class APIServer:
             return self._out(rt, old)
         policy = policy or ("Foreground" if rt.kind == "Namespace" else "Background")
         finalizers = list(meta.get("finalizers") or [])
-        if (
-            policy == "Foreground"
-            and "foregroundDeletion" not in finalizers
-            and rt.kind != "Namespace"
-        ):
-            finalizers.append("foregroundDeletion")
-        if policy == "Orphan" and "orphan" not in finalizers:
-            finalizers.append("orphan")
+        # The policy's finalizer replaces the other one: both are never set together.
+        if policy == "Foreground" and rt.kind != "Namespace":
+            finalizers = [f for f in finalizers if f != "orphan"]
+            if "foregroundDeletion" not in finalizers:
+                finalizers.append("foregroundDeletion")
+        if policy == "Orphan":
+            finalizers = [f for f in finalizers if f != "foregroundDeletion"]
+            if "orphan" not in finalizers:
+                finalizers.append("orphan")
         if rt.kind == "Namespace" or finalizers:
             if meta.get("deletionTimestamp"):
                 return self._out(rt, old)
@@ -1130,9 +1171,9 @@ class APIServer:
         key = (route.namespace, route.name, container)
         if not flag(query.get("follow")):
             text = "".join(self.pod_logs.get(key, []))
-            tail = query.get("tailLines")
+            tail = metadata.int_param(query, "tailLines", options="PodLogOptions")
             if tail:
-                text = "".join(text.splitlines(keepends=True)[-int(tail) :])
+                text = "".join(text.splitlines(keepends=True)[-tail:])
             return web.Response(text=text, content_type="text/plain")
         resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await resp.prepare(request)
@@ -1206,14 +1247,13 @@ def _reason_for(code: int) -> str:
     }.get(code, "Unknown")
 
 
-def _json_or_empty(raw: bytes) -> dict[str, Any]:
+def _json_or_empty(raw: bytes) -> Any:
     if not raw:
         return {}
     try:
-        data = json.loads(raw)
+        return json.loads(raw)
     except ValueError:
         raise bad_request("the request body is not valid JSON") from None
-    return data if isinstance(data, dict) else {}
 
 
 def _json(body: Any, *, status: int = 200, warnings: list[str] | None = None) -> web.Response:

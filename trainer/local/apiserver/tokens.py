@@ -192,6 +192,14 @@ class TokenIssuer:
         out["status"] = status
         return out
 
+    def authenticate(self, token: str, now: float, lookup: Lookup) -> dict[str, Any]:
+        """The user a bearer token sent to the API server names (its ``userInfo``), as
+        kube-apiserver's service-account authenticator checks it: the token must be valid for
+        the API audience (tokens minted for another audience, such as the status server's,
+        are not credentials for the API). ValueError when it is not a valid token."""
+        user: dict[str, Any] = self._review(token, list(API_AUDIENCES), now, lookup)["user"]
+        return user
+
     def _review(self, token: str, wanted: list[str], now: float, lookup: Lookup) -> dict[str, Any]:
         if not token:
             raise ValueError("token is empty")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from trainer.local.apiserver import table
+from trainer.local.apiserver import metadata, table
 from trainer.local.apiserver.errors import APIError, bad_request
 from trainer.local.apiserver.selectors import flag, matcher
 from trainer.local.apiserver.store import Event
@@ -55,7 +55,7 @@ async def serve_watch(
     rv_param = query.get("resourceVersion", "")
     send_initial = flag(query.get("sendInitialEvents"))
     bookmarks = flag(query.get("allowWatchBookmarks"))
-    timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
+    timeout = metadata.int_param(query, "timeoutSeconds")
     # kubectl get -w asks for Tables (Accept: application/json;as=Table;...): then every event's
     # object is a one-row Table, rendered like the list kubectl printed first.
     as_table = table.wants_table(request.headers.get("Accept", ""))

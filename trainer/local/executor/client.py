@@ -1,9 +1,11 @@
 """A small JSON REST client for the embedded API server (the executor talks to it only through
-the API, like a real controller; it does not use the controller's client)."""
+the API, like a real controller; it does not use the controller's client). It connects over
+HTTPS trusting the server's CA (``ssl_context``) and sends the plane's bearer token."""
 
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -37,13 +39,19 @@ def path(
 
 class LocalClient:
     def __init__(
-        self, url: str, token: str | None = None, user_agent: str = "trainer-executor"
+        self,
+        url: str,
+        token: str | None = None,
+        user_agent: str = "trainer-executor",
+        *,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         headers = {"User-Agent": user_agent}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self.session = aiohttp.ClientSession(headers=headers)
+        connector = aiohttp.TCPConnector(ssl=ssl_context) if ssl_context is not None else None
+        self.session = aiohttp.ClientSession(headers=headers, connector=connector)
 
     async def close(self) -> None:
         await self.session.close()
@@ -162,7 +170,7 @@ class LocalClient:
             "POST",
             path("v1", "pods", namespace, pod, "log"),
             text.encode(),
-            content_type="text/plain",
+            content_type="application/octet-stream",
             params={"container": container},
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,11 @@ class Executor:
         workdir: Path,
         state_dir: Path,
         token: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
         on_log: Callable[[str, str, str], None] | None = None,
         kubelet: bool = True,
     ) -> None:
-        self.client = LocalClient(url, token)
+        self.client = LocalClient(url, token, ssl_context=ssl_context)
         self.jobsets = Cache(self.client, *JOBSETS)
         self.jobs = Cache(self.client, "batch/v1", "jobs")
         self.pods = Cache(self.client, "v1", "pods")
