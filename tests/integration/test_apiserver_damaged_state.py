@@ -4,7 +4,7 @@ is wrong (and, for damaged content, how to move it aside), exit status 2 and no 
 ``--reset-damaged-state`` moves a damaged file aside and starts empty. See
 docs/local-plane.md, "State file: durability and recovery".
 
-Counts: 12 refused files (the CLI in this process, or in a subprocess for the file root
+Counts: 13 refused files (the CLI in this process, or in a subprocess for the file root
 cannot read), 1 reset and 1 in-use (real processes).
 """
 
@@ -108,6 +108,12 @@ def wrong_name(path: Path) -> None:
     set_body(path, json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": 5}}))
 
 
+def refused_labels(path: Path) -> None:
+    """Stored by an older version that did not validate metadata (issue 15: labels "x")."""
+    meta = {"name": "cm-3", "namespace": "default", "uid": "u-3", "labels": "x"}
+    set_body(path, json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}))
+
+
 def directory(path: Path) -> None:
     path.unlink()
     path.mkdir()
@@ -142,6 +148,9 @@ CASES = {
     "row with invalid JSON": Case(invalid_json, "its body is not valid JSON", True),
     "row of the wrong shape": Case(wrong_shape, "not an object with metadata", True),
     "row with a wrong name": Case(wrong_name, "metadata.name is 5", True),
+    "row the server would refuse to store": Case(
+        refused_labels, "ObjectMeta.metadata.labels of type map[string]string", True
+    ),
     "a directory in its place": Case(directory, "is a directory", False),
     "unreadable": Case(unreadable, "cannot be read: Permission denied", False),
     "from a newer schema": Case(newer_schema, "newer trainer (schema version 99", False),

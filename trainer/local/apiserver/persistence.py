@@ -17,8 +17,9 @@ acknowledged writes (the file stays consistent). docs/local-plane.md, "State fil
 and recovery", says so to users.
 
 On start the file is locked and checked (:mod:`trainer.local.apiserver.statefile`) and every
-row is validated while it is loaded: a row whose checksum, JSON or shape is wrong refuses the
-whole file with one line naming the row. CRDs are loaded first so their resources are served.
+row is validated while it is loaded: a row whose checksum, JSON or shape is wrong, or whose
+object this server would not store now (:func:`metadata.stored_problem`), refuses the whole
+file with one line naming the row. CRDs are loaded first so their resources are served.
 Watch history is not kept: clients that reconnect with an old resourceVersion get 410 Gone
 and relist, as after an etcd compaction.
 """
@@ -32,7 +33,7 @@ import sqlite3
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from trainer.local.apiserver import crd
+from trainer.local.apiserver import crd, metadata
 from trainer.local.apiserver.errors import APIError
 from trainer.local.apiserver.statefile import StateFileError, StateLock, move_aside, open_state
 from trainer.local.apiserver.store import Write
@@ -111,6 +112,12 @@ class Persistence:
                     ) from None
                 for rt in types:
                     self.server.registry.add(rt)
+        for where, key, _rv, obj in rows:
+            served = self.server.registry.by_key(*key)
+            # (a resource no longer served is dropped by the garbage collector at start)
+            problem = metadata.stored_problem(served, obj) if served is not None else ""
+            if problem:
+                raise self._bad(where, problem)
         store = self.server.store
         for _where, key, rv, obj in rows:
             store.put(key, obj, None, rv=rv)
@@ -153,6 +160,7 @@ class Persistence:
         return where, (grp, plural), rv, obj
 
     def _bad(self, where: str, what: str) -> StateFileError:
+        what = " ".join(what.splitlines())  # one line, whatever the cause says
         return StateFileError(self.path, f"is damaged ({where}: {what})", damaged=True)
 
     # --- writing ----------------------------------------------------------------------------
