@@ -299,3 +299,28 @@ def test_trainer_up_refuses_a_damaged_state_file_the_same_way(
     [line] = result.stderr.splitlines()
     assert line.startswith(f"error: state file {state}: is damaged (row ")
     assert line.endswith("or start with --reset-damaged-state")
+
+
+@pytest.mark.parametrize("damage", [flipped_row, refused_labels, flipped_page])
+def test_reset_damaged_state_also_moves_a_file_with_a_bad_row_aside(
+    damage: Callable[[Path], None], template: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "state.db"
+    shutil.copy(template, state)
+    damage(state)
+    damaged_bytes = state.read_bytes()
+    server = APIServer(state_file=str(state), reset_damaged_state=True)
+    try:
+        assert server.objects("v1", "configmaps", "default") == []
+    finally:
+        asyncio.run(server.stop())
+    # (its -wal and -shm files, when SQLite left them, are moved beside it)
+    [moved] = [
+        p for p in tmp_path.glob("state.db.damaged-*") if not p.name.endswith(("-wal", "-shm"))
+    ]
+    assert moved.read_bytes() == damaged_bytes
+    again = APIServer(state_file=str(state))  # the fresh file is healthy
+    try:
+        assert again.objects("v1", "configmaps", "default") == []
+    finally:
+        asyncio.run(again.stop())

@@ -56,7 +56,9 @@ class Persistence:
     def __init__(self, server: APIServer, path: str, *, reset_damaged: bool = False) -> None:
         self.server = server
         self.path = path
+        self.reset_damaged = reset_damaged
         self.moved_to: str | None = None
+        self._crds: list[str] = []  # CRDs whose resources the file made the server serve
         self._lock = StateLock(path)
         self._lock.acquire()
         try:
@@ -65,23 +67,41 @@ class Persistence:
             except StateFileError as err:
                 if not (err.damaged and reset_damaged):
                     raise
-                try:
-                    self.moved_to = move_aside(path)
-                except OSError as exc:
-                    raise StateFileError(
-                        path, f"{err.problem}, and it cannot be moved aside: {exc.strerror}"
-                    ) from None
-                log.warning("%s; moved to %s, starting empty", err, self.moved_to)
+                self._move_aside(err)
                 self.db = open_state(path)
         except BaseException:
             self._lock.release()
             raise
 
+    def _move_aside(self, err: StateFileError) -> None:
+        try:
+            self.moved_to = move_aside(self.path)
+        except OSError as exc:
+            raise StateFileError(
+                self.path, f"{err.problem}, and it cannot be moved aside: {exc.strerror}"
+            ) from None
+        log.warning("%s; moved to %s, starting empty", err, self.moved_to)
+
     # --- loading ----------------------------------------------------------------------------
     def load(self) -> int:
         """Read every stored object into the server (the file is refused with a
-        :class:`StateFileError` at the first bad row); returns how many were loaded. From
-        then on every write of the store goes through :meth:`commit`."""
+        :class:`StateFileError` at the first bad row, or moved aside with ``reset_damaged``);
+        returns how many were loaded. From then on every write of the store goes through
+        :meth:`commit`."""
+        try:
+            return self._load()
+        except StateFileError as err:
+            if not (err.damaged and self.reset_damaged):
+                raise
+            for name in self._crds:  # nothing else was taken from the file yet
+                self.server.registry.remove_crd(name)
+            self._crds.clear()
+            self.db.close()
+            self._move_aside(err)
+            self.db = open_state(self.path)
+            return self._load()
+
+    def _load(self) -> int:
         try:
             rows = [
                 self._decode(row)
@@ -110,6 +130,7 @@ class Persistence:
                         f"{type(exc).__name__}: {exc})",
                         damaged=True,
                     ) from None
+                self._crds.append(obj["metadata"]["name"])
                 for rt in types:
                     self.server.registry.add(rt)
         for where, key, _rv, obj in rows:
