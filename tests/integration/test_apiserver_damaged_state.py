@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 import shutil
@@ -20,7 +21,7 @@ import sqlite3
 import subprocess
 import sys
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,19 @@ TIMEOUT = 120.0
 # Root reads any file: the "unreadable" case runs without the capabilities that allow it.
 DROP = "-dac_override,-dac_read_search"
 WITHOUT_ROOT_FILE_ACCESS = ["setpriv", f"--inh-caps={DROP}", f"--bounding-set={DROP}"]
+
+
+@pytest.fixture(autouse=True)
+def root_logging() -> Iterator[None]:
+    """The commands set up logging on the root logger, to a stream CliRunner closes after
+    each run: put the root logger back as it was."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 def healthy(path: Path) -> None:
