@@ -141,3 +141,5 @@ async def run_webhook(
             await rotating
         if serving is not None:
             await serving
+        if server is not None:
+            await server.app.state.offload.close()  # the admission worker processes

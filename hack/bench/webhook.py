@@ -50,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from benchlib import percentiles, proc_cpu_seconds
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
 
 from trainer.builtin import builtin_runtimes
 from webhooks.app import create_app
@@ -68,6 +70,31 @@ HOST = "127.0.0.1"
 # The server process
 
 
+def add_baselines(app: FastAPI) -> FastAPI:
+    """The two bare baselines, which check nothing, added to the webhook app: ``POST
+    /bench-echo`` echoes the review back with an allowing ``response`` added (the whole review,
+    as Kubernetes' example webhooks answer), and ``POST /bench-allow`` answers with the allowing
+    response alone. Benchmark-only: the production app does not have them."""
+
+    def allowed(review: dict[str, Any]) -> dict[str, Any]:
+        return {"uid": review["request"]["uid"], "allowed": True}
+
+    @app.post(ECHO, include_in_schema=False)
+    async def bench_echo(request: Request) -> Response:
+        review = json.loads(await request.body())
+        review["response"] = allowed(review)
+        return Response(json.dumps(review, ensure_ascii=True), media_type="application/json")
+
+    @app.post(ALLOW, include_in_schema=False)
+    async def bench_allow(request: Request) -> Response:
+        review = json.loads(await request.body())
+        answer = {"apiVersion": review["apiVersion"], "kind": review["kind"]}
+        answer["response"] = allowed(review)
+        return Response(json.dumps(answer, ensure_ascii=True), media_type="application/json")
+
+    return app
+
+
 def run_server(cert_dir: Path, cpu: int | None, log: bool) -> None:
     """Serve the app on an ephemeral port; print ``LISTENING <port>`` once accepting."""
     if cpu is not None:
@@ -76,7 +103,7 @@ def run_server(cert_dir: Path, cpu: int | None, log: bool) -> None:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     tls = ServerTLS()
     tls.reload(cert_dir / "tls.crt", cert_dir / "tls.key")
-    app = create_app(StaticLookup(runtimes=builtin_runtimes().values()), bench_echo=True)
+    app = add_baselines(create_app(StaticLookup(runtimes=builtin_runtimes().values())))
 
     async def main() -> None:
         sock = bind_socket(HOST, 0)

@@ -79,7 +79,7 @@ def test_validate_unreadable_input_exits_2(tmp_path: Path) -> None:
     assert "cannot read" in missing.output
     broken = runner.invoke(app, ["validate", "-f", write(tmp_path, "c.yaml", "a: [1, 2\n")])
     assert broken.exit_code == 2
-    assert "YAML syntax error at line" in broken.output
+    assert "c.yaml: line 2, column 1: YAML syntax error: " in broken.output
 
 
 def test_validate_rejects_foreign_kinds(tmp_path: Path) -> None:

@@ -153,7 +153,7 @@ def test_not_a_trainjob_is_exit_2() -> None:
 def test_malformed_and_invalid_input_is_exit_2(tmp_path: Path) -> None:
     broken = run("-f", "-", stdin="kind: [TrainJob\n")
     assert broken.exit_code == 2 and broken.stdout == ""
-    assert "YAML syntax error at line" in broken.stderr
+    assert "<stdin>: line 2, column 1: YAML syntax error: " in broken.stderr
     invalid = run("-f", "-", stdin=JOB.replace("numNodes: 2", "numNodes: -2"))
     assert invalid.exit_code == 2 and invalid.stdout == ""
     assert "spec.trainer.numNodes" in invalid.stderr

@@ -13,6 +13,7 @@ import jsonpatch
 import pytest
 import yaml
 
+from trainer.admission.defaulter import default_trainjob
 from trainer.admission.trainjob import validate_trainjob
 from trainer.admission.types import ClusterView
 from trainer.api.errors import format_errors
@@ -21,6 +22,7 @@ from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from trainer.runtime.info import Runtime
 from webhooks.app import (
+    DEFAULT_MAX_BODY_BYTES,
     MAX_OBJECT_DEPTH,
     NOT_READY_MESSAGE,
     PATH_MUTATE_TRAINJOB,
@@ -31,6 +33,7 @@ from webhooks.app import (
     nested_deeper_than,
     opening_brackets,
 )
+from webhooks.body import DRAIN_BYTES, HEAD_BYTES
 from webhooks.lookup import ClusterLookup, StaticLookup, not_found_message
 from webhooks.testing import ASGIResponse, asgi_request
 
@@ -635,20 +638,56 @@ async def test_malformed_requests(
         assert message in status["message"], status["message"]
 
 
-async def test_oversized_body_refused_from_content_length_without_reading_it() -> None:
+async def test_oversized_review_is_denied_413_naming_its_size_and_the_limit() -> None:
+    # The uid is read from the first bytes: an AdmissionReview denial the API server passes on.
+    body = review(trainjob(trainer={"env": [{"name": "BIG", "value": "x" * 5000}]}))
+    for content_length in (True, False):
+        resp = await asgi_request(
+            create_app(default_lookup(), max_body_bytes=1000),
+            "POST",
+            PATH_VALIDATE_TRAINJOB,
+            body,
+            content_length=content_length,
+            chunk_size=100,
+        )
+        status = answer(resp)["status"]
+        assert status["code"] == 413
+        assert status["reason"] == "RequestEntityTooLarge"
+        assert f"is {len(body)} bytes" in status["message"]
+        assert "over the webhook's limit of 1000 bytes" in status["message"]
+        assert "ConfigMap" in status["message"]
+        # The whole body was read (and dropped): the connection stays usable.
+        assert resp.header("connection") is None
+
+
+async def test_oversized_body_without_a_readable_uid_is_a_plain_413() -> None:
     app = create_app(default_lookup(), max_body_bytes=1000)
+    resp = await asgi_request(app, "POST", PATH_VALIDATE_TRAINJOB, b"x" * 5000, chunk_size=100)
+    assert resp.status == 413
+    body = resp.json()
+    assert (body["kind"], body["code"], body["reason"]) == ("Status", 413, "RequestEntityTooLarge")
+    assert "request body of 5000 bytes" in body["message"]
+    assert "larger than the limit of 1000 bytes" in body["message"]
+
+
+async def test_a_body_declared_beyond_the_drain_bound_is_not_read_past_its_head() -> None:
+    app = create_app(default_lookup(), max_body_bytes=1000)
+    head = review(trainjob(), uid="huge-1")[:-1] + b" " * (HEAD_BYTES + 10)
     reads = 0
 
     async def receive() -> dict[str, Any]:
         nonlocal reads
         reads += 1
-        raise AssertionError("the body must not be read")
+        if reads > 1:
+            raise AssertionError("only the head may be read")
+        return {"type": "http.request", "body": head, "more_body": True}
 
     sent: list[dict[str, Any]] = []
 
     async def send(message: Any) -> None:
         sent.append(message)
 
+    declared = str(DRAIN_BYTES + 1).encode()
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -659,26 +698,21 @@ async def test_oversized_body_refused_from_content_length_without_reading_it() -
         "raw_path": PATH_VALIDATE_TRAINJOB.encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"content-length", b"1001"), (b"content-type", b"application/json")],
+        "headers": [(b"content-length", declared), (b"content-type", b"application/json")],
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 443),
     }
     await app(scope, receive, send)
-    assert reads == 0
-    assert sent[0]["status"] == 413
+    assert reads == 1
+    assert sent[0]["status"] == 200
     assert (b"connection", b"close") in sent[0]["headers"]
-    body = json.loads(sent[1]["body"])
-    assert body["reason"] == "RequestEntityTooLarge"
-    assert "1001 bytes is larger than the limit of 1000 bytes" in body["message"]
+    response = json.loads(sent[1]["body"])["response"]
+    assert response["uid"] == "huge-1"
+    assert response["status"]["code"] == 413
+    assert f"is {DRAIN_BYTES + 1} bytes" in response["status"]["message"]
 
 
-async def test_oversized_streamed_body_refused() -> None:
-    app = create_app(default_lookup(), max_body_bytes=1000)
-    resp = await asgi_request(
-        app, "POST", PATH_VALIDATE_TRAINJOB, b"x" * 5000, content_length=False, chunk_size=100
-    )
-    assert resp.status == 413
-    assert resp.json()["code"] == 413
+async def test_at_the_limit_is_reviewed() -> None:
     at_limit = review(trainjob())
     ok = await asgi_request(
         create_app(default_lookup(), max_body_bytes=len(at_limit)),
@@ -689,6 +723,10 @@ async def test_oversized_streamed_body_refused() -> None:
         chunk_size=100,
     )
     assert answer(ok)["allowed"] is True
+
+
+def test_the_default_limit_holds_an_update_of_two_3_mib_objects() -> None:
+    assert DEFAULT_MAX_BODY_BYTES >= 2 * 3 * 1024 * 1024 + 64 * 1024
 
 
 async def test_bad_content_length() -> None:
@@ -821,21 +859,72 @@ async def test_static_lookup() -> None:
     assert await StaticLookup().priority_classes() is None
 
 
-async def test_benchmark_baselines_exist_only_when_asked_for() -> None:
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {"uid": "uid-9", "operation": "CREATE", "object": {"kind": "TrainJob"}},
-    }
-    body = json.dumps(review).encode()
-    echo = await post(body, "/bench-echo", bench_echo=True)
-    assert echo.status == 200
-    assert echo.json() == {**review, "response": {"uid": "uid-9", "allowed": True}}
-    allow = await post(body, "/bench-allow", bench_echo=True)
-    assert allow.json() == {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "response": {"uid": "uid-9", "allowed": True},
-    }
+async def test_no_benchmark_endpoints_in_the_production_app() -> None:
+    body = review(trainjob())
     for path in ("/bench-echo", "/bench-allow"):
         assert (await post(body, path)).status == 404
+
+
+def _patch(manager: str, pool: str, time: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "manager": manager,
+        "trainingRuntimeSpec": {
+            "template": {"spec": {"network": {"publishNotReadyAddresses": pool == "a"}}}
+        },
+    }
+    if time is not None:
+        out["time"] = time
+    return out
+
+
+@pytest.mark.parametrize(
+    ("new_patches", "old_patches"),
+    [
+        pytest.param([_patch("a.io/x", "a")], None, id="create-stamped"),
+        pytest.param([_patch("a.io/x", "a", "2025-01-01T00:00:00Z")], None, id="create-kept"),
+        pytest.param(
+            [_patch("a.io/x", "b", "2025-01-01T00:00:00Z"), _patch("b.io/y", "a")],
+            [_patch("a.io/x", "a", "2025-01-01T00:00:00Z")],
+            id="update-changed-and-new",
+        ),
+        pytest.param(
+            [_patch("a.io/x", "a", "2026-01-01T00:00:00Z")],
+            [_patch("a.io/x", "a", "2025-01-01T00:00:00Z")],
+            id="update-unchanged-keeps-old-time",
+        ),
+        pytest.param([], None, id="empty-list"),
+    ],
+)
+async def test_the_defaulting_patch_is_the_whole_object_diff(
+    new_patches: list[dict[str, Any]], old_patches: list[dict[str, Any]] | None
+) -> None:
+    # The webhook diffs only spec.runtimePatches: the result must be the whole-object diff.
+    obj = trainjob(runtimePatches=new_patches, suspend=True)
+    old = trainjob(runtimePatches=old_patches, suspend=True) if old_patches is not None else None
+    operation = "UPDATE" if old is not None else "CREATE"
+    resp = await post(review(obj, operation=operation, old=old), PATH_MUTATE_TRAINJOB)
+    got = answer(resp)
+    new_model, old_model = TrainJob.from_wire(obj), TrainJob.from_wire(old) if old else None
+    expected = jsonpatch.make_patch(
+        new_model.to_wire(), default_trainjob(new_model, old_model, NOW).to_wire()
+    ).patch
+    patch = json.loads(base64.b64decode(got["patch"])) if "patch" in got else []
+    assert patch == expected
+    assert new_model.to_wire() == TrainJob.from_wire(obj).to_wire()  # input untouched
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "99999999999999999999", "-5", "1e9"])
+async def test_odd_content_lengths_are_a_4xx(value: str) -> None:
+    resp = await asgi_request(
+        create_app(default_lookup()),
+        "POST",
+        PATH_VALIDATE_TRAINJOB,
+        review(trainjob()),
+        content_length=False,
+        headers=[("content-length", value)],
+    )
+    assert resp.status < 500, resp.body
+    if resp.status != 200:
+        assert resp.json()["kind"] == "Status"
+    else:
+        assert answer(resp).get("status", {}).get("code", 200) < 500

@@ -16,7 +16,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from trainer.api import constants as c
@@ -25,6 +24,7 @@ from trainer.api.base import K8sModel
 from trainer.api.errors import INVALID, REQUIRED, FieldError, join_path
 from trainer.api.jobset import JobSet
 from trainer.api.openapi import apply_defaults, prune, validate
+from trainer.api.safeload import FILE_LIMITS, InputError, Limits, load_yaml_documents
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 
 UNKNOWN_FIELD = "Unknown field"
@@ -60,29 +60,54 @@ class Document:
         return f"{self.source}#{self.index}" if self.index else self.source
 
 
-def load_documents(text: str, source: str = "<stdin>") -> list[Document]:
-    """Split a YAML (or JSON) stream into documents, skipping empty ones.
+def load_documents(
+    data: str | bytes, source: str = "<stdin>", limits: Limits = FILE_LIMITS
+) -> list[Document]:
+    """Split a YAML (or JSON) stream into API objects, skipping empty documents.
 
-    A ``kind: List`` is expanded into its items. YAML syntax errors raise :class:`ObjectError`
-    with the line and column.
+    Reading is :mod:`trainer.api.safeload`'s (UTF-8, bounded size, depth, aliases and
+    numbers). A ``kind: List`` is expanded into its items. Raises :class:`InputError` naming
+    the source (and the line and column, or the document) for unreadable input and for a
+    document or list item that is not a mapping.
     """
-    try:
-        raw = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ObjectError(
-            [FieldError("<document>", INVALID, f"YAML syntax error at {where}: {problem}")],
-            source,
-        ) from None
     docs: list[Document] = []
-    for i, data in enumerate(d for d in raw if d is not None):
-        if isinstance(data, dict) and data.get("kind") == "List":
-            docs.extend(Document(source, i, item) for item in data.get("items") or [])
+    raw = load_yaml_documents(data, source, limits)
+    for i, item in enumerate(d for d in raw if d is not None):
+        what = f"document {i + 1}"
+        _require_object(item, source, what)
+        if item.get("kind") == "List" and "items" in item:
+            items = item["items"]
+            if items is None:
+                continue
+            if not isinstance(items, list):
+                raise InputError(
+                    source,
+                    f"{what} (kind: List): items must be a list of API objects, "
+                    f"not {_type_name(items)}",
+                )
+            for j, sub in enumerate(items):
+                _require_object(sub, source, f"{what} (kind: List), items[{j}]")
+                docs.append(Document(source, i, sub))
         else:
-            docs.append(Document(source, i, data))
+            docs.append(Document(source, i, item))
     return docs
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(
+        type(value), "a list" if isinstance(value, list) else type(value).__name__
+    )
+
+
+def _require_object(value: Any, source: str, what: str) -> None:
+    if not isinstance(value, dict):
+        raise InputError(
+            source,
+            f"{what} is {_type_name(value)}, not an API object (a mapping with apiVersion "
+            "and kind)",
+        )
 
 
 def model_for(data: Any) -> type[K8sModel]:
@@ -192,7 +217,9 @@ def check_object(data: Any, old: Any = None, *, strict_fields: bool = True) -> C
     except ObjectError as exc:
         return CheckResult("", "", data, exc.errors)
     kind = data["kind"]
-    name = str((data.get("metadata") or {}).get("name") or "")
+    meta = data.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    name = name if isinstance(name, str) else ""
     schema = crds.schema_for_kind(kind)
     pruned, unknown = prune(schema, data)
     errors: list[FieldError] = []

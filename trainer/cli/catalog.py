@@ -31,7 +31,8 @@ class RuntimeCatalog:
 
     def find(self, job: TrainJob) -> tuple[Runtime | None, str]:
         """The runtime a TrainJob references, or None and a message saying what exists."""
-        assert job.spec is not None
+        if job.spec is None:
+            return None, "spec.runtimeRef is required"
         ref = job.spec.runtime_ref
         namespace = (job.metadata.namespace if job.metadata else None) or "default"
         if ref.api_group != c.GROUP or ref.kind not in (

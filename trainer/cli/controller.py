@@ -10,7 +10,7 @@ import typer
 
 from trainer.cli.process import ProcessOptions, run_controller
 from trainer.controller.config import ConfigError, load_config, parse_feature_gates
-from trainer.kube.client import new_api_client
+from trainer.kube.client import KubeconfigError, new_api_client
 from trainer.observability.logging import parse_level, setup_logging
 
 
@@ -61,7 +61,8 @@ def controller(
     log_format: Annotated[str, typer.Option(help="text or json.")] = "text",
 ) -> None:
     """Run the TrainJob controller until SIGTERM: watch caches on every replica, reconcilers on
-    the Lease holder, the webhook, health probes and metrics."""
+    the Lease holder, the webhook, health probes and metrics. Exits 2 with one line for bad
+    options, an unusable --config file or kubeconfig."""
     if log_format not in ("text", "json"):
         typer.echo(f"error: --log-format must be text or json, not {log_format!r}", err=True)
         raise typer.Exit(2)
@@ -73,6 +74,6 @@ def controller(
     setup_logging(parse_level(log_level), "json" if log_format == "json" else "text")
     try:
         asyncio.run(_main(kubeconfig, config, gates, webhook))
-    except ConfigError as exc:
+    except (ConfigError, KubeconfigError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -7,9 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from trainer.api.load import ObjectError
 from trainer.builtin import builtin_runtime_documents
-from trainer.cli.files import read_documents
+from trainer.cli.files import read_or_exit
 from trainer.cli.render import to_yaml_stream
 from trainer.convert import RUNTIME_MODES, Converted, ConvertError, convert
 
@@ -58,14 +57,7 @@ def convert_cmd(
     what the converted job does instead. Exits 1 with a one-line error, writing nothing, when
     any input is unreadable or not a v1 job.
     """
-    try:
-        docs = read_documents(files)
-    except ObjectError as exc:
-        raise _fail(str(exc)) from None
-    except OSError as exc:
-        raise _fail(f"cannot read {exc.filename}: {exc.strerror}") from None
-    if not docs:
-        raise _fail("no documents found in " + ", ".join(files))
+    docs = read_or_exit(files, 1)
     if runtime_mode not in RUNTIME_MODES:
         raise _fail(
             f"--runtime-mode must be one of {', '.join(RUNTIME_MODES)}, not {runtime_mode!r}"

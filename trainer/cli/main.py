@@ -1,4 +1,5 @@
-"""Entry point of the ``trainer`` command."""
+"""Entry point of the ``trainer`` command. Commands run under :class:`GuardedGroup`: an
+unexpected exception is one ``error: internal error`` line and exit 1, never a traceback."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from trainer.cli import render as render_cmd
 from trainer.cli import run as run_cmd
 from trainer.cli import validate as validate_cmd
 from trainer.cli import webhook as webhook_cmd
+from trainer.cli.guard import GuardedGroup
 
 app = typer.Typer(
     name="trainer",
@@ -21,6 +23,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=GuardedGroup,
 )
 app.command(name="run")(run_cmd.run)
 app.command(name="up")(run_cmd.up)

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from trainer.api.safeload import CONFIG_LIMITS, InputError, read_bytes
 from trainer.deploy.render import install_objects, runtime_objects, to_stream
 from trainer.deploy.values import ValuesError, load_values
 
@@ -44,14 +45,14 @@ def manifests(
     if runtimes:
         typer.echo(to_stream(runtime_objects()), nl=False)
         return
-    text = None
+    text: bytes | None = None
     source = "values"
     if values_file is not None:
         source = str(values_file)
         try:
-            text = values_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            typer.echo(f"error: {source}: cannot read: {exc}", err=True)
+            text = read_bytes(values_file, CONFIG_LIMITS)
+        except InputError as exc:
+            typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
     overrides = {"namespace": namespace, "image": image, "replicas": replicas}
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -13,11 +12,12 @@ import yaml
 
 from trainer.api import constants as c
 from trainer.api.errors import format_errors
-from trainer.api.load import ObjectError, check_object, parse_object
+from trainer.api.load import check_object, parse_object
+from trainer.api.safeload import CONFIG_LIMITS, InputError, read_bytes
 from trainer.api.v1alpha1 import TrainJob
 from trainer.builtin import builtin_runtime_documents
 from trainer.cli.catalog import RuntimeCatalog, is_runtime
-from trainer.cli.files import read_documents
+from trainer.cli.files import read_or_exit
 from trainer.controller.config import parse_feature_gates
 from trainer.plugins.registry import render as render_objects
 from trainer.runtime.info import BuildContext, BuildError, Observed
@@ -53,9 +53,8 @@ def fail(message: str) -> typer.Exit:
 def _checked(data: Any, label: str) -> Any:
     result = check_object(data, strict_fields=False)
     if not result.ok:
-        raise fail(
-            f"{label}: {result.kind}/{result.name} is invalid: {format_errors(result.errors)}"
-        )
+        what = f"{result.kind}/{result.name}" if result.kind else "object"
+        raise fail(f"{label}: {what} is invalid: {format_errors(result.errors)}")
     return parse_object(result.stored)
 
 
@@ -121,13 +120,8 @@ def render(
     with a one-line error (and nothing on stdout) for unreadable or invalid input or an
     unknown runtime, 1 when a TrainJob cannot be built on its runtime.
     """
-    try:
-        docs = read_documents(files)
-        runtime_docs = read_documents(runtimes) if runtimes else []
-    except ObjectError as exc:
-        raise fail(str(exc)) from None
-    except OSError as exc:
-        raise fail(f"cannot read {exc.filename}: {exc.strerror}") from None
+    docs = read_or_exit(files, 2)
+    runtime_docs = read_or_exit(runtimes, 2) if runtimes else []
 
     builtin = not runtimes
     catalog = RuntimeCatalog("built in" if builtin else "given with --runtime or -f")
@@ -149,7 +143,7 @@ def render(
         else:
             raise fail(f"{doc.label}: expected a TrainJob, got {obj.to_wire().get('kind')}")
     if not trainjobs:
-        raise fail("no TrainJob found in " + ", ".join(files))
+        raise fail(", ".join(files) + ": no TrainJob found")
 
     try:
         gates = parse_feature_gates(feature_gates) if feature_gates else {}
@@ -163,9 +157,9 @@ def render(
                 "certificate that goes into each <job>-tls-config ConfigMap"
             )
         try:
-            ca = Path(status_server_ca).read_bytes()
-        except OSError as exc:
-            raise fail(f"cannot read {status_server_ca}: {exc.strerror}") from None
+            ca = read_bytes(status_server_ca, CONFIG_LIMITS)
+        except InputError as exc:
+            raise fail(str(exc)) from None
         status_secret = {"data": {c.STATUS_SERVER_CA_KEY: base64.b64encode(ca).decode()}}
     objects: list[dict[str, Any]] = []
     ctx = BuildContext(
@@ -176,7 +170,10 @@ def render(
     observed = Observed(status_server_secret=status_secret)
     for job in trainjobs:
         meta = job.metadata
-        assert meta is not None and job.spec is not None
+        if meta is None or not meta.name:
+            raise fail("a TrainJob has no metadata.name")
+        if job.spec is None:
+            raise fail(f"TrainJob {meta.name}: spec.runtimeRef is required")
         if not meta.namespace:
             meta.namespace = namespace or "default"
         runtime, problem = catalog.find(job)

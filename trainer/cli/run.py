@@ -13,7 +13,9 @@ from typing import Annotated, Any
 import typer
 
 from trainer.api import constants as c
-from trainer.api.load import ObjectError
+from trainer.api.load import Document
+from trainer.api.safeload import InputError
+from trainer.cli.checks import check_documents, print_outcomes
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
@@ -76,9 +78,7 @@ async def _apply_all(plane: LocalPlane, docs: list[Any], namespace: str) -> list
     for doc in ordered:
         obj = dict(doc.data)
         kind = obj.get("kind")
-        gvr = PLURALS.get(str(kind))
-        if gvr is None:
-            raise typer.BadParameter(f"{doc.label}: {kind} is not a TrainJob or a runtime")
+        gvr = PLURALS[str(kind)]  # checked by _preflight
         meta = dict(obj.get("metadata") or {})
         if gvr.namespaced:
             meta.setdefault("namespace", namespace)
@@ -134,19 +134,67 @@ async def _follow(
             await asyncio.wait_for(changed.wait(), wait)
 
 
+def _with_namespace(docs: list[Document], namespace: str) -> list[Document]:
+    """Namespaced objects without a namespace get ``namespace`` (checked and created there)."""
+    out: list[Document] = []
+    for doc in docs:
+        data, meta = doc.data, doc.data.get("metadata")
+        gvr = PLURALS.get(str(data.get("kind")))
+        namespaced = gvr is not None and gvr.namespaced
+        if namespaced and isinstance(meta, dict) and "namespace" not in meta:
+            data = {**data, "metadata": {**meta, "namespace": namespace}}
+        out.append(Document(doc.source, doc.index, data))
+    return out
+
+
+def _preflight(docs: list[Document], files: list[str], strict_fields: bool) -> int:
+    """``trainer validate``'s checks on every object before anything starts: 1 (with
+    validate's report) when any object is invalid, 2 when one is not a TrainJob or a runtime
+    or no TrainJob is given, else 0."""
+    outcomes = check_documents(docs, [], strict_fields=strict_fields)
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        print_outcomes(outcomes, only_invalid=True)
+        typer.echo(
+            f"error: {len(failed)} of {len(outcomes)} objects are invalid; nothing was applied",
+            err=True,
+        )
+        return 1
+    for doc in docs:
+        if str(doc.data.get("kind")) not in PLURALS:
+            typer.echo(
+                f"error: {doc.label}: {doc.data.get('kind')} is not a TrainJob or a runtime; "
+                "`trainer run` applies only those",
+                err=True,
+            )
+            return 2
+    if not any(doc.data.get("kind") == c.KIND_TRAINJOB for doc in docs):
+        typer.echo(f"error: {', '.join(files)}: no TrainJob found", err=True)
+        return 2
+    return 0
+
+
 async def _run(
     files: list[str],
     runtimes: list[str],
     namespace: str,
     timeout: float | None,
     gates: dict[str, bool] | None = None,
+    strict_fields: bool = True,
 ) -> int:
     printer = Printer()
     try:
-        docs = read_documents([*runtimes, *files])
-    except (ObjectError, OSError) as exc:
+        runtime_docs = read_documents(runtimes)
+        if runtimes and not runtime_docs:
+            raise InputError(", ".join(runtimes), "no objects found")
+        docs = runtime_docs + read_documents(files)
+    except InputError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
+    docs = _with_namespace(docs, namespace)
+    refused = _preflight(docs, files, strict_fields)
+    if refused:
+        return refused
     printer.line("starting the local control plane (API server, webhook, controller, executor)")
     plane = await start_local_plane(work_dir=Path.cwd(), on_log=printer.log, feature_gates=gates)
     stop = asyncio.Event()
@@ -160,9 +208,6 @@ async def _run(
         except APIError as exc:
             printer.line(f"rejected: {exc.message}")
             return 1
-        if not jobs:
-            typer.echo("error: no TrainJob in the given files", err=True)
-            return 2
         follow = asyncio.create_task(_follow(plane, jobs, printer, timeout))
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({follow, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -209,18 +254,28 @@ def run(
     feature_gates: Annotated[
         str | None, typer.Option("--feature-gates", help=FEATURE_GATES_HELP)
     ] = None,
+    strict_fields: Annotated[
+        bool,
+        typer.Option(
+            "--strict-fields/--no-strict-fields",
+            help="As with `trainer validate`: fields unknown to the schema are errors "
+            "(default), or dropped as the API server prunes them.",
+        ),
+    ] = True,
 ) -> None:
     """Run TrainJobs end to end on a local control plane and exit with their result.
 
     Starts the embedded API server, the admission webhook (HTTPS, registered through webhook
     configurations), the controller and the executor (pods as local processes); applies the
     built-in runtimes, --runtime files and the given files; shows progress and streams pod
-    logs prefixed by pod name. Exit status: 0 Complete, 1 Failed or rejected, 2 bad input or
-    timeout, 130 interrupted.
+    logs prefixed by pod name. Every object is first checked as `trainer validate` checks it;
+    nothing starts unless all pass. Exit status: 0 Complete, 1 Failed, rejected or invalid
+    (validate's report), 2 unreadable input, not a TrainJob or runtime, or timeout, 130
+    interrupted.
     """
     gates = _gates(feature_gates)
     setup_logging("DEBUG" if verbose else "WARNING", "text")
-    code = asyncio.run(_run(files, runtimes or [], namespace, timeout, gates))
+    code = asyncio.run(_run(files, runtimes or [], namespace, timeout, gates, strict_fields))
     raise typer.Exit(code)
 
 

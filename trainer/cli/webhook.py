@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from trainer.kube.client import new_api_client
+from trainer.kube.client import KubeconfigError, new_api_client
 from webhooks.run import WebhookOptions, run_webhook
 
 
@@ -59,7 +59,7 @@ def webhook(
 
     Paths are upstream's (/validate-trainer-kubeflow-org-v1alpha1-{trainjob,trainingruntime,
     clustertrainingruntime}, /mutate-trainer-kubeflow-org-v1alpha1-trainjob), plus /healthz
-    and /readyz.
+    and /readyz. Exits 2 with one line for an unusable kubeconfig.
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     options = WebhookOptions(
@@ -72,4 +72,8 @@ def webhook(
         manage_certs=manage_certs,
         tls_min_version=tls_min_version,
     )
-    asyncio.run(_serve(kubeconfig, options))
+    try:
+        asyncio.run(_serve(kubeconfig, options))
+    except KubeconfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None

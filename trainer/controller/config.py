@@ -47,6 +47,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from trainer.api.safeload import CONFIG_LIMITS, InputError, decode, load_yaml, read_bytes
+
 GROUP = "config.trainer.kubeflow.org"
 API_VERSION = f"{GROUP}/v1alpha1"
 KIND = "Configuration"
@@ -686,18 +688,20 @@ def _describe(error: Mapping[str, Any]) -> str:
     return str(error.get("msg"))
 
 
+_COMPOSER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def parse_config(text: str, source: str = "<config>") -> Configuration:
     """A validated :class:`Configuration` from YAML ``text``; ``source`` names the file in
     errors. Raises :class:`ConfigError` listing every problem with its line."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or str(exc)
-        context = f" ({exc.context})" if exc.context else ""
-        raise ConfigError(source, [(line, "", f"invalid YAML: {problem}{context}")]) from exc
+        # The bounded reader first (UTF-8, size, depth, aliases, numbers); duplicates are
+        # reported below with their field path.
+        data = load_yaml(text, source, CONFIG_LIMITS, allow_duplicate_keys=True)
+        root = yaml.compose(text, Loader=_COMPOSER)  # safe now: depth and size are bounded
+    except InputError as exc:
+        problem = exc.message.removeprefix("YAML syntax error: ")
+        raise ConfigError(source, [(exc.line, "", f"invalid YAML: {problem}")]) from None
     except yaml.YAMLError as exc:
         raise ConfigError(source, [(None, "", f"invalid YAML: {exc}")]) from exc
     if not isinstance(data, dict) or root is None:
@@ -738,9 +742,11 @@ def load_config(path: str | Path | None) -> Configuration:
         return Configuration()
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(source, [(None, "", f"cannot read config file: {exc.strerror}")]) from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(source, [(None, "", f"config file is not UTF-8: {exc}")]) from exc
+        text = decode(read_bytes(path, CONFIG_LIMITS, source), source, CONFIG_LIMITS)
+    except InputError as exc:
+        if exc.message.startswith("cannot read: "):
+            message = "cannot read config file: " + exc.message.removeprefix("cannot read: ")
+        else:
+            message = f"config file {exc.message}"
+        raise ConfigError(source, [(exc.line, "", message)]) from None
     return parse_config(text, source)

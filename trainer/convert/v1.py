@@ -59,7 +59,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from trainer.api import constants as c
+from trainer.api.core import PodTemplateSpec
+from trainer.api.errors import format_errors
+from trainer.api.load import pydantic_errors
 from trainer.convert.builtin import try_builtin
 
 V1 = "kubeflow.org/v1"
@@ -239,6 +244,12 @@ class _Job:
             containers = pod.get("containers") if isinstance(pod, Mapping) else None
             if not isinstance(containers, list) or not containers:
                 raise self.error(f"{rpath}.template.spec.containers", "must list a container")
+            if replicas < 0:
+                raise self.error(f"{rpath}.replicas", f"must be 0 or more, got {replicas}")
+            try:  # the types of every modelled pod field, before anything reads them
+                PodTemplateSpec.from_wire(template or {})
+            except ValidationError as exc:
+                raise self.error(f"{rpath}.template", format_errors(pydantic_errors(exc))) from None
             restart = rspec.get("restartPolicy")
             roles[role] = Role(
                 role,

@@ -11,10 +11,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trainer import __version__
+from trainer.api.safeload import CONFIG_LIMITS, InputError, load_yaml
 from trainer.controller.config import FEATURE_GATES
 
 DEFAULT_NAMESPACE = "kubeflow-system"
@@ -153,7 +153,9 @@ def _problems(exc: ValidationError, source: str, flags: frozenset[str]) -> list[
 
 
 def load_values(
-    text: str | None = None, source: str = "values", overrides: Mapping[str, Any] | None = None
+    text: str | bytes | None = None,
+    source: str = "values",
+    overrides: Mapping[str, Any] | None = None,
 ) -> Values:
     """Values from YAML ``text`` (None: the defaults), with ``overrides`` (the command-line
     flags, keyed by their values-file name; None values are unset flags) applied on top.
@@ -161,9 +163,9 @@ def load_values(
     data: Any = {}
     if text is not None:
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ValuesError(f"{source}: invalid YAML: {exc}".replace("\n", " ")) from exc
+            data = load_yaml(text, source, CONFIG_LIMITS)
+        except InputError as exc:
+            raise ValuesError(str(exc)) from None
         if data is None:
             data = {}
         if not isinstance(data, dict):

@@ -3,28 +3,60 @@
 from __future__ import annotations
 
 import os
+import ssl
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.api_client import ApiClient
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-__all__ = ["ApiClient", "new_api_client"]
+from trainer.kube.kubeconfig import KubeconfigError, check_kubeconfig, default_path
+
+__all__ = ["ApiClient", "KubeconfigError", "new_api_client"]
 
 
 async def new_api_client(
     kubeconfig: str | None = None, *, qps_user_agent: str = "trainer"
 ) -> ApiClient:
     """An ApiClient for ``kubeconfig``, else $KUBECONFIG / ~/.kube/config, else the in-cluster
-    service account (the order kubectl and controller-runtime use)."""
+    service account (the order kubectl and controller-runtime use).
+
+    Raises :class:`KubeconfigError` (one line naming the file) for a kubeconfig that is
+    missing, unreadable, over the size/depth/alias limits or not usable."""
     cfg = client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        await config.load_kube_config(config_file=path, client_configuration=cfg)
-    else:
+    if not path:
         try:
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         except ConfigException:
-            await config.load_kube_config(client_configuration=cfg)
-    api = ApiClient(configuration=cfg)
+            path = str(default_path())
+            if not os.path.lexists(path):
+                raise KubeconfigError(
+                    f"no cluster configuration: not running in a cluster, $KUBECONFIG is "
+                    f"unset and {path} does not exist (pass --kubeconfig)"
+                ) from None
+    if path:
+        check_kubeconfig(path)
+        try:
+            await config.load_kube_config(config_file=path, client_configuration=cfg)
+        except (
+            ConfigException,
+            LookupError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            AssertionError,  # kubernetes_asyncio asserts the types of some fields
+        ) as exc:
+            problem = str(exc) or "a field has the wrong type or value"
+            raise KubeconfigError(f"kubeconfig {path}: {problem}") from None
+        except ssl.SSLError as exc:
+            raise KubeconfigError(f"kubeconfig {path}: bad certificate or key: {exc}") from None
+        except OSError as exc:
+            raise KubeconfigError(
+                f"kubeconfig {path}: cannot read {exc.filename or ''}: {exc.strerror}"
+            ) from None
+    try:
+        api = ApiClient(configuration=cfg)
+    except ssl.SSLError as exc:  # certificate data is first parsed here
+        raise KubeconfigError(f"kubeconfig {path}: bad certificate or key: {exc}") from None
     api.user_agent = f"{qps_user_agent}/0.1.0"
     return api

@@ -15,6 +15,7 @@ import yaml
 
 from trainer.api import constants as c
 from trainer.api.load import ObjectError, parse_object
+from trainer.api.safeload import InputError, load_yaml
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from trainer.runtime.info import BuildError, Runtime
 from trainer.runtime.objects import object_meta
@@ -23,7 +24,7 @@ PREFIX = "invalid runtime snapshot: "
 
 # libyaml's emitter when PyYAML was built with it (it is ~10x faster); same output.
 _Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 """libyaml's safe loader when PyYAML was built with it (about 10x faster), else SafeLoader."""
 
 
@@ -67,9 +68,9 @@ def read_snapshot(trainjob: TrainJob, config_map: Mapping[str, Any]) -> Runtime:
     if c.RUNTIME_SNAPSHOT_KEY not in data:
         raise BuildError(PREFIX + f'snapshot ConfigMap missing "{c.RUNTIME_SNAPSHOT_KEY}" data key')
     try:
-        doc = yaml.load(data[c.RUNTIME_SNAPSHOT_KEY], Loader=_Loader)
+        doc = load_yaml(data[c.RUNTIME_SNAPSHOT_KEY], "the runtime snapshot")
         runtime = parse_object(doc)
-    except (yaml.YAMLError, ObjectError) as exc:
+    except (InputError, ObjectError) as exc:
         raise BuildError(PREFIX + f"cannot decode the runtime: {exc}") from None
     if not isinstance(runtime, TrainingRuntime | ClusterTrainingRuntime):
         raise BuildError(PREFIX + f"the snapshot holds a {doc.get('kind')}, not a runtime")

@@ -33,6 +33,7 @@ from urllib.parse import parse_qs
 import yaml
 from aiohttp import web
 
+from trainer.api.safeload import Limits, load_json, load_yaml
 from trainer.local.apiserver import apply as ssa
 from trainer.local.apiserver import authn, builtin, crd, discovery, gc, metadata, protobuf, table
 from trainer.local.apiserver.admission import Admission
@@ -620,8 +621,8 @@ class APIServer:
             return protobuf.decode(raw)
         try:
             if request.content_type in (APPLY, "application/yaml"):
-                return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-            return json.loads(raw)
+                return load_yaml(raw, "body", Limits(max_bytes=self.max_body))
+            return load_json(raw, "body", Limits(max_bytes=self.max_body))
         except (ValueError, yaml.YAMLError) as exc:
             raise bad_request(
                 f"the request body is not valid "
@@ -1251,7 +1252,7 @@ def _json_or_empty(raw: bytes) -> Any:
     if not raw:
         return {}
     try:
-        return json.loads(raw)
+        return load_json(raw, "body")
     except ValueError:
         raise bad_request("the request body is not valid JSON") from None
 
