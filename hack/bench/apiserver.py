@@ -19,9 +19,12 @@ from the kubeconfig the server writes. Phases, each bounded in count and time:
 Targets: >= 1,500 ConfigMap writes/s; selector list < 50 ms; no watch event lost; RSS with
 10,000 TrainJobs < 200 MB. The whole run stays under ``--budget`` seconds (170): a write phase
 that reaches its share of the budget stops early and the report says so.
+With ``--state-file PATH`` the servers persist every write to a SQLite state file (see
+docs/local-plane.md, "State file: durability and recovery"); the same target applies.
 Writes hack/bench/reports/apiserver.json.
 
     python hack/bench/apiserver.py [--configmaps 10000] [--trainjobs 10000] [--out PATH]
+                                   [--state-file PATH]
 """
 
 from __future__ import annotations
@@ -91,15 +94,23 @@ class Server:
 
     @classmethod
     def start(
-        cls, workdir: Path, cpu: int | None, profile: Path | None = None, timeout: float = 60.0
+        cls,
+        workdir: Path,
+        cpu: int | None,
+        profile: Path | None = None,
+        timeout: float = 60.0,
+        state_file: Path | None = None,
     ) -> Server:
-        """Start the server (under cProfile, writing ``profile`` on exit, when given)."""
+        """Start the server (under cProfile, writing ``profile`` on exit, when given; keeping
+        its objects in ``state_file`` when given)."""
         kubeconfig = workdir / f"kubeconfig-{time.monotonic_ns()}"
         cmd = [sys.executable]
         if profile is not None:
             cmd += ["-m", "cProfile", "-o", str(profile)]
         cmd += ["-m", "trainer.cli.main", "apiserver", "--port", "0"]
         cmd += ["--kubeconfig", str(kubeconfig)]
+        if state_file is not None:
+            cmd += ["--state-file", str(state_file)]
         mine = os.sched_getaffinity(0)
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})  # the child (and all its threads) inherit this
@@ -586,18 +597,27 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "server_cpu": server_cpu,
         "client_cpu": client_cpu,
         "transport": "HTTP/1.1 keep-alive on 127.0.0.1, aiohttp client, JSON",
-        "server": "python -m trainer.cli.main apiserver --port 0 (CRDs installed)",
+        "server": "python -m trainer.cli.main apiserver --port 0 (CRDs installed)"
+        + (f" --state-file {args.state_file}" if args.state_file else ""),
     }
     with tempfile.TemporaryDirectory(prefix="apiserver-bench-") as tmp:
         profile = args.profile
         if profile is not None:
             profile.mkdir(parents=True, exist_ok=True)
-        server = Server.start(Path(tmp), server_cpu, profile and profile / "configmaps.prof")
+        state: Path | None = args.state_file
+        server = Server.start(
+            Path(tmp), server_cpu, profile and profile / "configmaps.prof", state_file=state
+        )
         try:
             report["configmaps"] = await configmap_server(args, server, end)
         finally:
             server.stop()
-        server = Server.start(Path(tmp), server_cpu, profile and profile / "trainjobs.prof")
+        server = Server.start(
+            Path(tmp),
+            server_cpu,
+            profile and profile / "trainjobs.prof",
+            state_file=state and state.with_name(state.name + ".trainjobs"),
+        )
         try:
             report["trainjobs"] = await trainjob_server(args, server, end)
         finally:
@@ -628,6 +648,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def state_files(path: Path) -> list[Path]:
+    """The state files a run with ``--state-file PATH`` writes."""
+    return [path, path.with_name(path.name + ".trainjobs")]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--configmaps", type=int, default=10_000)
@@ -643,8 +668,25 @@ def main() -> int:
         type=Path,
         help="run each server under cProfile, writing DIR/configmaps.prof and DIR/trainjobs.prof",
     )
+    parser.add_argument(
+        "--state-file",
+        type=Path,
+        help="run the servers with persistence on: the ConfigMap server keeps its objects in "
+        "PATH, the TrainJob server in PATH.trainjobs (neither may exist; both are removed "
+        "after the run); put PATH on the disk whose durability you want measured",
+    )
     args = parser.parse_args()
-    report = asyncio.run(bench(args))
+    if args.state_file is not None:
+        for path in state_files(args.state_file):
+            if path.exists():
+                parser.error(f"--state-file: {path} exists (the run starts from an empty file)")
+    try:
+        report = asyncio.run(bench(args))
+    finally:
+        if args.state_file is not None:
+            for path in state_files(args.state_file):
+                for leftover in (path, *path.parent.glob(path.name + "-*"), Path(f"{path}.lock")):
+                    leftover.unlink(missing_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     t = report["targets"]

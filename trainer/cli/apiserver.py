@@ -11,16 +11,25 @@ from typing import Annotated
 import typer
 
 from trainer.api import crds
+from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
 from trainer.local.apiserver import APIServer
+from trainer.local.apiserver.statefile import StateFileError
 
 log = logging.getLogger("trainer.apiserver")
 
 
 async def _serve(
-    port: int, kubeconfig: Path, state_file: str | None, token: str | None, install_crds: bool
+    port: int,
+    kubeconfig: Path,
+    state_file: str | None,
+    token: str | None,
+    install_crds: bool,
+    reset_damaged_state: bool = False,
 ) -> None:
     try:
-        server = APIServer(port=port, state_file=state_file, token=token)
+        server = APIServer(
+            port=port, state_file=state_file, token=token, reset_damaged_state=reset_damaged_state
+        )
     except ValueError as exc:
         typer.echo(f"error: --token: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -56,10 +65,8 @@ def apiserver(
     kubeconfig: Annotated[
         Path, typer.Option("--kubeconfig", help="Where to write a kubeconfig for kubectl.")
     ] = Path("trainer-local.kubeconfig"),
-    state_file: Annotated[
-        str | None,
-        typer.Option("--state-file", help="SQLite file that keeps objects across restarts."),
-    ] = None,
+    state_file: StateFileOption = None,
+    reset_damaged_state: ResetDamagedOption = False,
     token: Annotated[
         str | None,
         typer.Option(
@@ -85,10 +92,14 @@ def apiserver(
     It speaks the real Kubernetes REST protocol over HTTPS, with a CA made at start, and
     requires a bearer token on every request but the health probes; kubectl and client
     libraries work with the kubeconfig it writes (mode 0600), which holds both. State lives in
-    memory unless --state-file is given.
+    memory unless --state-file is given; a state file that is damaged, in use by another
+    process or unusable is refused with one line on stderr and exit status 2.
     """
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    asyncio.run(_serve(port, kubeconfig, state_file, token, install_crds))
+    try:
+        asyncio.run(_serve(port, kubeconfig, state_file, token, install_crds, reset_damaged_state))
+    except StateFileError as err:
+        raise refuse(err) from None

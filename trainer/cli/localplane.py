@@ -199,11 +199,12 @@ async def start_local_plane(
     on_log: Callable[[str, str, str], None] | None = None,
     state_dir: Path | None = None,
     feature_gates: dict[str, bool] | None = None,
+    reset_damaged_state: bool = False,
 ) -> LocalPlane:
     """Start the local plane. With ``feature_gates`` TrainJobStatus=true the status server
     runs too, on 127.0.0.1 (its certificate covers 127.0.0.1), and pods are told
     ``https://127.0.0.1:<port>`` as its base URL."""
-    server = APIServer(port=port, state_file=state_file)
+    server = APIServer(port=port, state_file=state_file, reset_damaged_state=reset_damaged_state)
     await server.start()
     install_basics(server)
     webhook_port = free_port()

@@ -18,9 +18,11 @@ from trainer.api.safeload import InputError
 from trainer.cli.checks import check_documents, print_outcomes
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
+from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
 from trainer.controller.config import parse_feature_gates
 from trainer.kube import resources as r
 from trainer.kube.rest import APIError
+from trainer.local.apiserver.statefile import StateFileError
 from trainer.observability.logging import setup_logging
 
 PLURALS = {
@@ -278,12 +280,17 @@ def run(
 
 
 async def _up(
-    kubeconfig: Path, state_file: str | None, port: int, gates: dict[str, bool] | None = None
+    kubeconfig: Path,
+    state_file: str | None,
+    port: int,
+    gates: dict[str, bool] | None = None,
+    reset_damaged_state: bool = False,
 ) -> None:
     printer = Printer()
     plane = await start_local_plane(
         work_dir=Path.cwd(),
         state_file=state_file,
+        reset_damaged_state=reset_damaged_state,
         port=port,
         on_log=printer.log,
         feature_gates=gates,
@@ -320,9 +327,8 @@ def up(
             help="Where to write the kubeconfig (mode 0600: it holds the plane's credentials)."
         ),
     ] = Path("trainer-local.kubeconfig"),
-    state_file: Annotated[
-        str | None, typer.Option(help="SQLite file keeping objects across restarts.")
-    ] = None,
+    state_file: StateFileOption = None,
+    reset_damaged_state: ResetDamagedOption = False,
     port: Annotated[int, typer.Option(help="API server port on 127.0.0.1 (0: any).")] = 0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     feature_gates: Annotated[
@@ -337,5 +343,8 @@ def up(
     for each start."""
     gates = _gates(feature_gates)
     setup_logging("DEBUG" if verbose else "INFO", "text")
-    asyncio.run(_up(kubeconfig, state_file, port, gates))
+    try:
+        asyncio.run(_up(kubeconfig, state_file, port, gates, reset_damaged_state))
+    except StateFileError as err:
+        raise refuse(err) from None
     sys.exit(0)

@@ -4,6 +4,15 @@ processing for those policies, and namespace termination.
 Work is queued and done by one background task, like the real garbage collector, so a client
 sees the owner gone first and its dependents disappear shortly after. :meth:`idle` lets
 tests wait for the collector without sleeping.
+
+The queue lives in memory only, so at every start (after a crash too, with a state file) the
+collector first re-examines every stored object, as the real one resyncs its graph from a
+full list: objects of a resource no longer served (a CRD deletion cut short) are dropped;
+dependents whose owners are all gone are deleted, and references to gone owners are removed
+when other owners remain; objects being deleted with ``foregroundDeletion`` or ``orphan``
+finalizers, and terminating namespaces, are taken up again until they are gone. Nothing is
+recreated: only deletes and finalizer removals are finished. Work whose write the server
+could not store (a 503 from the state file) is retried after :data:`RETRY_DELAY`.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import asyncio
 import contextlib
 import copy
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from trainer.local.apiserver.errors import APIError
@@ -24,6 +34,21 @@ if TYPE_CHECKING:
 log = logging.getLogger("trainer.apiserver.gc")
 
 Ref = tuple[str, str, str, str]  # group, plural, namespace, name
+# Seconds before a collection whose write could not be stored is retried, doubling per
+# failure up to the maximum.
+RETRY_DELAY = 0.25
+MAX_RETRY_DELAY = 30.0
+
+
+@contextlib.contextmanager
+def _unless_unavailable() -> Iterator[None]:
+    """Ignore what a concurrent client makes moot (the object is gone, changed, refused);
+    a write the server could not store (5xx) propagates, and the work is retried."""
+    try:
+        yield
+    except APIError as err:
+        if err.code >= 500:
+            raise
 
 
 class GarbageCollector:
@@ -35,6 +60,7 @@ class GarbageCollector:
         self._task: asyncio.Task[None] | None = None
         self._busy = 0
         self._idle_event: asyncio.Event | None = None
+        self._failures: dict[tuple[str, Any], int] = {}
         server.store.on_write.append(self._index)
 
     # --- ownership index --------------------------------------------------------------------
@@ -68,6 +94,7 @@ class GarbageCollector:
         self._idle_event = asyncio.Event()
         self._idle_event.set()
         self._task = asyncio.create_task(self._run(), name="apiserver-gc")
+        self._enqueue("resync", None)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -88,6 +115,16 @@ class GarbageCollector:
         assert self._idle_event is not None
         self._idle_event.clear()
         self._queue.put_nowait((kind, item))
+
+    def _enqueue_later(self, kind: str, item: Any, delay: float = 0.05) -> None:
+        """Come back to ``item`` after ``delay`` (waiting on other deletions) without holding
+        up the queue; the collector is not idle meanwhile."""
+        if self._queue is None:
+            return
+        self._busy += 1
+        assert self._idle_event is not None
+        self._idle_event.clear()
+        asyncio.get_running_loop().call_later(delay, self._queue.put_nowait, (kind, item))
 
     # --- triggers from the server -----------------------------------------------------------
     def notice(self, rt: ResourceType, obj: dict[str, Any]) -> None:
@@ -123,12 +160,49 @@ class GarbageCollector:
                     await self._namespace(item)
                 elif kind == "absent":
                     await self._absent_owners(*item)
+                elif kind == "resync":
+                    self._resync()
+                self._failures.pop((kind, item), None)
+            except APIError as err:  # only 5xx get here: the write was not stored
+                failures = self._failures[(kind, item)] = self._failures.get((kind, item), 0) + 1
+                delay = min(RETRY_DELAY * 2 ** (failures - 1), MAX_RETRY_DELAY)
+                log.warning(
+                    "garbage collection of %s %s: %s; retrying in %.2f s",
+                    kind,
+                    item,
+                    err.message,
+                    delay,
+                )
+                self._enqueue_later(kind, item, delay)
             except Exception:
                 log.exception("garbage collection of %s %s failed", kind, item)
             finally:
                 self._busy -= 1
                 if self._busy == 0:
                     self._idle_event.set()
+
+    def _resync(self) -> None:
+        """Queue every stored object that needs the collector (see the module docstring)."""
+        store = self.server.store
+        resources = store.keys()
+        for key in resources:
+            rt = self._rt(*key)
+            if rt is None:
+                dropped = store.drop_resource(key)
+                if dropped:
+                    log.info("dropped %d objects of %s.%s: no longer served", len(dropped), *key)
+                continue
+            for obj in store.items(key):
+                meta = obj["metadata"]
+                if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+                    if rt.kind != "Namespace":  # nothing holds it back: it was to be gone
+                        self.server._remove(rt, obj)
+                    else:
+                        self.notice(rt, obj)
+                elif meta.get("deletionTimestamp"):
+                    self.notice(rt, obj)
+                elif meta.get("ownerReferences"):
+                    self._enqueue("absent", (*key, meta.get("namespace") or "", meta["name"]))
 
     def _rt(self, group: str, plural: str) -> ResourceType | None:
         return self.server.registry.by_key(group, plural)
@@ -142,7 +216,7 @@ class GarbageCollector:
                 continue
             refs = obj["metadata"].get("ownerReferences") or []
             remaining = [r for r in refs if r.get("uid") != owner_uid and self._owner_exists(r, ns)]
-            with contextlib.suppress(APIError):
+            with _unless_unavailable():
                 if remaining:
                     new = copy.deepcopy(obj)
                     new["metadata"]["ownerReferences"] = [
@@ -164,17 +238,33 @@ class GarbageCollector:
     async def _absent_owners(self, group: str, plural: str, ns: str, name: str) -> None:
         """Delete a dependent none of whose owners exists (each owner's kind is served and no
         object of that kind, name and uid is stored); an owner of a kind this server does
-        not serve counts as present, as the real collector cannot tell either."""
+        not serve counts as present, as the real collector cannot tell either. When some
+        owners remain, only the references to the absent ones are removed."""
         rt = self._rt(group, plural)
         obj = self.server.store.get((group, plural), ns, name)
         if rt is None or obj is None or obj["metadata"].get("deletionTimestamp"):
             return
         refs = obj["metadata"].get("ownerReferences") or []
-        if not refs or any(self._owner_exists(r, ns) or not self._kind_served(r) for r in refs):
+        solid = [r for r in refs if self._owner_exists(r, ns) or not self._kind_served(r)]
+        if len(solid) == len(refs):
             return
-        log.info("deleting %s %s/%s: its owners no longer exist", rt.kind, ns, name)
-        with contextlib.suppress(APIError):
-            await self.server.delete(rt, ns, name, policy="Background")
+        with _unless_unavailable():
+            if not solid:
+                log.info("deleting %s %s/%s: its owners no longer exist", rt.kind, ns, name)
+                await self.server.delete(rt, ns, name, policy="Background")
+                return
+            new = copy.deepcopy(obj)
+            new["metadata"]["ownerReferences"] = solid
+            await self.server._commit_update(
+                rt,
+                obj,
+                new,
+                subresource="",
+                manager="garbage-collector",
+                dry_run=False,
+                field_validation="Ignore",
+                warnings=[],
+            )
 
     def _kind_served(self, ref: dict[str, Any]) -> bool:
         group = ref.get("apiVersion", "").rpartition("/")[0]
@@ -206,14 +296,13 @@ class GarbageCollector:
         for group, plural, dns, dname in self.dependents(uid):
             rt = self._rt(group, plural)
             if rt is not None and self.server.store.get((group, plural), dns, dname) is not None:
-                with contextlib.suppress(APIError):
+                with _unless_unavailable():
                     await self.server.delete(rt, dns, dname, policy="Foreground")
         if any(
             self.server.store.get((g, p), n, m) is not None for g, p, n, m in self.dependents(uid)
         ):
             # Dependents still finalizing: come back when they are gone.
-            await asyncio.sleep(0.05)
-            self._enqueue("foreground", (key, ns, name))
+            self._enqueue_later("foreground", (key, ns, name))
             return
         await self._drop_finalizer(key, ns, name, "foregroundDeletion")
 
@@ -233,7 +322,7 @@ class GarbageCollector:
             ]
             if not new["metadata"]["ownerReferences"]:
                 del new["metadata"]["ownerReferences"]
-            with contextlib.suppress(APIError):
+            with _unless_unavailable():
                 await self.server._commit_update(
                     rt,
                     dep,
@@ -257,7 +346,7 @@ class GarbageCollector:
         new["metadata"]["finalizers"] = [
             f for f in obj["metadata"].get("finalizers") or [] if f != finalizer
         ]
-        with contextlib.suppress(APIError):
+        with _unless_unavailable():
             await self.server._commit_update(
                 rt,
                 obj,
@@ -278,7 +367,7 @@ class GarbageCollector:
             for obj in list(self.server.store.items(rt.key, name)):
                 pending = True
                 if not obj["metadata"].get("deletionTimestamp"):
-                    with contextlib.suppress(APIError):
+                    with _unless_unavailable():
                         await self.server.delete(
                             rt, name, obj["metadata"]["name"], policy="Background"
                         )
@@ -288,8 +377,7 @@ class GarbageCollector:
             if rt.namespaced
             for _ in self.server.store.items(rt.key, name)
         ):
-            await asyncio.sleep(0.05)
-            self._enqueue("namespace", name)
+            self._enqueue_later("namespace", name)
             return
         ns_rt = self.server.registry.get("", "v1", "namespaces")
         namespace = self.server.store.get(("", "namespaces"), "", name)

@@ -64,6 +64,7 @@ from trainer.local.apiserver.patch import (
 from trainer.local.apiserver.persistence import Persistence
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import flag, matcher
+from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.apiserver.store import Event, Store
 from trainer.local.apiserver.tls import ServingTLS
 from trainer.local.apiserver.tokens import TokenIssuer, TokenRequestError
@@ -123,6 +124,7 @@ class APIServer:
         max_body: int = DEFAULT_MAX_BODY,
         history: int = 10_000,
         state_file: str | None = None,
+        reset_damaged_state: bool = False,
     ) -> None:
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError("the local API server listens on loopback only")
@@ -146,14 +148,30 @@ class APIServer:
         self._site: web.TCPSite | None = None
         self._stopping = asyncio.Event()
         self.state_file = state_file
-        self._persistence: Any = None
-        self._bootstrap()
+        self._persistence: Persistence | None = None
+        self._bootstrap(reset_damaged_state)
 
     # --- lifecycle --------------------------------------------------------------------------
-    def _bootstrap(self) -> None:
+    def _bootstrap(self, reset_damaged_state: bool) -> None:
         if self.state_file:
-            self._persistence = Persistence(self, self.state_file)
-            self._persistence.load()
+            self._persistence = Persistence(
+                self, self.state_file, reset_damaged=reset_damaged_state
+            )
+            try:
+                self._persistence.load()
+                self._bootstrap_objects()
+            except APIError as err:  # the first writes could not be stored
+                self._persistence.close()
+                raise StateFileError(
+                    self.state_file, f"cannot be written ({err.message})"
+                ) from None
+            except BaseException:
+                self._persistence.close()
+                raise
+        else:
+            self._bootstrap_objects()
+
+    def _bootstrap_objects(self) -> None:
         for ns in SYSTEM_NAMESPACES:
             if self.store.get(("", "namespaces"), "", ns) is None:
                 self.create_direct("v1", "Namespace", {"metadata": {"name": ns}})
@@ -555,7 +573,7 @@ class APIServer:
             items = self.store.select(rt.key, route.namespace or None, match)
             for obj in items:
                 meta = obj["metadata"]
-                with contextlib.suppress(APIError):
+                try:
                     await self.delete(
                         rt,
                         meta.get("namespace") or "",
@@ -563,6 +581,9 @@ class APIServer:
                         policy=policy,
                         dry_run=dry_run,
                     )
+                except APIError as err:
+                    if err.code >= 500:  # not persisted: never report it deleted
+                        raise
             return _json(self._list_body(rt, [self._out(rt, o) for o in items]))
         raise method_not_allowed(f"{request.method} is not supported")
 
@@ -913,8 +934,8 @@ class APIServer:
         if dry_run:
             return new
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            self.store.put(rt.key, new, old)
-            self._remove(rt, new)
+            # The last finalizer is gone: stored and deleted in one persisted batch.
+            self._after_delete(rt, self.store.put_and_remove(rt.key, new, old)[1])
             return new
         self.store.put(rt.key, new, old)
         self._after_write(rt, new, old)

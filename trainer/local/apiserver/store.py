@@ -5,6 +5,14 @@ Objects are stored as JSON-ready dicts. The store owns what it is given: callers
 dict to :meth:`Store.put` and never touch it afterwards, and copy what they read before
 changing it. Every write gets the next resourceVersion and becomes an event in the history
 (for watches that start from an older version) and in every matching watcher's queue.
+
+With a :attr:`Store.backend` (the state file, :mod:`trainer.local.apiserver.persistence`) a
+write is persisted first: the new object and its resourceVersion are computed, handed to the
+backend as one batch, and only once it returns are the objects, the clock, the history, the
+watchers and the ``on_write`` hooks changed. A backend that raises leaves all of them as they
+were, so no client ever sees a write the file does not hold, and the clock has no gap.
+``on_write`` hooks run as each event is emitted and must not write to the store themselves
+(a batch's versions are fixed before its first event); they may schedule writes.
 """
 
 from __future__ import annotations
@@ -23,6 +31,21 @@ from trainer.local.apiserver.selectors import Matcher
 
 GroupPlural = tuple[str, str]
 ObjKey = tuple[str, str]  # namespace ("" for cluster scope), name
+
+
+@dataclass(frozen=True)
+class Write:
+    """One object as a backend persists it: stored at ``rv`` (``obj`` None: deleted)."""
+
+    key: GroupPlural
+    namespace: str
+    name: str
+    rv: int
+    obj: dict[str, Any] | None
+
+
+# Persists a batch of writes atomically (all or none) or raises; the last one's rv is the clock.
+Backend = Callable[[list[Write]], None]
 
 # Read-only empties for lookups of a resource or namespace that holds nothing.
 _NO_SPACES: Mapping[str, dict[str, dict[str, Any]]] = MappingProxyType({})
@@ -93,6 +116,11 @@ def intern_in_place(value: Any) -> None:
                     stack.append(child)
 
 
+def _write(key: GroupPlural, obj: dict[str, Any], rv: int, *, deleted: bool = False) -> Write:
+    meta = obj["metadata"]
+    return Write(key, meta.get("namespace") or "", meta["name"], rv, None if deleted else obj)
+
+
 class Store:
     """Objects per resource, the resourceVersion clock, history and watchers."""
 
@@ -105,6 +133,7 @@ class Store:
         self._watchers: set[Watcher] = set()
         self._watch_queue = watch_queue
         self.on_write: list[Callable[[Event], None]] = []
+        self.backend: Backend | None = None
 
     # --- reads ------------------------------------------------------------------------------
     def get(self, key: GroupPlural, namespace: str, name: str) -> dict[str, Any] | None:
@@ -159,10 +188,6 @@ class Store:
         return list(self._objects)
 
     # --- writes -----------------------------------------------------------------------------
-    def next_rv(self) -> int:
-        self.rv += 1
-        return self.rv
-
     def put(
         self,
         key: GroupPlural,
@@ -170,16 +195,60 @@ class Store:
         old: dict[str, Any] | None,
         rv: int | None = None,
     ) -> Event:
-        """Store ``obj`` (created when ``old`` is None) under a new resourceVersion."""
+        """Store ``obj`` (created when ``old`` is None) under a new resourceVersion (``rv``
+        when loading; persisted first when there is a backend)."""
         intern_in_place(obj)
-        meta = obj["metadata"]
-        rv = rv if rv is not None else self.next_rv()
-        meta["resourceVersion"] = str(rv)
-        ns = meta.get("namespace") or ""
-        self._objects.setdefault(key, {}).setdefault(ns, {})[meta["name"]] = obj
-        return self._emit(Event(rv, "MODIFIED" if old is not None else "ADDED", key, ns, obj, old))
+        if rv is None:
+            rv = self.rv + 1
+            obj["metadata"]["resourceVersion"] = str(rv)
+            self._persist([_write(key, obj, rv)])
+        else:
+            obj["metadata"]["resourceVersion"] = str(rv)
+        return self._put(key, obj, old, rv)
 
     def remove(self, key: GroupPlural, obj: dict[str, Any]) -> Event:
+        rv = self.rv + 1
+        self._persist([_write(key, obj, rv, deleted=True)])
+        return self._remove(key, obj, rv)
+
+    def put_and_remove(
+        self, key: GroupPlural, obj: dict[str, Any], old: dict[str, Any]
+    ) -> tuple[Event, Event]:
+        """Store ``obj`` and delete it at once (its last finalizer is gone): one persisted
+        batch, then a MODIFIED and a DELETED event."""
+        intern_in_place(obj)
+        rv = self.rv + 1
+        obj["metadata"]["resourceVersion"] = str(rv)
+        self._persist([_write(key, obj, rv), _write(key, obj, rv + 1, deleted=True)])
+        return self._put(key, obj, old, rv), self._remove(key, obj, rv + 1)
+
+    def drop_resource(self, key: GroupPlural) -> list[dict[str, Any]]:
+        """Remove every object of a resource (its CRD was deleted), with DELETED events."""
+        objs = [
+            o for objects in self._objects.get(key, _NO_SPACES).values() for o in objects.values()
+        ]
+        self._persist(
+            [_write(key, obj, self.rv + 1 + i, deleted=True) for i, obj in enumerate(objs)]
+        )
+        for obj in objs:
+            self._remove(key, obj, self.rv + 1)
+        self._objects.pop(key, None)
+        return objs
+
+    def _persist(self, writes: list[Write]) -> None:
+        if self.backend is not None and writes:
+            self.backend(writes)
+
+    def _put(
+        self, key: GroupPlural, obj: dict[str, Any], old: dict[str, Any] | None, rv: int
+    ) -> Event:
+        meta = obj["metadata"]
+        ns = meta.get("namespace") or ""
+        self._objects.setdefault(key, {}).setdefault(ns, {})[meta["name"]] = obj
+        self.rv = max(self.rv, rv)
+        return self._emit(Event(rv, "MODIFIED" if old is not None else "ADDED", key, ns, obj, old))
+
+    def _remove(self, key: GroupPlural, obj: dict[str, Any], rv: int) -> Event:
         meta = obj["metadata"]
         ns = meta.get("namespace") or ""
         spaces = self._objects.get(key)
@@ -188,19 +257,9 @@ class Store:
             objects.pop(meta["name"], None)
             if not objects:  # no empty namespaces left behind
                 del spaces[ns]
-        rv = self.next_rv()
+        self.rv = max(self.rv, rv)
         final = {**obj, "metadata": {**meta, "resourceVersion": str(rv)}}
         return self._emit(Event(rv, "DELETED", key, ns, final, obj))
-
-    def drop_resource(self, key: GroupPlural) -> list[dict[str, Any]]:
-        """Remove every object of a resource (its CRD was deleted), with DELETED events."""
-        objs = [
-            o for objects in self._objects.get(key, _NO_SPACES).values() for o in objects.values()
-        ]
-        for obj in objs:
-            self.remove(key, obj)
-        self._objects.pop(key, None)
-        return objs
 
     def _emit(self, ev: Event) -> Event:
         self._history.append(ev)
