@@ -13,6 +13,8 @@ import aiohttp
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
+API_TIMEOUT = 10.0
+"""How long one call of the executor's parts may take before it counts as failed."""
 
 
 class ClientError(Exception):
@@ -21,6 +23,11 @@ class ClientError(Exception):
         self.body = body
         message = body.get("message") if isinstance(body, dict) else str(body)
         super().__init__(f"{status}: {message}")
+
+
+TRANSIENT = (ClientError, aiohttp.ClientError, OSError, TimeoutError, ValueError)
+"""Errors of one API call that a later attempt may not meet again (logged, then retried or
+dropped by the caller)."""
 
 
 def path(

@@ -1,0 +1,244 @@
+"""One container of a locally run pod: its process, started once per attempt, and its restarts
+under the pod's ``restartPolicy``.
+
+A container's process runs in its own process group with the environment, argv and working
+directory :mod:`~trainer.local.executor.podenv` planned; stdout and stderr go, merged, to its
+:class:`~trainer.local.executor.logsink.LogSink`. When the main process exits, what is left of
+its group is killed (as when a container's PID 1 exits), and the exit becomes the container's
+``terminated`` state. A container that cannot run on this host (no command, an executable
+that is not here) fails the pod at once: no retry makes it appear.
+
+The decisions are pure functions (:func:`should_restart`, :func:`terminated_state`) so that
+they read, and are tested, apart from the processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from typing import Any
+
+from trainer.local.executor import podenv
+from trainer.local.executor.events import NORMAL, WARNING
+from trainer.local.executor.logsink import read_lines
+from trainer.local.executor.pod_status import now
+from trainer.local.executor.podhost import (
+    BACKOFF_CAP,
+    BACKOFF_START,
+    GRACE_CAP,
+    Container,
+    RunningPod,
+    host_env_path,
+    killpg,
+)
+from trainer.local.executor.probes import run_probes
+
+log = logging.getLogger(__name__)
+
+BACKOFF_RESET_AFTER = 60.0
+"""A container that ran this long restarts with the initial back-off again."""
+CANNOT_RUN_EXIT = 127
+
+
+def should_restart(*, code: int, policy: str, init: bool, sidecar: bool) -> bool:
+    """Whether a container that exited with ``code`` is started again: a sidecar always; an
+    init container after a failure unless the policy is Never; a regular container under
+    Always, or OnFailure after a failure."""
+    if sidecar:
+        return True
+    if init:
+        return code != 0 and policy != "Never"
+    return policy == "Always" or (policy == "OnFailure" and code != 0)
+
+
+def terminated_state(
+    returncode: int,
+    *,
+    started_at: str,
+    finished_at: str,
+    container_id: str,
+    fallback_message: str = "",
+) -> dict[str, Any]:
+    """The ``terminated`` state of a process that exited with ``returncode`` (negative: killed
+    by that signal, reported as exit code 128+N). ``fallback_message`` (the log's tail, for
+    ``FallbackToLogsOnError``) is the message of a failure."""
+    code = returncode if returncode >= 0 else 128 - returncode
+    terminated: dict[str, Any] = {
+        "exitCode": code,
+        "reason": "Completed" if code == 0 else "Error",
+        "startedAt": started_at,
+        "finishedAt": finished_at,
+        "containerID": container_id,
+    }
+    if returncode < 0:
+        terminated["signal"] = -returncode
+    if code != 0 and fallback_message:
+        terminated["message"] = fallback_message
+    return terminated
+
+
+async def run_container(pod: RunningPod, c: Container) -> bool:
+    """Run a container until it is done under the restart policy; True when it succeeded."""
+    backoff = BACKOFF_START
+    loop = asyncio.get_running_loop()
+    while True:
+        if pod.terminating.is_set() or c.stop_requested:
+            return c.succeeded
+        began = loop.time()
+        code = await exec_once(pod, c)
+        if code is None:  # cannot run on this host: no retry makes it appear
+            pod.failed = True
+            return False
+        if pod.terminating.is_set() or c.stop_requested:
+            return code == 0
+        if not should_restart(code=code, policy=pod.policy, init=c.init, sidecar=c.sidecar):
+            return code == 0
+        if loop.time() - began > BACKOFF_RESET_AFTER:
+            backoff = BACKOFF_START
+        c.last_state = c.state
+        c.restart_count += 1
+        c.state = {
+            "waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": f"back-off {backoff:g}s restarting failed container={c.name} "
+                f"pod={pod.name}_{pod.namespace}({pod.uid})",
+            }
+        }
+        pod.event(
+            WARNING,
+            "BackOff",
+            f"Back-off restarting failed container {c.name} in pod {pod.name}",
+        )
+        await pod.sync_status()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(pod.terminating.wait(), backoff)
+        if pod.terminating.is_set():
+            return False
+        backoff = min(backoff * 2, BACKOFF_CAP)
+
+
+async def cannot_run(pod: RunningPod, c: Container, message: str) -> None:
+    """Report a container that cannot be started here (exit code 127, the message also in its
+    log and an Event)."""
+    log.warning("pod %s: container %s: %s", pod.key, c.name, message)
+    stamp = now()
+    c.state = {
+        "terminated": {
+            "exitCode": CANNOT_RUN_EXIT,
+            "reason": "ContainerCannotRun",
+            "message": message,
+            "startedAt": stamp,
+            "finishedAt": stamp,
+        }
+    }
+    c.ready = False
+    pod.event(WARNING, "Failed", f"Error: {message}")
+    sink = pod.sinks[c.name]
+    await sink.line(f"[local kubelet] {message}")
+    await sink.flush()
+    await pod.sync_status()
+
+
+async def exec_once(pod: RunningPod, c: Container) -> int | None:
+    """Run the container's process once; its exit code (128+N for signal N), or None when it
+    could not be started."""
+    host = pod.host
+    plan = c.plan
+    assert plan is not None
+    image = f"image {plan.image!r}" if plan.image else "no image"
+    if not plan.argv:
+        await cannot_run(
+            pod,
+            c,
+            f"container {c.name!r} has neither command nor args: the local executor runs "
+            f"the container's command on this host and cannot use the entrypoint of "
+            f"{image}; set command",
+        )
+        return None
+    env = plan.process_env(host.base_env)
+    command = " ".join(plan.argv)
+    exe = podenv.find_executable(plan.argv[0], plan.cwd, host_env_path(env))
+    if exe is None:
+        await cannot_run(
+            pod,
+            c,
+            f'exec: "{plan.argv[0]}": executable file not found in $PATH (command: '
+            f"{command}); the local executor runs commands with this host's tools, not "
+            f"those of {image}: install it here or change the command",
+        )
+        return None
+    for mounted in plan.rewriter.mounts.values():
+        if not os.path.exists(mounted) and host.owns(mounted):
+            with contextlib.suppress(OSError):
+                os.makedirs(mounted, exist_ok=True)
+    if plan.cwd != str(host.workdir) and host.owns(plan.cwd):
+        with contextlib.suppress(OSError):
+            os.makedirs(plan.cwd, exist_ok=True)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            plan.argv[0],
+            *plan.argv[1:],
+            executable=exe,
+            cwd=plan.cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        await cannot_run(pod, c, f"cannot start {command!r} in {plan.cwd}: {exc.strerror or exc}")
+        return None
+    c.proc = proc
+    host.track_group(proc.pid)
+    pod.event(NORMAL, "Started", f"Started container {c.name} (host process {proc.pid})")
+    if pod.terminating.is_set() or c.stop_requested:
+        killpg(proc.pid, signal.SIGTERM)
+    started_at = now()
+    c.container_id = f"local://{proc.pid}"
+    c.state = {"running": {"startedAt": started_at}}
+    has_startup = bool(c.spec.get("startupProbe"))
+    c.started = not has_startup
+    c.ready = c.started and not c.spec.get("readinessProbe")
+    if c.started:
+        c.started_event.set()
+    if not c.init:
+        pod.phase = "Running"
+    loop = asyncio.get_running_loop()
+    assert proc.stdout is not None
+    sink = pod.sinks[c.name]
+    reader = loop.create_task(read_lines(proc.stdout, sink))
+    probes = (
+        loop.create_task(run_probes(pod, c))
+        if has_startup or c.spec.get("readinessProbe")
+        else None
+    )
+    await pod.sync_status()
+    try:
+        returncode = await proc.wait()
+    finally:
+        killpg(proc.pid, signal.SIGKILL)  # what is left of the group dies with PID 1
+        host.untrack_group(proc.pid)
+        if probes is not None:
+            probes.cancel()
+    try:
+        await asyncio.wait_for(asyncio.shield(reader), GRACE_CAP)
+    except TimeoutError:
+        reader.cancel()
+    c.proc = None
+    fallback = c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+    terminated = terminated_state(
+        returncode,
+        started_at=started_at,
+        finished_at=now(),
+        container_id=c.container_id,
+        fallback_message=sink.termination_message() if fallback and returncode != 0 else "",
+    )
+    c.state = {"terminated": terminated}
+    c.ready = False
+    await sink.flush()
+    await pod.sync_status()
+    return int(terminated["exitCode"])

@@ -1,0 +1,129 @@
+"""One container's log as the local kubelet streams it: to a callback line by line, and to the
+API server's ``pods/log`` in batches.
+
+Held apart from the pod it belongs to because batching has its own timing rules (a batch goes
+out 0.2 s after its first line or once it holds 64 KiB, in order, never two at once) and its
+own failure rule (an append that fails is logged and dropped: a pod must not stop because its
+log could not be written). The sink keeps the last lines for
+``terminationMessagePolicy: FallbackToLogsOnError``.
+
+What it writes to and whom it tells are passed in (``append`` and ``on_log``), so the sink
+knows nothing of the kubelet or the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+
+from trainer.local.executor.client import API_TIMEOUT, TRANSIENT
+
+log = logging.getLogger(__name__)
+
+LOG_FLUSH_SECONDS = 0.2
+LOG_FLUSH_BYTES = 64 * 1024
+TERMINATION_LOG_LINES = 80
+TERMINATION_LOG_BYTES = 2048
+
+LogCallback = Callable[[str, str, str], None]
+"""``on_log(pod, container, line)``: receives every log line as it is read."""
+
+AppendLog = Callable[[str, str, str, str], Awaitable[object]]
+"""``append(namespace, pod, container, text)``: add text to ``pods/log``."""
+
+
+class LogSink:
+    """One container's log: lines go to ``on_log`` at once and to ``pods/log`` in batches
+    (flushed 0.2 s after the first unflushed line, or at 64 KiB), in order."""
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        pod: str,
+        container: str,
+        append: AppendLog,
+        on_log: LogCallback | None,
+    ) -> None:
+        self.namespace, self.pod, self.container = namespace, pod, container
+        self.append = append
+        self.on_log = on_log
+        self.parts: list[str] = []
+        self.size = 0
+        self.tail: collections.deque[str] = collections.deque(maxlen=TERMINATION_LOG_LINES)
+        self.lock = asyncio.Lock()
+        self.closed = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
+
+    async def line(self, text: str) -> None:
+        text = text.rstrip("\r")
+        if self.on_log is not None:
+            try:
+                self.on_log(self.pod, self.container, text)
+            except Exception:
+                log.exception("on_log failed for %s/%s", self.pod, self.container)
+        self.tail.append(text)
+        self.parts.append(text + "\n")
+        self.size += len(text) + 1
+        if self.size >= LOG_FLUSH_BYTES:
+            await self.flush()
+        elif self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(LOG_FLUSH_SECONDS, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        task = asyncio.get_running_loop().create_task(self.flush())
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        async with self.lock:
+            if not self.parts:
+                return
+            text = "".join(self.parts)
+            self.parts, self.size = [], 0
+            if self.closed:
+                return
+            try:
+                await asyncio.wait_for(
+                    self.append(self.namespace, self.pod, self.container, text), API_TIMEOUT
+                )
+            except TRANSIENT as exc:
+                log.debug("appending to the log of %s/%s failed: %s", self.pod, self.container, exc)
+
+    async def close(self) -> None:
+        await self.flush()
+        if self._flushes:
+            await asyncio.gather(*self._flushes, return_exceptions=True)
+
+    def termination_message(self) -> str:
+        """The last lines, for ``terminationMessagePolicy: FallbackToLogsOnError``."""
+        text = "\n".join(self.tail)
+        return text[-TERMINATION_LOG_BYTES:]
+
+
+async def read_lines(stream: asyncio.StreamReader, sink: LogSink) -> None:
+    """Feed a process's output to ``sink`` line by line until EOF (a line longer than
+    64 KiB goes out in pieces; undecodable bytes are replaced)."""
+    pending = b""
+    while True:
+        chunk = await stream.read(LOG_FLUSH_BYTES)
+        if not chunk:
+            break
+        pending += chunk
+        if b"\n" in pending:
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                await sink.line(line.decode(errors="replace"))
+        if len(pending) >= LOG_FLUSH_BYTES:  # a very long line goes out in pieces
+            await sink.line(pending.decode(errors="replace"))
+            pending = b""
+    if pending:
+        await sink.line(pending.decode(errors="replace"))
