@@ -5,6 +5,7 @@ See :mod:`trainer.convert.v1` for the mapping and ``docs/convert.md`` for the us
 
 from __future__ import annotations
 
-from trainer.convert.v1 import RUNTIME_MODES, Converted, ConvertError, ConvertWarning, convert
+from trainer.convert.v1 import RUNTIME_MODES, convert
+from trainer.convert.v1job import Converted, ConvertError, ConvertWarning
 
 __all__ = ["RUNTIME_MODES", "ConvertError", "ConvertWarning", "Converted", "convert"]
