@@ -1,17 +1,28 @@
-"""What the benchmark scripts share: process and machine CPU and memory from /proc, and
-latency percentiles. Imported by the scripts in this directory (``python hack/bench/X.py``
-puts it on the path)."""
+"""What the benchmark scripts share: process and machine CPU and memory from /proc, latency
+percentiles, starting and stopping child processes pinned to a CPU, the state of the checkout
+measured, and reading the API server over HTTP. Imported by the scripts in this directory
+(``python hack/bench/X.py`` puts it on the path)."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import json
 import os
+import signal
 import ssl
+import statistics
+import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def proc_cpu_seconds(pid: int) -> float:
@@ -97,4 +108,135 @@ def kubeconfig_access(path: Path) -> APIAccess:
         str(cluster["server"]),
         ssl.create_default_context(cadata=ca),
         {"Authorization": f"Bearer {token}"},
+    )
+
+
+# --- processes and the machine (shared by the benchmarks that start their own processes) --------
+def machine_busy_seconds() -> float:
+    """CPU seconds all CPUs spent busy since boot (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        values = [int(v) for v in fh.readline().split()[1:]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+class OtherLoad:
+    """CPU time the rest of the machine (not ``pids``, not this driver) used over a phase:
+    other work slows the wall-clock figures, and this says how much there was."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.start = time.monotonic()
+        self.busy = machine_busy_seconds()
+        self.own = self._own()
+
+    def _own(self) -> float:
+        me = os.times()
+        return me.user + me.system + sum(proc_cpu_seconds(p) for p in self.pids)
+
+    def result(self) -> dict[str, float]:
+        wall = max(time.monotonic() - self.start, 1e-9)
+        other = (machine_busy_seconds() - self.busy) - (self._own() - self.own)
+        return {
+            "other_processes_cpu_s": round(max(0.0, other), 2),
+            "other_processes_cpu_utilisation": round(max(0.0, other) / wall, 3),
+        }
+
+
+@contextlib.contextmanager
+def pinned(cpu: int | None) -> Iterator[None]:
+    """Run the block (a process spawn: the child inherits the affinity) on ``cpu``."""
+    mine = os.sched_getaffinity(0)
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
+def child_env() -> dict[str, str]:
+    """This environment with the repository on PYTHONPATH (a child runs this checkout)."""
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 30 s (only ``proc``, which this driver started)."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def wait_file(path: Path, timeout: float) -> None:
+    """Wait until ``path`` exists (a child writes it once ready)."""
+    end = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > end:
+            raise RuntimeError(f"{path} did not appear within {timeout:g} s")
+        time.sleep(0.05)
+
+
+def source_state() -> dict[str, Any]:
+    """The commit measured and the product files that differed from it (read-only git)."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--", "trainer", "webhooks"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    return {"commit": commit, "uncommitted_product_files": [ln for ln in status.splitlines() if ln]}
+
+
+def median(values: list[float]) -> float:
+    """The median, as a float."""
+    return float(statistics.median(values))
+
+
+# --- the API server over HTTP ---------------------------------------------------------------------
+JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+
+
+def session_for(access: APIAccess, limit: int) -> aiohttp.ClientSession:
+    """A session to the API server ``access`` names, ``limit`` connections at most."""
+    return aiohttp.ClientSession(
+        base_url=access.url,
+        headers=access.headers,
+        connector=aiohttp.TCPConnector(limit=limit, ssl=access.ssl),
+        timeout=aiohttp.ClientTimeout(total=120),
+    )
+
+
+async def list_all(session: aiohttp.ClientSession, path: str) -> list[dict[str, Any]]:
+    """Every object of a collection, 500 a page."""
+    items: list[dict[str, Any]] = []
+    token = ""
+    while True:
+        query = {"limit": "500", **({"continue": token} if token else {})}
+        async with session.get(path, params=query, headers=JSON_HEADERS) as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"GET {path}: HTTP {resp.status}")
+            page = json.loads(await resp.read())
+        items.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return items
+
+
+async def count_objects(session: aiohttp.ClientSession, path: str) -> int:
+    """Objects in a collection (limit=1 and remainingItemCount: nothing big is serialized)."""
+    async with session.get(path, params={"limit": "1"}, headers=JSON_HEADERS) as resp:
+        page = json.loads(await resp.read())
+    return len(page.get("items") or []) + int(
+        (page.get("metadata") or {}).get("remainingItemCount") or 0
     )
