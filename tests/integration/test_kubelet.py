@@ -23,7 +23,7 @@ from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.store import Event
 from trainer.local.executor.client import LocalClient, path
 from trainer.local.executor.kubelet import Kubelet
-from trainer.local.executor.podenv import LOCAL_PORTS
+from trainer.local.executor.podfields import LOCAL_PORTS
 
 PY = sys.executable
 NS = "default"

@@ -13,24 +13,20 @@ from typing import Any
 import pytest
 import yaml
 
-from trainer.local.executor.podenv import (
+from trainer.local.executor.podenv import final_env, plan_container, resolve_env
+from trainer.local.executor.podfields import (
     LOCAL_PORTS,
     ConfigError,
     Node,
-    Rewriter,
     Sources,
     expand_env,
-    final_env,
-    parse_ports,
-    plan_container,
-    plan_volumes,
     referenced_objects,
-    resolve_env,
     resource_value,
     service_account,
     token_requests,
-    write_volume,
 )
+from trainer.local.executor.rewrites import Rewriter, parse_ports
+from trainer.local.executor.volumes import plan_volumes, write_volume
 
 INDEX_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 NODE = Node(cpus=8, memory=16 * 1024**3, ephemeral_storage=100 * 1024**3)

@@ -16,7 +16,7 @@ from trainer.local.executor.cache import Cache
 from trainer.local.executor.client import ClientError, LocalClient
 from trainer.local.executor.events import NORMAL, WARNING, Recorder
 from trainer.local.executor.job import job_condition, job_finished, now
-from trainer.local.executor.podenv import LOCAL_PORTS
+from trainer.local.executor.podfields import LOCAL_PORTS
 from trainer.local.executor.ports import PortAllocator
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,9 @@ ConfigMaps and Secrets a pod references, merge patches of ``pods/status`` and ap
 A pod, once seen (and not yet finished):
 
 1. Is ``Pending`` with ``PodScheduled``; its ConfigMaps / Secrets are read and its environment,
-   argv and volumes resolved (:mod:`trainer.local.executor.podenv`: env and ``$(VAR)``
-   semantics, DNS / port / mount-path rewrites, volume layout). A missing ConfigMap, Secret or
+   argv and volumes resolved (:mod:`~trainer.local.executor.podenv`: env and ``$(VAR)``
+   semantics; :mod:`~trainer.local.executor.rewrites`: DNS / port / mount-path rewrites;
+   :mod:`~trainer.local.executor.volumes`: volume layout). A missing ConfigMap, Secret or
    key keeps the containers waiting (``CreateContainerConfigError`` / ``ContainerCreating``)
    and is retried, as a kubelet does.
 2. Runs its init containers one after another, then every regular container concurrently,
@@ -75,13 +76,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainer.local.executor import podenv
+from trainer.local.executor import volumes
 from trainer.local.executor.client import TRANSIENT, ClientError, LocalClient
 from trainer.local.executor.events import NORMAL, Recorder
 from trainer.local.executor.logsink import LogCallback
 from trainer.local.executor.pod import LocalPod
 from trainer.local.executor.pod_status import now, scheduling_gated_status
-from trainer.local.executor.podenv import NODE_NAME, Node
+from trainer.local.executor.podfields import NODE_NAME, Node
 from trainer.local.executor.podhost import BACKOFF_CAP, BACKOFF_START, GRACE_CAP, killpg
 
 log = logging.getLogger(__name__)
@@ -359,7 +360,7 @@ class Kubelet:
         async def cleanup() -> None:
             try:
                 await pod.done.wait()
-                directory = podenv.pod_dir(self.state_dir, pod.pod)
+                directory = volumes.pod_dir(self.state_dir, pod.pod)
                 await asyncio.to_thread(shutil.rmtree, directory, True)
             finally:
                 if self._pods.get(pod.uid) is pod:

@@ -2,13 +2,14 @@
 
 The lifecycle, in order: the pod is reported Pending; its ConfigMaps, Secrets and service
 account tokens are read and its containers and volumes planned
-(:mod:`~trainer.local.executor.podenv`), retried while something is missing (the containers
-wait with ``CreateContainerConfigError`` / ``ContainerCreating`` as on a kubelet); volumes are
-written; init containers run one after another (sidecars are started and kept running); then
-every regular container runs concurrently (:mod:`~trainer.local.executor.containers`); sidecars
-are stopped at the end. ``activeDeadlineSeconds`` fails the pod (``DeadlineExceeded``);
-:meth:`LocalPod.terminate` (deletion, ``deletionTimestamp``, the kubelet stopping) sends SIGTERM
-to every process group and SIGKILL after the bounded grace period.
+(:mod:`~trainer.local.executor.podenv`, :mod:`~trainer.local.executor.volumes`), retried while
+something is missing (the containers wait with ``CreateContainerConfigError`` /
+``ContainerCreating`` as on a kubelet); volumes are written; init containers run one after
+another (sidecars are started and kept running); then every regular container runs concurrently
+(:mod:`~trainer.local.executor.containers`); sidecars are stopped at the end.
+``activeDeadlineSeconds`` fails the pod (``DeadlineExceeded``); :meth:`LocalPod.terminate`
+(deletion, ``deletionTimestamp``, the kubelet stopping) sends SIGTERM to every process group and
+SIGKILL after the bounded grace period.
 
 A pod found already started by an earlier executor (``status.startTime`` set, not finished)
 has lost its processes: with ``restartPolicy: Never`` it is failed, otherwise run again.
@@ -25,14 +26,14 @@ import logging
 import signal
 from typing import Any
 
-from trainer.local.executor import podenv
+from trainer.local.executor import podenv, podfields
 from trainer.local.executor.client import API_TIMEOUT, TRANSIENT, ClientError
 from trainer.local.executor.client import path as client_path
 from trainer.local.executor.containers import run_container
 from trainer.local.executor.events import NORMAL
 from trainer.local.executor.logsink import LogSink
 from trainer.local.executor.pod_status import PodState, final_phase, now, pod_status
-from trainer.local.executor.podenv import ConfigError, Sources
+from trainer.local.executor.podfields import ConfigError, Sources
 from trainer.local.executor.podhost import (
     BACKOFF_CAP,
     BACKOFF_START,
@@ -42,6 +43,7 @@ from trainer.local.executor.podhost import (
     as_float,
     killpg,
 )
+from trainer.local.executor.volumes import plan_volumes, write_volume
 
 log = logging.getLogger(__name__)
 
@@ -283,9 +285,7 @@ class LocalPod:
                 return False
             try:
                 sources = await self._sources()
-                volumes = podenv.plan_volumes(
-                    self.pod, sources, self.host.state_dir, self.host.node
-                )
+                volumes = plan_volumes(self.pod, sources, self.host.state_dir, self.host.node)
                 paths = {v.name: v.path for v in volumes}
                 for c in self.containers:
                     c.plan = podenv.plan_container(
@@ -314,7 +314,7 @@ class LocalPod:
             for volume in volumes:
                 if volume.note:
                     log.warning("pod %s: volume %r: %s", self.key, volume.name, volume.note)
-                await asyncio.to_thread(podenv.write_volume, volume)
+                await asyncio.to_thread(write_volume, volume)
         except OSError as exc:
             message = f"MountVolume.SetUp failed: {exc}"
             log.warning("pod %s: %s", self.key, message)
@@ -344,21 +344,21 @@ class LocalPod:
         return True
 
     async def _sources(self) -> Sources:
-        config_maps, secrets = podenv.referenced_objects(self.pod)
+        config_maps, secrets = podfields.referenced_objects(self.pod)
         sources = Sources()
         client = self.host.client
         for name in sorted(config_maps):
             sources.config_maps[name] = await client.get("v1", "configmaps", self.namespace, name)
         for name in sorted(secrets):
             sources.secrets[name] = await client.get("v1", "secrets", self.namespace, name)
-        for audience, expiration in sorted(podenv.token_requests(self.pod)):
+        for audience, expiration in sorted(podfields.token_requests(self.pod)):
             sources.tokens[(audience, expiration)] = await self._token(audience, expiration)
         return sources
 
     async def _token(self, audience: str, expiration: int) -> str:
         """A token of the pod's service account for ``audience``, bound to the pod, from
         TokenRequest (as a kubelet gets one for a projected serviceAccountToken)."""
-        sa = podenv.service_account(self.pod)
+        sa = podfields.service_account(self.pod)
         meta = self.pod.get("metadata") or {}
         spec: dict[str, Any] = {
             "expirationSeconds": expiration,

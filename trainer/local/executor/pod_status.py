@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.local.executor.podenv import LOOPBACK
+from trainer.local.executor.podfields import LOOPBACK
 
 OWN_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
 """The conditions this kubelet writes; any other condition type belongs to another writer."""

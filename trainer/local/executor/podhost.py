@@ -24,7 +24,8 @@ from trainer.local.executor.client import LocalClient
 from trainer.local.executor.events import Recorder
 from trainer.local.executor.logsink import LogCallback, LogSink
 from trainer.local.executor.pod_status import ContainerReport
-from trainer.local.executor.podenv import ContainerPlan, Node
+from trainer.local.executor.podenv import ContainerPlan
+from trainer.local.executor.podfields import Node
 
 GRACE_CAP = 5.0
 """Upper bound of terminationGracePeriodSeconds locally."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.local.executor import podenv
-from trainer.local.executor.podenv import LOOPBACK
+from trainer.local.executor.podfields import LOOPBACK
 from trainer.local.executor.podhost import Container, RunningPod, as_float, host_env_path, killpg
 
 PROBE_FAST = 0.25
