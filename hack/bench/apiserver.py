@@ -36,242 +36,30 @@ import json
 import os
 import platform
 import resource
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-import yaml
-from benchlib import (
-    APIAccess,
-    cpu_busy,
-    kubeconfig_access,
-    percentiles,
-    proc_cpu_seconds,
-    proc_rss_mb,
+from apiserver_load import (
+    APPS,
+    CPUMeter,
+    collection,
+    configmap,
+    create_many,
+    create_namespace,
+    trainjob_factory,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-TRAINJOB_EXAMPLE = ROOT / "examples" / "multi-node.yaml"
-JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-APPS = 100  # distinct values of the "app" label: one selects 1% of the ConfigMaps
-TIERS = ("web", "batch", "cache", "db", "queue")
+from benchlib import ROOT, ApiServerProcess, cpu_busy
 
 TARGET_WRITES_PER_S = 1500.0
 TARGET_LIST_MS = 50.0
 TARGET_RSS_MB = 200.0
-
-
-# ---------------------------------------------------------------------------------------------
-# The server process
-
-
-class Server:
-    """``trainer apiserver`` in a subprocess on ``cpu``; its URL, CA and token come from the
-    kubeconfig."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], access: APIAccess) -> None:
-        self.proc = proc
-        self.access = access
-        self.url = access.url
-
-    def session(self, limit: int, **kw: Any) -> aiohttp.ClientSession:
-        """A keep-alive HTTPS session to the server (``limit`` connections) with its token."""
-        return aiohttp.ClientSession(
-            base_url=self.url,
-            connector=aiohttp.TCPConnector(limit=limit, ssl=self.access.ssl),
-            headers=self.access.headers,
-            **kw,
-        )
-
-    @classmethod
-    def start(
-        cls,
-        workdir: Path,
-        cpu: int | None,
-        profile: Path | None = None,
-        timeout: float = 60.0,
-        state_file: Path | None = None,
-    ) -> Server:
-        """Start the server (under cProfile, writing ``profile`` on exit, when given; keeping
-        its objects in ``state_file`` when given)."""
-        kubeconfig = workdir / f"kubeconfig-{time.monotonic_ns()}"
-        cmd = [sys.executable]
-        if profile is not None:
-            cmd += ["-m", "cProfile", "-o", str(profile)]
-        cmd += ["-m", "trainer.cli.main", "apiserver", "--port", "0"]
-        cmd += ["--kubeconfig", str(kubeconfig)]
-        if state_file is not None:
-            cmd += ["--state-file", str(state_file)]
-        mine = os.sched_getaffinity(0)
-        if cpu is not None:
-            os.sched_setaffinity(0, {cpu})  # the child (and all its threads) inherit this
-        try:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-            )
-        finally:
-            os.sched_setaffinity(0, mine)
-        deadline = time.monotonic() + timeout
-        while not kubeconfig.exists():  # written atomically (os.replace) once serving
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"the API server did not start (exit {proc.poll()})")
-            time.sleep(0.05)
-        return cls(proc, kubeconfig_access(kubeconfig))
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def rss_mb(self) -> dict[str, float]:
-        """VmRSS (now) and VmHWM (peak), in MB (10^6 bytes)."""
-        return proc_rss_mb(self.proc.pid)
-
-    def cpu_seconds(self) -> float:
-        return proc_cpu_seconds(self.proc.pid)
-
-
-class CPUMeter:
-    """Server and client CPU utilisation (CPU seconds per wall second) over a phase."""
-
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.wall = time.perf_counter()
-        self.client = time.process_time()
-        self.srv = server.cpu_seconds()
-
-    def result(self) -> dict[str, float]:
-        wall = max(time.perf_counter() - self.wall, 1e-9)
-        server_cpu = self.server.cpu_seconds() - self.srv
-        return {
-            "server_cpu_s": round(server_cpu, 3),
-            "server_cpu_utilisation": round(server_cpu / wall, 3),
-            "client_cpu_utilisation": round((time.process_time() - self.client) / wall, 3),
-        }
-
-
-# ---------------------------------------------------------------------------------------------
-# Objects
-
-
-def configmap(name: str, i: int) -> dict[str, Any]:
-    """A small ConfigMap with three labels: app (100 values), tier (5) and shard (7)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "app": f"app-{i % APPS}",
-                "tier": TIERS[i % len(TIERS)],
-                "shard": str(i % 7),
-            },
-        },
-        "data": {"index": str(i), "mode": "bench"},
-    }
-
-
-def trainjob_factory() -> Callable[[str, int], dict[str, Any]]:
-    """TrainJobs like examples/multi-node.yaml with the given name."""
-    template = json.dumps(yaml.safe_load(TRAINJOB_EXAMPLE.read_text()))
-
-    def make(name: str, _i: int) -> dict[str, Any]:
-        obj: dict[str, Any] = json.loads(template)
-        obj["metadata"]["name"] = name
-        return obj
-
-    return make
-
-
-def collection(group_version: str, namespace: str, plural: str) -> str:
-    prefix = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
-    return f"{prefix}/namespaces/{namespace}/{plural}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Load
-
-
-async def create_namespace(session: aiohttp.ClientSession, name: str) -> None:
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-    async with session.post("/api/v1/namespaces", json=body) as resp:
-        if resp.status not in (201, 409):
-            raise RuntimeError(f"creating namespace {name}: HTTP {resp.status}")
-
-
-async def create_many(
-    session: aiohttp.ClientSession,
-    server: Server,
-    path: str,
-    make: Callable[[str, int], dict[str, Any]],
-    *,
-    prefix: str,
-    count: int,
-    concurrency: int,
-    deadline: float,
-    rvs: list[int] | None = None,
-) -> dict[str, Any]:
-    """Create ``count`` objects named ``prefix-NNNNN`` with ``concurrency`` requests in flight
-    (a closed loop: each worker sends its next create when the last one returns). Bodies are
-    encoded before the clock starts. Stops early at ``deadline`` (perf_counter)."""
-    bodies = [json.dumps(make(f"{prefix}-{i:05d}", i)).encode() for i in range(count)]
-    latencies: list[float] = []
-    errors: dict[str, int] = {}
-    next_index = 0
-    meter = CPUMeter(server)
-    start = time.perf_counter()
-
-    async def worker() -> None:
-        nonlocal next_index
-        while next_index < count and time.perf_counter() < deadline:
-            body = bodies[next_index]
-            next_index += 1
-            sent = time.perf_counter()
-            async with session.post(path, data=body, headers=JSON_HEADERS) as resp:
-                payload = await resp.read()
-                status = resp.status
-            latencies.append(time.perf_counter() - sent)
-            if status != 201:
-                errors[str(status)] = errors.get(str(status), 0) + 1
-            elif rvs is not None:
-                rvs.append(int(json.loads(payload)["metadata"]["resourceVersion"]))
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - start
-    done = len(latencies)
-    cpu = meter.result()
-    return {
-        "requested": count,
-        "completed": done,
-        "stopped_early": done < count,
-        "errors": errors,
-        "concurrency": concurrency,
-        "request_bytes": len(bodies[0]) if bodies else 0,
-        "seconds": round(elapsed, 3),
-        "writes_per_s": round(done / elapsed, 1) if elapsed > 0 else 0.0,
-        **percentiles(latencies),
-        **cpu,
-        # Server CPU per write: what the server would sustain on a whole core, and a figure
-        # that other load on the machine does not move (wall-clock rates are noisier).
-        "server_cpu_ms_per_write": round(cpu["server_cpu_s"] * 1000 / done, 3) if done else None,
-    }
 
 
 async def timed_list(session: aiohttp.ClientSession, path: str) -> tuple[float, dict[str, Any]]:
@@ -285,7 +73,7 @@ async def timed_list(session: aiohttp.ClientSession, path: str) -> tuple[float, 
 
 
 async def list_phase(
-    session: aiohttp.ClientSession, server: Server, namespace: str, stored: int, runs: int
+    session: aiohttp.ClientSession, server: ApiServerProcess, namespace: str, stored: int, runs: int
 ) -> dict[str, Any]:
     """Median of ``runs`` label-selector lists (a different app each run, ~1% each), a
     set-based selector, and one unfiltered list of everything."""
@@ -362,7 +150,7 @@ async def watch_stream(
 
 async def watch_phase(
     session: aiohttp.ClientSession,
-    server: Server,
+    server: ApiServerProcess,
     namespace: str,
     watchers: int,
     burst: int,
@@ -454,7 +242,9 @@ async def watch_phase(
 # The run
 
 
-async def configmap_server(args: argparse.Namespace, server: Server, end: float) -> dict[str, Any]:
+async def configmap_server(
+    args: argparse.Namespace, server: ApiServerProcess, end: float
+) -> dict[str, Any]:
     out: dict[str, Any] = {"rss_idle": server.rss_mb()}
     async with server.session(args.concurrency) as session:
         for ns in ("bench-warm", "bench-cm", "bench-watch"):
@@ -516,7 +306,9 @@ async def configmap_server(args: argparse.Namespace, server: Server, end: float)
     return out
 
 
-async def trainjob_server(args: argparse.Namespace, server: Server, end: float) -> dict[str, Any]:
+async def trainjob_server(
+    args: argparse.Namespace, server: ApiServerProcess, end: float
+) -> dict[str, Any]:
     out: dict[str, Any] = {"rss_idle": server.rss_mb()}
     async with server.session(args.concurrency) as session:
         for ns in ("bench-warm", "bench-tj"):
@@ -605,17 +397,17 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         if profile is not None:
             profile.mkdir(parents=True, exist_ok=True)
         state: Path | None = args.state_file
-        server = Server.start(
-            Path(tmp), server_cpu, profile and profile / "configmaps.prof", state_file=state
+        server = ApiServerProcess.start(
+            Path(tmp), server_cpu, profile=profile and profile / "configmaps.prof", state_file=state
         )
         try:
             report["configmaps"] = await configmap_server(args, server, end)
         finally:
             server.stop()
-        server = Server.start(
+        server = ApiServerProcess.start(
             Path(tmp),
             server_cpu,
-            profile and profile / "trainjobs.prof",
+            profile=profile and profile / "trainjobs.prof",
             state_file=state and state.with_name(state.name + ".trainjobs"),
         )
         try:

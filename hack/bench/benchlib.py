@@ -13,6 +13,7 @@ import signal
 import ssl
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -240,3 +241,70 @@ async def count_objects(session: aiohttp.ClientSession, path: str) -> int:
     return len(page.get("items") or []) + int(
         (page.get("metadata") or {}).get("remainingItemCount") or 0
     )
+
+
+# --- the API server process -----------------------------------------------------------------------
+class ApiServerProcess:
+    """``trainer apiserver`` in a subprocess on ``cpu``; its URL, CA and token come from the
+    kubeconfig it writes (atomically, once serving)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], access: APIAccess, kubeconfig: Path) -> None:
+        self.proc = proc
+        self.access = access
+        self.url = access.url
+        self.kubeconfig = kubeconfig
+
+    @classmethod
+    def start(
+        cls,
+        workdir: Path,
+        cpu: int | None,
+        *,
+        profile: Path | None = None,
+        state_file: Path | None = None,
+        timeout: float = 60.0,
+    ) -> ApiServerProcess:
+        """Start the server (under cProfile, writing ``profile`` on exit, when given; keeping
+        its objects in ``state_file`` when given)."""
+        kubeconfig = workdir / f"kubeconfig-{time.monotonic_ns()}"
+        cmd = [sys.executable]
+        if profile is not None:
+            cmd += ["-m", "cProfile", "-o", str(profile)]
+        cmd += ["-m", "trainer.cli.main", "apiserver", "--port", "0"]
+        cmd += ["--kubeconfig", str(kubeconfig)]
+        if state_file is not None:
+            cmd += ["--state-file", str(state_file)]
+        with pinned(cpu):  # the child (and all its threads) inherit the affinity
+            proc = subprocess.Popen(
+                cmd,
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=child_env(),
+            )
+        deadline = time.monotonic() + timeout
+        while not kubeconfig.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"the API server did not start (exit {proc.poll()})")
+            time.sleep(0.05)
+        return cls(proc, kubeconfig_access(kubeconfig), kubeconfig)
+
+    def session(self, limit: int, **kw: Any) -> aiohttp.ClientSession:
+        """A keep-alive HTTPS session to the server (``limit`` connections) with its token."""
+        return aiohttp.ClientSession(
+            base_url=self.url,
+            connector=aiohttp.TCPConnector(limit=limit, ssl=self.access.ssl),
+            headers=self.access.headers,
+            **kw,
+        )
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+    def rss_mb(self) -> dict[str, float]:
+        """VmRSS (now) and VmHWM (peak), in MB (10^6 bytes)."""
+        return proc_rss_mb(self.proc.pid)
+
+    def cpu_seconds(self) -> float:
+        return proc_cpu_seconds(self.proc.pid)

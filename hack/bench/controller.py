@@ -70,7 +70,15 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from benchlib import ROOT, count_objects, cpu_busy, session_for, source_state, wait_file
+from benchlib import (
+    ROOT,
+    ApiServerProcess,
+    count_objects,
+    cpu_busy,
+    session_for,
+    source_state,
+    wait_file,
+)
 from controller_phases import Env, bare_run, burst, cache_footprint, memory_phase, warm_up
 from controller_report import (
     TARGET_RATIO,
@@ -82,7 +90,7 @@ from controller_report import (
     profile_summary,
     targets,
 )
-from controller_roles import ApiServer, ControllerProcess, child_main
+from controller_roles import ControllerProcess, child_main
 from controller_workload import (
     NUM_NODES,
     RUNTIME,
@@ -182,11 +190,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 async def controller_env(
     env: Env,
 ) -> AsyncIterator[
-    tuple[ApiServer, ControllerProcess, aiohttp.ClientSession, aiohttp.ClientSession]
+    tuple[ApiServerProcess, ControllerProcess, aiohttp.ClientSession, aiohttp.ClientSession]
 ]:
     """A fresh API server (namespaces, built-in runtimes) and a controller connected to it,
     with a session to each; both processes are stopped on exit."""
-    server = ApiServer.start(env.workdir, env.server_cpu)
+    server = ApiServerProcess.start(env.workdir, env.server_cpu)
     controller: ControllerProcess | None = None
     try:
         async with (

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from benchlib import JSON_HEADERS, ROOT, OtherLoad, child_env, pinned, session_for
-from controller_roles import ApiServer, ControllerProcess
+from benchlib import JSON_HEADERS, ROOT, ApiServerProcess, OtherLoad, child_env, pinned, session_for
+from controller_roles import ControllerProcess
 from controller_workload import (
     NAMESPACE,
     WARM_JOBS,
@@ -75,7 +75,7 @@ async def warm_up(
 async def burst(
     session: aiohttp.ClientSession,
     metrics: aiohttp.ClientSession,
-    server: ApiServer,
+    server: ApiServerProcess,
     controller: ControllerProcess,
     env: Env,
     names: list[str],
@@ -141,7 +141,7 @@ async def burst(
 async def bare_run(env: Env, names: list[str], events: bool, deadline: float) -> dict[str, Any]:
     """A fresh server; the driver's creates feed the bare writer; wall until its last write."""
     workers = env.workers or DEFAULT_CONCURRENCY
-    server = ApiServer.start(env.workdir, env.server_cpu)
+    server = ApiServerProcess.start(env.workdir, env.server_cpu)
     proc: asyncio.subprocess.Process | None = None
     try:
         async with session_for(server.access, env.concurrency) as session:

@@ -1,11 +1,11 @@
-"""The processes of the controller benchmark besides its driver: the API server, the controller
-(with the metrics the driver reads from it) and the bare writer.
+"""The processes of the controller benchmark besides its driver and the API server: the
+controller (with the metrics the driver reads from it) and the bare writer.
 
-The controller and the bare writer run as child modes of this file (``python
-hack/bench/controller_roles.py _controller|_bare ...``), pinned to a CPU by the driver
-(hack/bench/controller.py); :class:`ApiServer` and :class:`ControllerProcess` are the driver's
-handles on them. Held apart from the phases so that what runs in a child, and what it costs,
-reads in one place.
+Both run as child modes of this file (``python hack/bench/controller_roles.py
+_controller|_bare ...``), pinned to a CPU by the driver (hack/bench/controller.py);
+:class:`ControllerProcess` is the driver's handle on the controller, and the API server is
+``benchlib.ApiServerProcess``, shared with the API server benchmark. Held apart from the phases
+so that what runs in a child, and what it costs, reads in one place.
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ import aiohttp
 import yaml
 from benchlib import (
     ROOT,
-    APIAccess,
     child_env,
-    kubeconfig_access,
     pinned,
     proc_cpu_seconds,
     proc_rss_mb,
@@ -60,47 +58,6 @@ QUIET_S = 1.5  # the controller is idle once its queue is empty and no request f
 
 
 # ---------------------------------------------------------------------------------------------
-# The API server process
-
-
-class ApiServer:
-    """``trainer apiserver`` in a subprocess on ``cpu``; its URL, CA and token come from the
-    kubeconfig."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], access: APIAccess, kubeconfig: Path) -> None:
-        self.proc = proc
-        self.access = access
-        self.url = access.url
-        self.kubeconfig = kubeconfig
-
-    @classmethod
-    def start(cls, workdir: Path, cpu: int | None, timeout: float = 60.0) -> ApiServer:
-        kubeconfig = workdir / f"kubeconfig-{time.monotonic_ns()}"
-        cmd = [sys.executable, "-m", "trainer.cli.main", "apiserver", "--port", "0"]
-        cmd += ["--kubeconfig", str(kubeconfig)]
-        with pinned(cpu):
-            proc = subprocess.Popen(
-                cmd,
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=child_env(),
-            )
-        deadline = time.monotonic() + timeout
-        while not kubeconfig.exists():  # written atomically once serving
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"the API server did not start (exit {proc.poll()})")
-            time.sleep(0.05)
-        return cls(proc, kubeconfig_access(kubeconfig), kubeconfig)
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-
-    def cpu_seconds(self) -> float:
-        return proc_cpu_seconds(self.proc.pid)
-
-
 # ---------------------------------------------------------------------------------------------
 # The controller process and its metrics
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from benchlib import percentiles, proc_cpu_seconds
 from fastapi.responses import Response
-from webhook import HOST, Connection, http_request, review_body
+from webhook_client import HOST, Connection, http_request, review_body
 
 from trainer.admission.types import ClusterView
 from trainer.builtin import builtin_runtimes

@@ -407,7 +407,7 @@ async def test_stop_ends_every_process(env: Env) -> None:
     leader = int(status_of(p)["containerID"].removeprefix("local://"))
     await env.kubelet.stop()
     await wait_exit(leader)
-    assert env.kubelet._groups == set()
+    assert env.kubelet.process_groups() == frozenset()
 
 
 async def test_pods_of_one_subdomain_talk_over_rewritten_names(env: Env) -> None:

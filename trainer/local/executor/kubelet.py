@@ -191,6 +191,10 @@ class Kubelet:
         for pgid in list(self._groups):
             killpg(pgid, signal.SIGKILL)
 
+    def process_groups(self) -> frozenset[int]:
+        """The process groups of containers still running (empty once :meth:`stop` returned)."""
+        return frozenset(self._groups)
+
     def pods(self) -> dict[str, str]:
         """``namespace/name`` -> phase of every pod this kubelet runs or ran."""
         return {p.key: p.phase for p in self._pods.values()}
