@@ -49,7 +49,6 @@ import platform
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,7 +58,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from benchlib import percentiles, proc_cpu_seconds
+from benchlib import (
+    child_env,
+    machine_busy_seconds,
+    percentiles,
+    proc_cpu_seconds,
+    source_state,
+)
 
 from trainer.api import constants as c
 from trainer.kube import resources as r
@@ -77,21 +82,6 @@ KUBECTL_TIMEOUT_S = 30.0
 
 TARGET_JOBSETS_S = 5.0  # for 300 TrainJobs (issue 15, item 6)
 TARGET_KUBECTL_P50_S = 1.0
-
-
-# ---------------------------------------------------------------------------------------------
-# /proc
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds all CPUs spent busy since boot (/proc/stat: all but idle and iowait)."""
-    with open("/proc/stat", encoding="ascii") as fh:
-        values = [int(v) for v in fh.readline().split()[1:]]
-    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def child_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -442,24 +432,6 @@ class Profiler:
             "share_pct": {k: share(v) for k, v in sorted(by_part.items(), key=lambda x: -x[1])},
             "top_own_pct": {k: share(v) for k, v in sorted(own.items(), key=lambda x: -x[1])[:15]},
         }
-
-
-def source_state() -> dict[str, Any]:
-    """The commit measured and the product files that differed from it (read-only git)."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--", "trainer", "webhooks"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return {}
-    return {"commit": commit, "uncommitted_product_files": [ln for ln in status.splitlines() if ln]}
 
 
 def targets(rounds: list[dict[str, Any]], jobs: int) -> dict[str, Any]:
