@@ -76,7 +76,7 @@ def _rule_matches(rule: dict[str, Any], rt: ResourceType, operation: str, subres
     return scope == "*" or (scope == "Namespaced") == rt.namespaced
 
 
-def _encode_review(review: dict[str, Any]) -> bytes:
+def encode_review(review: dict[str, Any]) -> bytes:
     """The AdmissionReview as kube-apiserver writes it: compact JSON in UTF-8 (Python's default
     separators and ``\\u`` escapes would make a large object's review up to 6 times larger)."""
     try:
@@ -85,7 +85,7 @@ def _encode_review(review: dict[str, Any]) -> bytes:
         return json.dumps(review, separators=(",", ":")).encode()
 
 
-def _http_error(status: int, body: bytes) -> str:
+def http_error(status: int, body: bytes) -> str:
     """Why a webhook call failed with HTTP ``status``: its Status message when it sent one."""
     try:
         message = json.loads(body).get("message")
@@ -349,12 +349,12 @@ class Admission:
             session = self._session(client.get("caBundle", ""))
             async with session.post(
                 url,
-                data=_encode_review(review),
+                data=encode_review(review),
                 headers={"Content-Type": "application/json"},
                 timeout=aiohttp.ClientTimeout(total=timeout),
             ) as resp:
                 if resp.status != 200:
-                    raise RuntimeError(_http_error(resp.status, await resp.read()))
+                    raise RuntimeError(http_error(resp.status, await resp.read()))
                 body = await resp.json(content_type=None)
             response = body.get("response") if isinstance(body, dict) else None
             if not isinstance(response, dict) or response.get("uid") != request["uid"]:

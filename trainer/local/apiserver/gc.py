@@ -196,7 +196,7 @@ class GarbageCollector:
                 meta = obj["metadata"]
                 if meta.get("deletionTimestamp") and not meta.get("finalizers"):
                     if rt.kind != "Namespace":  # nothing holds it back: it was to be gone
-                        self.server._remove(rt, obj)
+                        self.server.remove(rt, obj)
                     else:
                         self.notice(rt, obj)
                 elif meta.get("deletionTimestamp"):
@@ -222,7 +222,7 @@ class GarbageCollector:
                     new["metadata"]["ownerReferences"] = [
                         r for r in refs if r.get("uid") != owner_uid
                     ]
-                    await self.server._commit_update(
+                    await self.server.commit_update(
                         rt,
                         obj,
                         new,
@@ -255,7 +255,7 @@ class GarbageCollector:
                 return
             new = copy.deepcopy(obj)
             new["metadata"]["ownerReferences"] = solid
-            await self.server._commit_update(
+            await self.server.commit_update(
                 rt,
                 obj,
                 new,
@@ -323,7 +323,7 @@ class GarbageCollector:
             if not new["metadata"]["ownerReferences"]:
                 del new["metadata"]["ownerReferences"]
             with _unless_unavailable():
-                await self.server._commit_update(
+                await self.server.commit_update(
                     rt,
                     dep,
                     new,
@@ -347,7 +347,7 @@ class GarbageCollector:
             f for f in obj["metadata"].get("finalizers") or [] if f != finalizer
         ]
         with _unless_unavailable():
-            await self.server._commit_update(
+            await self.server.commit_update(
                 rt,
                 obj,
                 new,
@@ -384,4 +384,4 @@ class GarbageCollector:
         if ns_rt is None or namespace is None:
             return
         if not namespace["metadata"].get("finalizers"):
-            self.server._remove(ns_rt, namespace)
+            self.server.remove(ns_rt, namespace)

@@ -62,7 +62,7 @@ from trainer.local.apiserver.patch import (
     strategic_merge_patch,
 )
 from trainer.local.apiserver.persistence import Persistence
-from trainer.local.apiserver.resources import ResourceType
+from trainer.local.apiserver.resources import ResourceType, served, served_copy
 from trainer.local.apiserver.selectors import flag, matcher
 from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.apiserver.store import Event, Store
@@ -270,14 +270,14 @@ class APIServer:
     ) -> list[dict[str, Any]]:
         """Copies of the stored objects of a kind (one namespace or all)."""
         rt = self.resource(api_version, kind_or_plural)
-        return [self._out(rt, o) for o in self.store.items(rt.key, namespace)]
+        return [served_copy(rt, o) for o in self.store.items(rt.key, namespace)]
 
     def get_object(
         self, api_version: str, kind_or_plural: str, namespace: str, name: str
     ) -> dict[str, Any] | None:
         rt = self.resource(api_version, kind_or_plural)
         obj = self.store.get(rt.key, namespace if rt.namespaced else "", name)
-        return self._out(rt, obj) if obj is not None else None
+        return served_copy(rt, obj) if obj is not None else None
 
     def create_direct(self, api_version: str, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Create without HTTP or admission (bootstrapping, tests)."""
@@ -496,7 +496,7 @@ class APIServer:
             if route.subresource == "log":
                 return await self._pod_log(request, route, query)
             obj = self._get_or_404(rt, route.namespace, route.name)
-            return self._respond(request, rt, self._served(rt, obj))
+            return self._respond(request, rt, served(rt, obj))
         if verb == "create" and route.subresource == "log":
             # This server's extension for the local executor (it plays the kubelet): append
             # to a container's log, served back by GET .../log.
@@ -523,7 +523,7 @@ class APIServer:
                 field_validation=field_validation,
                 warnings=warnings,
             )
-            return _json(self._served(rt, obj), status=201, warnings=warnings)
+            return _json(served(rt, obj), status=201, warnings=warnings)
         if verb == "update":
             obj = await self.update(
                 rt,
@@ -536,7 +536,7 @@ class APIServer:
                 field_validation=field_validation,
                 warnings=warnings,
             )
-            return _json(self._served(rt, obj), warnings=warnings)
+            return _json(served(rt, obj), warnings=warnings)
         if verb == "patch":
             force = flag(query.get("force"))
             obj, created = await self.patch(
@@ -552,7 +552,7 @@ class APIServer:
                 field_validation=field_validation,
                 warnings=warnings,
             )
-            return _json(self._served(rt, obj), status=201 if created else 200, warnings=warnings)
+            return _json(served(rt, obj), status=201 if created else 200, warnings=warnings)
         if verb == "delete":
             options = metadata.delete_options(_json_or_empty(await request.read()), query)
             policy = options["propagationPolicy"]
@@ -584,7 +584,7 @@ class APIServer:
                 except APIError as err:
                     if err.code >= 500:  # not persisted: never report it deleted
                         raise
-            return _json(self._list_body(rt, [self._out(rt, o) for o in items]))
+            return _json(self._list_body(rt, [served_copy(rt, o) for o in items]))
         raise method_not_allowed(f"{request.method} is not supported")
 
     def _lookup(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -630,27 +630,6 @@ class APIServer:
             ) from None
 
     # --- object helpers ---------------------------------------------------------------------
-    def _out(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        """A copy of a stored object in the served API version."""
-        out = copy.deepcopy(obj)
-        out["apiVersion"] = rt.api_version
-        out["kind"] = rt.kind
-        return out
-
-    @staticmethod
-    def _served(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        """A stored object in the served API version, for a response serialized at once.
-
-        Stored objects are never changed in place (writes store a new dict), so a response
-        can be encoded from the stored object itself instead of a deep copy: it is returned
-        as is when it already has the served apiVersion and kind (as written objects do),
-        else as a shallow copy with them (the same JSON as :meth:`_out`). The result may be
-        the stored object: never change it, and serialize it before the next ``await``.
-        """
-        if obj.get("apiVersion") == rt.api_version and obj.get("kind") == rt.kind:
-            return obj
-        return {**obj, "apiVersion": rt.api_version, "kind": rt.kind}
-
     def _get_or_404(self, rt: ResourceType, namespace: str, name: str) -> dict[str, Any]:
         obj = self.store.get(rt.key, namespace if rt.namespaced else "", name)
         if obj is None:
@@ -718,8 +697,8 @@ class APIServer:
                     {"rv": self.store.rv, "ns": last.get("namespace") or "", "name": last["name"]}
                 ).encode()
             ).decode()
-        served = [self._served(rt, o) for o in items]
-        return self._list_body(rt, served, cont=cont, remaining=remaining if cont else None)
+        items = [served(rt, o) for o in items]
+        return self._list_body(rt, items, cont=cont, remaining=remaining if cont else None)
 
     # --- writes -----------------------------------------------------------------------------
     def _check_namespace(self, rt: ResourceType, namespace: str, *, creating: bool) -> None:
@@ -837,7 +816,7 @@ class APIServer:
                 name,
                 MODIFIED,
             )
-        return await self._commit_update(
+        return await self.commit_update(
             rt,
             old,
             new,
@@ -848,7 +827,7 @@ class APIServer:
             warnings=warnings if warnings is not None else [],
         )
 
-    async def _commit_update(
+    async def commit_update(
         self,
         rt: ResourceType,
         old: dict[str, Any],
@@ -1022,7 +1001,7 @@ class APIServer:
             merged = ssa.apply(
                 rt, old, config, manager, force=force, subresource=subresource, now=now
             )
-            obj = await self._commit_update(
+            obj = await self.commit_update(
                 rt,
                 old,
                 self._check_body(rt, merged, namespace, name),
@@ -1058,7 +1037,7 @@ class APIServer:
                 name,
                 MODIFIED,
             )
-        obj = await self._commit_update(
+        obj = await self.commit_update(
             rt,
             old,
             patched,
@@ -1097,7 +1076,7 @@ class APIServer:
             )
         await self.admission.admit_delete(rt, old, dry_run=dry_run)
         if dry_run:
-            return self._out(rt, old)
+            return served_copy(rt, old)
         policy = policy or ("Foreground" if rt.kind == "Namespace" else "Background")
         finalizers = list(meta.get("finalizers") or [])
         # The policy's finalizer replaces the other one: both are never set together.
@@ -1111,7 +1090,7 @@ class APIServer:
                 finalizers.append("orphan")
         if rt.kind == "Namespace" or finalizers:
             if meta.get("deletionTimestamp"):
-                return self._out(rt, old)
+                return served_copy(rt, old)
             new = copy.deepcopy(old)
             new["metadata"]["deletionTimestamp"] = _now_rfc3339(self)
             new["metadata"]["deletionGracePeriodSeconds"] = 0
@@ -1120,11 +1099,11 @@ class APIServer:
                 new.setdefault("status", {})["phase"] = "Terminating"
             self.store.put(rt.key, new, old)
             self._after_write(rt, new, old)
-            return self._out(rt, new)
-        self._remove(rt, old)
-        return self._out(rt, old)
+            return served_copy(rt, new)
+        self.remove(rt, old)
+        return served_copy(rt, old)
 
-    def _remove(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+    def remove(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         ev = self.store.remove(rt.key, obj)
         self._after_delete(rt, ev)
 

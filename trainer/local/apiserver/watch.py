@@ -12,6 +12,7 @@ from aiohttp import web
 
 from trainer.local.apiserver import metadata, table
 from trainer.local.apiserver.errors import APIError, bad_request
+from trainer.local.apiserver.resources import served
 from trainer.local.apiserver.selectors import flag, matcher
 from trainer.local.apiserver.store import Event
 
@@ -66,7 +67,7 @@ async def serve_watch(
             return table.watch_line(server, rt, ev_type, obj, include_object=include_object)
         if ev is not None:
             return ev.encoded(ev_type, rt.api_version)
-        return _line(ev_type, server._served(rt, obj))
+        return _line(ev_type, served(rt, obj))
 
     if send_initial and query.get("resourceVersionMatch") not in (None, "", "NotOlderThan"):
         raise bad_request("sendInitialEvents requires resourceVersionMatch=NotOlderThan")
