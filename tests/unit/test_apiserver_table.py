@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from trainer.api import crds
-from trainer.local.apiserver import APIServer, crd, table
+from trainer.local.apiserver import APIServer, table
+from trainer.local.apiserver.core import crd
 from trainer.local.apiserver.errors import APIError
 from trainer.local.apiserver.resources import ResourceType
 

@@ -1,12 +1,12 @@
 """How the local API server writes an AdmissionReview for a webhook and reports a failed call
-(trainer.local.apiserver.admission): as kube-apiserver, compact UTF-8 JSON, and a failed call's
+(trainer.local.apiserver.core.admission): as kube-apiserver, compact UTF-8 JSON, and a failed call's
 reason quoting the webhook's Status message when it sent one."""
 
 from __future__ import annotations
 
 import json
 
-from trainer.local.apiserver.admission import encode_review, http_error
+from trainer.local.apiserver.core.admission import encode_review, http_error
 
 
 def test_reviews_are_compact_utf8() -> None:

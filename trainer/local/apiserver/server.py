@@ -14,9 +14,7 @@ carries both to clients.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import copy
 import json
 import logging
 import os
@@ -24,7 +22,6 @@ import secrets
 import ssl
 import tempfile
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -34,66 +31,36 @@ import yaml
 from aiohttp import web
 
 from trainer.api.safeload import Limits, load_json, load_yaml
-from trainer.local.apiserver import apply as ssa
-from trainer.local.apiserver import authn, builtin, crd, discovery, gc, metadata, protobuf, table
-from trainer.local.apiserver.admission import Admission
+from trainer.local.apiserver import authn, discovery, metadata, protobuf, table
 from trainer.local.apiserver.authz import subject_access_review
+from trainer.local.apiserver.core.storage import Storage
 from trainer.local.apiserver.errors import (
     APIError,
-    already_exists,
     bad_request,
-    conflict,
-    forbidden,
     internal,
-    invalid,
     method_not_allowed,
     not_found,
     too_large,
-    unsupported_media_type,
 )
-from trainer.local.apiserver.hooks import Hooks, RequestRecord
+from trainer.local.apiserver.hooks import RequestRecord
+from trainer.local.apiserver.http.webhook_client import WebhookClient
 from trainer.local.apiserver.patch import (
     APPLY,
-    JSON,
-    MERGE,
-    STRATEGIC,
-    json_patch,
-    merge_patch,
-    strategic_merge_patch,
 )
-from trainer.local.apiserver.persistence import Persistence
 from trainer.local.apiserver.resources import ResourceType, served, served_copy
-from trainer.local.apiserver.selectors import flag, matcher
-from trainer.local.apiserver.statefile import StateFileError
-from trainer.local.apiserver.store import Event, Store
+from trainer.local.apiserver.selectors import flag
 from trainer.local.apiserver.tls import ServingTLS
 from trainer.local.apiserver.tokens import TokenIssuer, TokenRequestError
 from trainer.local.apiserver.watch import serve_watch
 
 log = logging.getLogger("trainer.apiserver")
 
-PATCH_RETRIES = 5
-
-
-class StaleWrite(APIError):
-    """The stored object changed while a write was being admitted."""
-
-    def __init__(self, plural: str, group: str, name: str) -> None:
-        err = conflict(plural, group, name, MODIFIED)
-        super().__init__(err.code, err.reason, err.message, err.details)
-
-
-MODIFIED = (
-    "the object has been modified; please apply your changes to the latest version and try again"
-)
-GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
 TOKEN_REVIEWS = ("authentication.k8s.io", "tokenreviews")
 ACCESS_REVIEWS = ("authorization.k8s.io", "subjectaccessreviews")
 SELF_REVIEWS = ("authentication.k8s.io", "selfsubjectreviews")
 SELF_ACCESS_REVIEWS = ("authorization.k8s.io", "selfsubjectaccessreviews")
 RBAC_GROUP = "rbac.authorization.k8s.io"
-SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
 @dataclass
@@ -105,12 +72,9 @@ class Route:
     legacy_watch: bool = False
 
 
-def _now_rfc3339(server: APIServer) -> str:
-    return server.hooks.clock.timestamp()
-
-
-class APIServer:
-    """The embedded API server. ``await start()`` binds 127.0.0.1 on ``port`` (0: any free)
+class APIServer(Storage):
+    """The embedded API server: the storage core (:class:`Storage`) served over HTTPS.
+    ``await start()`` binds 127.0.0.1 on ``port`` (0: any free)
     and serves HTTPS. ``token`` is the administrator's bearer token (random when not given);
     clients get it and the CA from :meth:`kubeconfig`, or from :meth:`client_ssl_context` and
     :meth:`auth_headers`."""
@@ -131,13 +95,14 @@ class APIServer:
         self.host = host
         self.port = port
         self.token = authn.valid_token(token) if token is not None else secrets.token_urlsafe(32)
+        super().__init__(
+            webhooks=WebhookClient(),
+            history=history,
+            state_file=state_file,
+            reset_damaged_state=reset_damaged_state,
+        )
         self.tls = ServingTLS()
         self.max_body = max_body
-        self.registry = builtin.new_registry()
-        self.store = Store(history=history)
-        self.hooks = Hooks()
-        self.admission = Admission(self)
-        self.gc = gc.GarbageCollector(self)
         self.tokens = TokenIssuer()
         self.authenticator = authn.Authenticator(
             self.token, self.tokens, self._lookup, lambda: self.hooks.clock.now().timestamp()
@@ -145,66 +110,30 @@ class APIServer:
         self.pod_logs: dict[tuple[str, str, str], list[str]] = {}
         self._log_waiters: dict[tuple[str, str, str], asyncio.Event] = {}
         self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
         self._stopping = asyncio.Event()
-        self.state_file = state_file
-        self._persistence: Persistence | None = None
-        self._bootstrap(reset_damaged_state)
 
     # --- lifecycle --------------------------------------------------------------------------
-    def _bootstrap(self, reset_damaged_state: bool) -> None:
-        if self.state_file:
-            self._persistence = Persistence(
-                self, self.state_file, reset_damaged=reset_damaged_state
-            )
-            try:
-                self._persistence.load()
-                self._bootstrap_objects()
-            except APIError as err:  # the first writes could not be stored
-                self._persistence.close()
-                raise StateFileError(
-                    self.state_file, f"cannot be written ({err.message})"
-                ) from None
-            except BaseException:
-                self._persistence.close()
-                raise
-        else:
-            self._bootstrap_objects()
-
-    def _bootstrap_objects(self) -> None:
-        for ns in SYSTEM_NAMESPACES:
-            if self.store.get(("", "namespaces"), "", ns) is None:
-                self.create_direct("v1", "Namespace", {"metadata": {"name": ns}})
-        for namespace in self.store.items(("", "namespaces"), None):
-            self._default_service_account(namespace["metadata"]["name"])
-
     async def start(self) -> str:
         app = web.Application(client_max_size=self.max_body)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        self._site = web.TCPSite(
+        site = web.TCPSite(
             self._runner, self.host, self.port, ssl_context=self.tls.server_context()
         )
-        await self._site.start()
-        server = self._site._server
-        assert server is not None
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1]
-        self.gc.start()
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        self.start_background()
         log.info("local API server listening on %s", self.url)
         return self.url
 
     async def stop(self) -> None:
         self._stopping.set()
-        self.store.close_watchers()
-        await self.gc.stop()
-        await self.admission.close()
+        await self.stop_background()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        if self._persistence is not None:
-            self._persistence.close()
+        self.close()
 
     @property
     def url(self) -> str:
@@ -254,37 +183,6 @@ class APIServer:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-
-    # --- direct access for tests and bootstrapping -----------------------------------------
-    def resource(self, api_version: str, kind_or_plural: str) -> ResourceType:
-        group, _, version = api_version.rpartition("/")
-        rt = self.registry.get(group, version, kind_or_plural) or self.registry.by_kind(
-            api_version, kind_or_plural
-        )
-        if rt is None:
-            raise KeyError(f"{api_version} {kind_or_plural} is not served")
-        return rt
-
-    def objects(
-        self, api_version: str, kind_or_plural: str, namespace: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Copies of the stored objects of a kind (one namespace or all)."""
-        rt = self.resource(api_version, kind_or_plural)
-        return [served_copy(rt, o) for o in self.store.items(rt.key, namespace)]
-
-    def get_object(
-        self, api_version: str, kind_or_plural: str, namespace: str, name: str
-    ) -> dict[str, Any] | None:
-        rt = self.resource(api_version, kind_or_plural)
-        obj = self.store.get(rt.key, namespace if rt.namespaced else "", name)
-        return served_copy(rt, obj) if obj is not None else None
-
-    def create_direct(self, api_version: str, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create without HTTP or admission (bootstrapping, tests)."""
-        rt = self.resource(api_version, kind)
-        body = {"apiVersion": api_version, "kind": rt.kind, **copy.deepcopy(obj)}
-        ns = (body.get("metadata") or {}).get("namespace", "default" if rt.namespaced else "")
-        return self._create_sync(rt, ns if rt.namespaced else "", body, manager="bootstrap")
 
     # --- HTTP -------------------------------------------------------------------------------
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -495,12 +393,12 @@ class APIServer:
         if verb == "get":
             if route.subresource == "log":
                 return await self._pod_log(request, route, query)
-            obj = self._get_or_404(rt, route.namespace, route.name)
+            obj = self.get_or_404(rt, route.namespace, route.name)
             return self._respond(request, rt, served(rt, obj))
         if verb == "create" and route.subresource == "log":
             # This server's extension for the local executor (it plays the kubelet): append
             # to a container's log, served back by GET .../log.
-            self._get_or_404(rt, route.namespace, route.name)
+            self.get_or_404(rt, route.namespace, route.name)
             text = (await request.read()).decode(errors="replace")
             self.append_log(route.namespace, route.name, query.get("container", ""), text)
             return _json({"kind": "Status", "apiVersion": "v1", "status": "Success"}, status=201)
@@ -569,22 +467,10 @@ class APIServer:
         if verb == "deletecollection":
             options = metadata.delete_options(_json_or_empty(await request.read()), query)
             policy = options["propagationPolicy"]
-            match = matcher(query.get("labelSelector"), query.get("fieldSelector"))
-            items = self.store.select(rt.key, route.namespace or None, match)
-            for obj in items:
-                meta = obj["metadata"]
-                try:
-                    await self.delete(
-                        rt,
-                        meta.get("namespace") or "",
-                        meta["name"],
-                        policy=policy,
-                        dry_run=dry_run,
-                    )
-                except APIError as err:
-                    if err.code >= 500:  # not persisted: never report it deleted
-                        raise
-            return _json(self._list_body(rt, [served_copy(rt, o) for o in items]))
+            items = await self.delete_collection(
+                rt, route.namespace, query, policy=policy, dry_run=dry_run
+            )
+            return _json(self.list_body(rt, [served_copy(rt, o) for o in items]))
         raise method_not_allowed(f"{request.method} is not supported")
 
     def _lookup(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -597,7 +483,7 @@ class APIServer:
         body = metadata.check_review("authentication.k8s.io", kind, await self._body(request))
         now = self.hooks.clock.now().timestamp()
         if route.subresource == "token":
-            sa = self._get_or_404(route.rt, route.namespace, route.name)
+            sa = self.get_or_404(route.rt, route.namespace, route.name)
             try:
                 answer = self.tokens.token_request(sa, body, now, self._lookup)
             except TokenRequestError as exc:
@@ -629,13 +515,6 @@ class APIServer:
                 f"{'YAML' if request.content_type == APPLY else 'JSON'}: {exc}"
             ) from None
 
-    # --- object helpers ---------------------------------------------------------------------
-    def _get_or_404(self, rt: ResourceType, namespace: str, name: str) -> dict[str, Any]:
-        obj = self.store.get(rt.key, namespace if rt.namespaced else "", name)
-        if obj is None:
-            raise not_found(rt.plural, rt.group, name)
-        return obj
-
     def _respond(
         self, request: web.Request, rt: ResourceType, body: dict[str, Any], *, is_list: bool = False
     ) -> web.Response:
@@ -644,490 +523,6 @@ class APIServer:
             include = request.query.get("includeObject", "Metadata")
             return _json(table.to_table(self, rt, body, is_list=is_list, include_object=include))
         return _json(body)
-
-    def _list_body(
-        self,
-        rt: ResourceType,
-        items: list[dict[str, Any]],
-        *,
-        cont: str = "",
-        remaining: int | None = None,
-    ) -> dict[str, Any]:
-        meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
-        if cont:
-            meta["continue"] = cont
-        if remaining is not None:
-            meta["remainingItemCount"] = remaining
-        return {
-            "apiVersion": rt.api_version,
-            "kind": rt.list_kind,
-            "metadata": meta,
-            "items": items,
-        }
-
-    def list_objects(
-        self, rt: ResourceType, namespace: str, query: dict[str, str]
-    ) -> dict[str, Any]:
-        match = matcher(query.get("labelSelector"), query.get("fieldSelector"))
-        limit = metadata.int_param(query, "limit") or 0
-        start: tuple[str, str] | None = None
-        token = query.get("continue")
-        if token:
-            try:
-                decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
-                start = (decoded["ns"], decoded["name"])
-                if int(decoded["rv"]) < self.store.oldest_rv:
-                    raise APIError(
-                        410,
-                        "Expired",
-                        "The provided continue parameter is too old to display a consistent "
-                        "list result. You can start a new list without the continue parameter.",
-                    )
-            except (ValueError, KeyError, TypeError):
-                raise bad_request("invalid continue token") from None
-        items = self.store.select(rt.key, namespace or None, match, start)
-        remaining = len(items) - limit if 0 < limit < len(items) else 0
-        if remaining:
-            del items[limit:]
-        cont = ""
-        if remaining:
-            last = items[-1]["metadata"]
-            cont = base64.urlsafe_b64encode(
-                json.dumps(
-                    {"rv": self.store.rv, "ns": last.get("namespace") or "", "name": last["name"]}
-                ).encode()
-            ).decode()
-        items = [served(rt, o) for o in items]
-        return self._list_body(rt, items, cont=cont, remaining=remaining if cont else None)
-
-    # --- writes -----------------------------------------------------------------------------
-    def _check_namespace(self, rt: ResourceType, namespace: str, *, creating: bool) -> None:
-        if not rt.namespaced:
-            return
-        if not namespace:
-            raise bad_request(
-                "the namespace of the object does not match the namespace on the request"
-            )
-        ns = self.store.get(("", "namespaces"), "", namespace)
-        if ns is None:
-            raise not_found("namespaces", "", namespace)
-        if creating and (ns.get("metadata") or {}).get("deletionTimestamp"):
-            raise forbidden(
-                f"{rt.plural} is forbidden: unable to create new content in namespace "
-                f"{namespace} because it is being terminated"
-            )
-
-    def _check_body(
-        self, rt: ResourceType, body: Any, namespace: str, name: str = ""
-    ) -> dict[str, Any]:
-        return metadata.check(rt, body, namespace, name)
-
-    async def create(
-        self,
-        rt: ResourceType,
-        namespace: str,
-        body: Any,
-        *,
-        manager: str = "",
-        dry_run: bool = False,
-        field_validation: str = "Strict",
-        warnings: list[str] | None = None,
-        applied: bool = False,
-    ) -> tuple[dict[str, Any], bool]:
-        obj = self._check_body(rt, body, namespace)
-        meta = obj["metadata"]
-        namespace = meta.get("namespace", "") if rt.namespaced else ""
-        self._check_namespace(rt, namespace, creating=True)
-        if not meta.get("name"):
-            prefix = meta.get("generateName")
-            if not prefix:
-                raise invalid(rt.kind, rt.group, "", builtin.validate_name(rt, ""))
-            # SimpleNameGenerator: at most 58 characters of the prefix, then 5 random ones.
-            meta["name"] = prefix[:58] + "".join(secrets.choice(GENERATE_CHARS) for _ in range(5))
-        for key in (
-            "uid",
-            "resourceVersion",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "selfLink",
-        ):
-            meta.pop(key, None)
-        meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = _now_rfc3339(self)
-        meta["generation"] = 1
-        if rt.status and rt.kind not in ("Namespace",):
-            obj.pop("status", None)
-        obj = await self.admission.admit(
-            rt,
-            "CREATE",
-            obj,
-            None,
-            dry_run=dry_run,
-            field_validation=field_validation,
-            warnings=warnings if warnings is not None else [],
-        )
-        if self.store.get(rt.key, namespace, meta["name"]) is not None:
-            raise already_exists(rt.plural, rt.group, meta["name"])
-        if not applied:
-            ssa.track_update(rt, None, obj, manager or "unknown", now=_now_rfc3339(self))
-        if dry_run:
-            meta.pop("uid", None)
-            return obj, True
-        self.store.put(rt.key, obj, None)
-        self._after_write(rt, obj, None)
-        return obj, True
-
-    def _create_sync(
-        self, rt: ResourceType, namespace: str, body: dict[str, Any], manager: str
-    ) -> dict[str, Any]:
-        obj = self._check_body(rt, body, namespace)
-        meta = obj["metadata"]
-        meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = _now_rfc3339(self)
-        meta["generation"] = 1
-        builtin.prepare(rt, obj)
-        ssa.track_update(rt, None, obj, manager, now=_now_rfc3339(self))
-        self.store.put(rt.key, obj, None)
-        self._after_write(rt, obj, None)
-        return obj
-
-    async def update(
-        self,
-        rt: ResourceType,
-        namespace: str,
-        name: str,
-        body: Any,
-        *,
-        subresource: str = "",
-        manager: str = "",
-        dry_run: bool = False,
-        field_validation: str = "Strict",
-        warnings: list[str] | None = None,
-        check_rv: bool = True,
-    ) -> dict[str, Any]:
-        old = self._get_or_404(rt, namespace, name)
-        new = self._check_body(rt, body, namespace, name)
-        new["metadata"]["name"] = name
-        rv = new["metadata"].get("resourceVersion")
-        if check_rv and rv and rv != old["metadata"]["resourceVersion"]:
-            raise conflict(
-                rt.plural,
-                rt.group,
-                name,
-                MODIFIED,
-            )
-        return await self.commit_update(
-            rt,
-            old,
-            new,
-            subresource=subresource,
-            manager=manager,
-            dry_run=dry_run,
-            field_validation=field_validation,
-            warnings=warnings if warnings is not None else [],
-        )
-
-    async def commit_update(
-        self,
-        rt: ResourceType,
-        old: dict[str, Any],
-        new: dict[str, Any],
-        *,
-        subresource: str,
-        manager: str,
-        dry_run: bool,
-        field_validation: str,
-        warnings: list[str],
-        applied: bool = False,
-    ) -> dict[str, Any]:
-        old_meta = old["metadata"]
-        if subresource == "status":
-            merged = copy.deepcopy(old)
-            if "status" in new:
-                merged["status"] = new["status"]
-            else:
-                merged.pop("status", None)
-            if applied:  # keep the status applier's managedFields entry
-                fields = new["metadata"].get("managedFields")
-                if fields is None:
-                    merged["metadata"].pop("managedFields", None)
-                else:
-                    merged["metadata"]["managedFields"] = fields
-            new = merged
-        elif subresource == "finalize" and rt.kind == "Namespace":
-            merged = copy.deepcopy(old)
-            merged["spec"] = {
-                **(old.get("spec") or {}),
-                "finalizers": (new.get("spec") or {}).get("finalizers") or [],
-            }
-            new = merged
-        elif rt.status and "status" in old:
-            new["status"] = copy.deepcopy(old["status"])
-        elif rt.status:
-            new.pop("status", None)
-        meta = new["metadata"]
-        for key in (
-            "uid",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "generateName",
-        ):
-            if key in old_meta:
-                meta[key] = old_meta[key]
-            else:
-                meta.pop(key, None)
-        if rt.namespaced:
-            meta["namespace"] = old_meta.get("namespace", "")
-        if old_meta.get("deletionTimestamp"):
-            added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
-            if added:
-                raise invalid(rt.kind, rt.group, meta["name"], [_finalizer_error(sorted(added))])
-        meta["generation"] = old_meta.get("generation", 1) + (1 if _spec_changed(old, new) else 0)
-        new = await self.admission.admit(
-            rt,
-            "UPDATE",
-            new,
-            old,
-            dry_run=dry_run,
-            field_validation=field_validation,
-            warnings=warnings,
-            subresource=subresource,
-        )
-        current = self.store.get(rt.key, old_meta.get("namespace") or "", old_meta["name"])
-        if current is None:
-            raise not_found(rt.plural, rt.group, old_meta["name"])
-        if current["metadata"]["resourceVersion"] != old_meta["resourceVersion"]:
-            # Another write landed while admission ran (webhooks are awaited): never overwrite
-            # it. Patches are retried on the fresh object; updates answer 409, as the real
-            # server's guaranteed update does.
-            raise StaleWrite(rt.plural, rt.group, old_meta["name"])
-        if not applied:
-            ssa.track_update(
-                rt, old, new, manager or "unknown", subresource=subresource, now=_now_rfc3339(self)
-            )
-        meta = new["metadata"]
-        meta["resourceVersion"] = old_meta["resourceVersion"]
-        if _same(old, new):
-            return old  # a no-op write changes nothing, not even the resourceVersion
-        if dry_run:
-            return new
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            # The last finalizer is gone: stored and deleted in one persisted batch.
-            self._after_delete(rt, self.store.put_and_remove(rt.key, new, old)[1])
-            return new
-        self.store.put(rt.key, new, old)
-        self._after_write(rt, new, old)
-        return new
-
-    async def patch(
-        self,
-        rt: ResourceType,
-        namespace: str,
-        name: str,
-        content_type: str,
-        body: Any,
-        *,
-        subresource: str = "",
-        manager: str = "",
-        force: bool = False,
-        dry_run: bool = False,
-        field_validation: str = "Strict",
-        warnings: list[str] | None = None,
-    ) -> tuple[dict[str, Any], bool]:
-        """A patch, retried on the fresh object when another write lands while admission
-        runs (the real server retries patches the same way)."""
-        for _ in range(PATCH_RETRIES):
-            try:
-                return await self._patch_once(
-                    rt,
-                    namespace,
-                    name,
-                    content_type,
-                    body,
-                    subresource=subresource,
-                    manager=manager,
-                    force=force,
-                    dry_run=dry_run,
-                    field_validation=field_validation,
-                    warnings=warnings,
-                )
-            except StaleWrite:
-                continue
-        raise conflict(rt.plural, rt.group, name, MODIFIED)
-
-    async def _patch_once(
-        self,
-        rt: ResourceType,
-        namespace: str,
-        name: str,
-        content_type: str,
-        body: Any,
-        *,
-        subresource: str = "",
-        manager: str = "",
-        force: bool = False,
-        dry_run: bool = False,
-        field_validation: str = "Strict",
-        warnings: list[str] | None = None,
-    ) -> tuple[dict[str, Any], bool]:
-        warnings = warnings if warnings is not None else []
-        ns = namespace if rt.namespaced else ""
-        old = self.store.get(rt.key, ns, name)
-        if content_type == APPLY:
-            if not manager:
-                raise bad_request("PATCH with apply requires a fieldManager")
-            if not isinstance(body, dict):
-                raise bad_request("an apply patch must be an object")
-            metadata.check_apply_config(rt, body)
-            config = copy.deepcopy(body)
-            now = _now_rfc3339(self)
-            if old is None:
-                if subresource:
-                    raise not_found(rt.plural, rt.group, name)
-                created = ssa.apply(rt, None, config, manager, force=force, now=now)
-                created.setdefault("metadata", {})["name"] = name
-                obj, _ = await self.create(
-                    rt,
-                    namespace,
-                    created,
-                    manager=manager,
-                    dry_run=dry_run,
-                    field_validation=field_validation,
-                    warnings=warnings,
-                    applied=True,
-                )
-                return obj, True
-            merged = ssa.apply(
-                rt, old, config, manager, force=force, subresource=subresource, now=now
-            )
-            obj = await self.commit_update(
-                rt,
-                old,
-                self._check_body(rt, merged, namespace, name),
-                subresource=subresource,
-                manager=manager,
-                dry_run=dry_run,
-                field_validation=field_validation,
-                warnings=warnings,
-                applied=True,
-            )
-            return obj, False
-        if old is None:
-            raise not_found(rt.plural, rt.group, name)
-        current = copy.deepcopy(old)
-        if content_type in (MERGE, "application/json"):
-            patched = merge_patch(current, body)
-        elif content_type == JSON:
-            patched = json_patch(current, body)
-        elif content_type == STRATEGIC:
-            if not rt.builtin:
-                raise unsupported_media_type(content_type)
-            patched = strategic_merge_patch(current, body, rt.merge_keys)
-        else:
-            raise unsupported_media_type(content_type)
-        if not isinstance(patched, dict):
-            raise bad_request("the patch did not produce an object")
-        patched = self._check_body(rt, patched, namespace, name)
-        rv = patched["metadata"].get("resourceVersion")
-        if rv and rv != old["metadata"]["resourceVersion"]:
-            raise conflict(
-                rt.plural,
-                rt.group,
-                name,
-                MODIFIED,
-            )
-        obj = await self.commit_update(
-            rt,
-            old,
-            patched,
-            subresource=subresource,
-            manager=manager,
-            dry_run=dry_run,
-            field_validation=field_validation,
-            warnings=warnings,
-        )
-        return obj, False
-
-    async def delete(
-        self,
-        rt: ResourceType,
-        namespace: str,
-        name: str,
-        *,
-        policy: str | None = None,
-        preconditions: dict[str, Any] | None = None,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
-        old = self._get_or_404(rt, namespace, name)
-        meta = old["metadata"]
-        pre = preconditions or {}
-        if pre.get("uid") and pre["uid"] != meta.get("uid"):
-            raise conflict(
-                rt.plural,
-                rt.group,
-                name,
-                f"Precondition failed: UID in precondition: {pre['uid']}, "
-                f"UID in object meta: {meta.get('uid')}",
-            )
-        if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
-            raise conflict(
-                rt.plural, rt.group, name, "Precondition failed: resourceVersion mismatch"
-            )
-        await self.admission.admit_delete(rt, old, dry_run=dry_run)
-        if dry_run:
-            return served_copy(rt, old)
-        policy = policy or ("Foreground" if rt.kind == "Namespace" else "Background")
-        finalizers = list(meta.get("finalizers") or [])
-        # The policy's finalizer replaces the other one: both are never set together.
-        if policy == "Foreground" and rt.kind != "Namespace":
-            finalizers = [f for f in finalizers if f != "orphan"]
-            if "foregroundDeletion" not in finalizers:
-                finalizers.append("foregroundDeletion")
-        if policy == "Orphan":
-            finalizers = [f for f in finalizers if f != "foregroundDeletion"]
-            if "orphan" not in finalizers:
-                finalizers.append("orphan")
-        if rt.kind == "Namespace" or finalizers:
-            if meta.get("deletionTimestamp"):
-                return served_copy(rt, old)
-            new = copy.deepcopy(old)
-            new["metadata"]["deletionTimestamp"] = _now_rfc3339(self)
-            new["metadata"]["deletionGracePeriodSeconds"] = 0
-            new["metadata"]["finalizers"] = finalizers
-            if rt.kind == "Namespace":
-                new.setdefault("status", {})["phase"] = "Terminating"
-            self.store.put(rt.key, new, old)
-            self._after_write(rt, new, old)
-            return served_copy(rt, new)
-        self.remove(rt, old)
-        return served_copy(rt, old)
-
-    def remove(self, rt: ResourceType, obj: dict[str, Any]) -> None:
-        ev = self.store.remove(rt.key, obj)
-        self._after_delete(rt, ev)
-
-    def _after_write(
-        self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
-    ) -> None:
-        if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
-            crd.on_crd_write(self, obj)
-        if rt.key == ("", "namespaces") and old is None:
-            self._default_service_account(obj["metadata"]["name"])
-        self.gc.notice(rt, obj)
-
-    def _default_service_account(self, namespace: str) -> None:
-        """Every namespace has a ``default`` ServiceAccount, as the service-account
-        controller of a cluster makes it (pods run as it unless they name another)."""
-        if self.store.get(("", "serviceaccounts"), namespace, "default") is None:
-            self.create_direct(
-                "v1", "ServiceAccount", {"metadata": {"name": "default", "namespace": namespace}}
-            )
-
-    def _after_delete(self, rt: ResourceType, ev: Event) -> None:
-        if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
-            crd.on_crd_delete(self, ev.obj)
-        self.gc.deleted(rt, ev.obj)
 
     # --- pod logs ---------------------------------------------------------------------------
     def append_log(self, namespace: str, pod: str, container: str, text: str) -> None:
@@ -1141,7 +536,7 @@ class APIServer:
     async def _pod_log(
         self, request: web.Request, route: Route, query: dict[str, str]
     ) -> web.StreamResponse:
-        pod = self._get_or_404(route.rt, route.namespace, route.name)
+        pod = self.get_or_404(route.rt, route.namespace, route.name)
         containers = [c["name"] for c in (pod.get("spec") or {}).get("containers") or []]
         container = query.get("container") or (containers[0] if len(containers) == 1 else "")
         if not container:
@@ -1173,38 +568,6 @@ class APIServer:
                 await asyncio.wait_for(waiter.wait(), timeout=1.0)
         await resp.write_eof()
         return resp
-
-
-def _spec_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    strip = ("metadata", "status", "apiVersion", "kind")
-    return {k: v for k, v in old.items() if k not in strip} != {
-        k: v for k, v in new.items() if k not in strip
-    }
-
-
-def _same(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    def norm(o: dict[str, Any]) -> dict[str, Any]:
-        meta = {
-            k: v for k, v in o["metadata"].items() if k not in ("resourceVersion", "managedFields")
-        }
-        fields = [
-            {k: v for k, v in e.items() if k != "time"}
-            for e in o["metadata"].get("managedFields") or []
-        ]
-        return {**o, "metadata": meta, "_fields": fields}
-
-    return norm(old) == norm(new)
-
-
-def _finalizer_error(added: list[str]) -> Any:
-    from trainer.api.errors import FORBIDDEN, FieldError  # noqa: PLC0415
-
-    return FieldError(
-        "metadata.finalizers",
-        FORBIDDEN,
-        "no new finalizers can be added if the object is being deleted, found new finalizers "
-        + json.dumps(added),
-    )
 
 
 def _manager_from_agent(agent: str) -> str:

@@ -22,14 +22,15 @@ import contextlib
 import copy
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trainer.local.apiserver.errors import APIError
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.store import Event
 
 if TYPE_CHECKING:
-    from trainer.local.apiserver.server import APIServer
+    from trainer.local.apiserver.resources import Registry
+    from trainer.local.apiserver.store import Store
 
 log = logging.getLogger("trainer.apiserver.gc")
 
@@ -51,8 +52,43 @@ def _unless_unavailable() -> Iterator[None]:
             raise
 
 
+class Writes(Protocol):
+    """What the collector needs of the storage core: its registry and store to read, and
+    the write paths every client uses (admission included) to change what it collects."""
+
+    registry: Registry
+    store: Store
+
+    async def commit_update(
+        self,
+        rt: ResourceType,
+        old: dict[str, Any],
+        new: dict[str, Any],
+        *,
+        subresource: str,
+        manager: str,
+        dry_run: bool,
+        field_validation: str,
+        warnings: list[str],
+        applied: bool = False,
+    ) -> dict[str, Any]: ...
+
+    async def delete(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        *,
+        policy: str | None = None,
+        preconditions: dict[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]: ...
+
+    def remove(self, rt: ResourceType, obj: dict[str, Any]) -> None: ...
+
+
 class GarbageCollector:
-    def __init__(self, server: APIServer) -> None:
+    def __init__(self, server: Writes) -> None:
         self.server = server
         self._dependents: dict[str, set[Ref]] = {}  # owner uid -> dependents
         self._owners_of: dict[Ref, set[str]] = {}
