@@ -36,15 +36,12 @@ import json
 import struct
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 from aiohttp import web
 
 from trainer.local.apiserver.resources import Registry, ResourceType
-
-if TYPE_CHECKING:
-    from trainer.local.apiserver.server import APIServer
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 OBJECT_META = f"{META}.ObjectMeta"
@@ -74,10 +71,10 @@ V2_DROPPED = ("nullable", "anyOf", "oneOf", "not", "x-kubernetes-validations")
 
 
 def serve(
-    server: APIServer, parts: list[str], request: web.Request
+    registry: Registry, parts: list[str], request: web.Request
 ) -> dict[str, Any] | web.StreamResponse | None:
     """``/openapi/v2``, ``/openapi/v3`` and ``/openapi/v3/{api/v1|apis/g/v}``."""
-    cache = _cache(server)
+    cache = _cache(registry)
     if parts == ["v2"]:
         accept = request.headers.get("Accept", "")
         if PROTOBUF_V2 in accept:
@@ -149,16 +146,16 @@ class _Cache:
     """Serialized documents per group/version, rebuilt when the served types change (a CRD
     update replaces its ResourceType objects, so identity is the change signal)."""
 
-    def __init__(self, server: APIServer) -> None:
-        # a weak reference: the cache lives in a WeakKeyDictionary keyed by the server
-        self._server = weakref.ref(server)
+    def __init__(self, registry: Registry) -> None:
+        # a weak reference: the cache lives in a WeakKeyDictionary keyed by the registry
+        self._registry_ref = weakref.ref(registry)
         self._v3: dict[str, _Document] = {}
         self._v2: dict[bool, _Document] = {}
 
     def _registry(self) -> Registry:
-        server = self._server()
-        assert server is not None, "the server of an OpenAPI cache is gone"
-        return server.registry
+        registry = self._registry_ref()
+        assert registry is not None, "the registry of an OpenAPI cache is gone"
+        return registry
 
     def _by_group_version(self) -> dict[str, tuple[ResourceType, ...]]:
         out: dict[str, list[ResourceType]] = {}
@@ -205,13 +202,13 @@ class _Cache:
         return cached.body, cached.digest
 
 
-_CACHES: weakref.WeakKeyDictionary[APIServer, _Cache] = weakref.WeakKeyDictionary()
+_CACHES: weakref.WeakKeyDictionary[Registry, _Cache] = weakref.WeakKeyDictionary()
 
 
-def _cache(server: APIServer) -> _Cache:
-    cache = _CACHES.get(server)
+def _cache(registry: Registry) -> _Cache:
+    cache = _CACHES.get(registry)
     if cache is None:
-        cache = _CACHES[server] = _Cache(server)
+        cache = _CACHES[registry] = _Cache(registry)
     return cache
 
 

@@ -32,7 +32,7 @@ from trainer.local.apiserver.errors import bad_request
 from trainer.local.apiserver.resources import ResourceType
 
 if TYPE_CHECKING:
-    from trainer.local.apiserver.server import APIServer
+    from trainer.local.apiserver.core.storage import Storage
 
 Row = list[Any]
 Printer = Callable[[dict[str, Any], dt.datetime], Row]
@@ -56,7 +56,7 @@ AGE_DESCRIPTION = (
 
 
 def to_table(
-    server: APIServer,
+    server: Storage,
     rt: ResourceType,
     body: dict[str, Any],
     *,
@@ -87,7 +87,7 @@ def to_table(
 
 
 def event_table(
-    server: APIServer,
+    server: Storage,
     rt: ResourceType,
     event_type: str,
     obj: dict[str, Any],
@@ -113,7 +113,7 @@ def event_table(
 
 
 def watch_line(
-    server: APIServer,
+    server: Storage,
     rt: ResourceType,
     event_type: str,
     obj: dict[str, Any],

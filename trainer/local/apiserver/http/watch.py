@@ -10,14 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from trainer.local.apiserver import metadata, table
+from trainer.local.apiserver import metadata
 from trainer.local.apiserver.errors import APIError, bad_request
+from trainer.local.apiserver.http import table
 from trainer.local.apiserver.resources import served
 from trainer.local.apiserver.selectors import flag, matcher
 from trainer.local.apiserver.store import Event
 
 if TYPE_CHECKING:
-    from trainer.local.apiserver.server import APIServer, Route
+    from trainer.local.apiserver.core.storage import Storage
+    from trainer.local.apiserver.http.routing import Route
 
 BOOKMARK_INTERVAL = 1.0
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -44,7 +46,7 @@ def _transition(ev: Event, match: Any) -> str | None:
 
 
 async def serve_watch(
-    server: APIServer, request: web.Request, route: Route, query: dict[str, str]
+    server: Storage, request: web.Request, route: Route, query: dict[str, str]
 ) -> web.StreamResponse:
     rt = route.rt
     namespace = route.namespace or None
