@@ -41,3 +41,20 @@ def test_the_check_finds_a_private_reach() -> None:
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_reaches_into_private_members(path: Path) -> None:
     assert private_reaches(path.read_text(encoding="utf-8")) == []
+
+
+def test_every_advertised_verb_and_subresource_has_a_handler() -> None:
+    """Discovery's verbs and the routed subresources are all served by the handler table
+    (a verb or subresource added to a kind without its handler would answer 405)."""
+    from trainer.local.apiserver import builtin  # noqa: PLC0415
+    from trainer.local.apiserver.http import handlers, routing  # noqa: PLC0415
+
+    missing = []
+    for rt in builtin.new_registry():
+        subresources = [""] + [s for s, served in routing.SUBRESOURCES.items() if served(rt)]
+        for verb in rt.verbs:
+            for sub in subresources:
+                route = routing.Route(rt, "", "x" if sub else "", sub)
+                if handlers.handler_for(route, verb) is None:
+                    missing.append(f"{rt.plural}/{sub} {verb}")
+    assert missing == []
