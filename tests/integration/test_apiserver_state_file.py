@@ -115,7 +115,7 @@ async def test_a_second_server_on_the_same_file_is_refused(tmp_path: Path) -> No
             APIServer(state_file=str(path))
     finally:
         await server.stop()
-    APIServer(state_file=str(path))._persistence.close()  # type: ignore[union-attr]
+    APIServer(state_file=str(path)).close()
 
 
 def owned_by(owner: dict[str, Any], name: str) -> dict[str, Any]:

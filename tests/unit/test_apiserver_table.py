@@ -10,8 +10,10 @@ import pytest
 import yaml
 
 from trainer.api import crds
-from trainer.local.apiserver import APIServer, crd, table
+from trainer.local.apiserver import APIServer
+from trainer.local.apiserver.core import crd
 from trainer.local.apiserver.errors import APIError
+from trainer.local.apiserver.http import table
 from trainer.local.apiserver.resources import ResourceType
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)

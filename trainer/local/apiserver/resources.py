@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,3 +151,25 @@ class Registry:
             if rt.version not in versions:
                 versions.append(rt.version)
         return out
+
+
+def served_copy(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a stored object in the served API version."""
+    out = copy.deepcopy(obj)
+    out["apiVersion"] = rt.api_version
+    out["kind"] = rt.kind
+    return out
+
+
+def served(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """A stored object in the served API version, for a response serialized at once.
+
+    Stored objects are never changed in place (writes store a new dict), so a response can be
+    encoded from the stored object itself instead of a deep copy: it is returned as is when it
+    already has the served apiVersion and kind (as written objects do), else as a shallow copy
+    with them (the same JSON as :func:`served_copy`). The result may be the stored object:
+    never change it, and serialize it before the next ``await``.
+    """
+    if obj.get("apiVersion") == rt.api_version and obj.get("kind") == rt.kind:
+        return obj
+    return {**obj, "apiVersion": rt.api_version, "kind": rt.kind}

@@ -1,7 +1,7 @@
 """Opening the API server's state file: one process at a time, and nothing but a healthy,
 known file.
 
-A state file is a SQLite database (see :mod:`trainer.local.apiserver.persistence` for what it
+A state file is a SQLite database (see :mod:`trainer.local.apiserver.core.persistence` for what it
 holds). Before the server trusts it:
 
 1. a lock is taken on a sidecar file, ``FILE.lock`` (``fcntl.flock``, exclusive, non-blocking,

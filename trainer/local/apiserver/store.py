@@ -6,7 +6,7 @@ dict to :meth:`Store.put` and never touch it afterwards, and copy what they read
 changing it. Every write gets the next resourceVersion and becomes an event in the history
 (for watches that start from an older version) and in every matching watcher's queue.
 
-With a :attr:`Store.backend` (the state file, :mod:`trainer.local.apiserver.persistence`) a
+With a :attr:`Store.backend` (the state file, :mod:`trainer.local.apiserver.core.persistence`) a
 write is persisted first: the new object and its resourceVersion are computed, handed to the
 backend as one batch, and only once it returns are the objects, the clock, the history, the
 watchers and the ``on_write`` hooks changed. A backend that raises leaves all of them as they

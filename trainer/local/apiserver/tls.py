@@ -3,7 +3,7 @@
 Why TLS on loopback: kubectl (client-go) sends a bearer token only over HTTPS, and a server
 certificate that names only loopback addresses also stops a page served under another name
 (DNS rebinding) from completing a handshake with the server. Each :class:`~trainer.local.
-apiserver.server.APIServer` makes its own CA (ECDSA P-256, kept in memory only) and a serving
+apiserver.http.server.APIServer` makes its own CA (ECDSA P-256, kept in memory only) and a serving
 certificate for ``localhost``, ``127.0.0.1`` and ``::1`` signed by it, with the same generator
 the admission webhook uses (:mod:`webhooks.certs`). Clients trust the CA through the
 kubeconfig's ``certificate-authority-data`` (:meth:`ServingTLS.ca_data`) or

@@ -33,13 +33,15 @@ import sqlite3
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from trainer.local.apiserver import crd, metadata
+from trainer.local.apiserver import metadata
+from trainer.local.apiserver.core import crd
 from trainer.local.apiserver.errors import APIError
 from trainer.local.apiserver.statefile import StateFileError, StateLock, move_aside, open_state
 from trainer.local.apiserver.store import Write
 
 if TYPE_CHECKING:
-    from trainer.local.apiserver.server import APIServer
+    from trainer.local.apiserver.resources import Registry
+    from trainer.local.apiserver.store import Store
 
 log = logging.getLogger("trainer.apiserver.persistence")
 
@@ -53,8 +55,11 @@ class Persistence:
     """The open, locked state file of one server. ``reset_damaged``: a damaged file is moved
     aside (``FILE.damaged-<timestamp>``) and an empty one started instead of refusing."""
 
-    def __init__(self, server: APIServer, path: str, *, reset_damaged: bool = False) -> None:
-        self.server = server
+    def __init__(
+        self, registry: Registry, store: Store, path: str, *, reset_damaged: bool = False
+    ) -> None:
+        self.registry = registry
+        self.store = store
         self.path = path
         self.reset_damaged = reset_damaged
         self.moved_to: str | None = None
@@ -94,7 +99,7 @@ class Persistence:
             if not (err.damaged and self.reset_damaged):
                 raise
             for name in self._crds:  # nothing else was taken from the file yet
-                self.server.registry.remove_crd(name)
+                self.registry.remove_crd(name)
             self._crds.clear()
             self.db.close()
             self._move_aside(err)
@@ -132,14 +137,14 @@ class Persistence:
                     ) from None
                 self._crds.append(obj["metadata"]["name"])
                 for rt in types:
-                    self.server.registry.add(rt)
+                    self.registry.add(rt)
         for where, key, _rv, obj in rows:
-            served = self.server.registry.by_key(*key)
+            served = self.registry.by_key(*key)
             # (a resource no longer served is dropped by the garbage collector at start)
             problem = metadata.stored_problem(served, obj) if served is not None else ""
             if problem:
                 raise self._bad(where, problem)
-        store = self.server.store
+        store = self.store
         for _where, key, rv, obj in rows:
             store.put(key, obj, None, rv=rv)
         store.rv = max([store.rv, meta_rv, *(r[2] for r in rows)])

@@ -5,30 +5,46 @@ over HTTPS with their caBundle exactly as a kube-apiserver calls them.
 Order, as in Kubernetes: decode (prune unknown fields, apply schema defaults) -> mutating
 webhooks -> schema defaults again -> validation (schema, CEL, built-in checks) -> validating
 webhooks.
+
+The core imports nothing of HTTP: a webhook is called through the :class:`WebhookTransport`
+it is given (the HTTP layer's client, :mod:`trainer.local.apiserver.http.webhook_client`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import json
 import ssl
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-import aiohttp
 import jsonpatch
 
 from trainer.api.errors import format_errors
 from trainer.api.openapi import apply_defaults, prune, validate
-from trainer.local.apiserver import builtin, crd, jobset_webhook, metadata
+from trainer.local.apiserver import builtin, jobset_webhook, metadata
+from trainer.local.apiserver.core import crd
 from trainer.local.apiserver.errors import APIError, bad_request, invalid
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import parse_label_selector
+from trainer.local.apiserver.store import Store
 
-if TYPE_CHECKING:
-    from trainer.local.apiserver.server import APIServer
+
+class WebhookCallError(RuntimeError):
+    """A webhook could not be called (connection, TLS, protocol): the message says why."""
+
+
+class WebhookTransport(Protocol):
+    """How a webhook is called: POST ``body`` (JSON) to ``url`` trusting ``ca_bundle``
+    (base64 PEM; empty: the system's CAs) within ``timeout`` seconds. Answers the HTTP status
+    and body; raises :class:`WebhookCallError`, ``TimeoutError`` or ``OSError``."""
+
+    async def post(
+        self, url: str, ca_bundle: str, body: bytes, timeout: float
+    ) -> tuple[int, bytes]: ...
+
+    async def close(self) -> None: ...
 
 
 def _selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
@@ -76,7 +92,7 @@ def _rule_matches(rule: dict[str, Any], rt: ResourceType, operation: str, subres
     return scope == "*" or (scope == "Namespaced") == rt.namespaced
 
 
-def _encode_review(review: dict[str, Any]) -> bytes:
+def encode_review(review: dict[str, Any]) -> bytes:
     """The AdmissionReview as kube-apiserver writes it: compact JSON in UTF-8 (Python's default
     separators and ``\\u`` escapes would make a large object's review up to 6 times larger)."""
     try:
@@ -85,7 +101,7 @@ def _encode_review(review: dict[str, Any]) -> bytes:
         return json.dumps(review, separators=(",", ":")).encode()
 
 
-def _http_error(status: int, body: bytes) -> str:
+def http_error(status: int, body: bytes) -> str:
     """Why a webhook call failed with HTTP ``status``: its Status message when it sent one."""
     try:
         message = json.loads(body).get("message")
@@ -97,14 +113,14 @@ def _http_error(status: int, body: bytes) -> str:
 
 
 class Admission:
-    def __init__(self, server: APIServer) -> None:
-        self.server = server
-        self._sessions: dict[str, aiohttp.ClientSession] = {}
+    """The chain; webhook configurations and namespaces are read from ``store``."""
+
+    def __init__(self, store: Store, transport: WebhookTransport) -> None:
+        self.store = store
+        self.transport = transport
 
     async def close(self) -> None:
-        for session in self._sessions.values():
-            await session.close()
-        self._sessions.clear()
+        await self.transport.close()
 
     # --- the chain --------------------------------------------------------------------------
     async def admit(
@@ -198,7 +214,7 @@ class Admission:
     # --- webhooks ---------------------------------------------------------------------------
     def _configurations(self, mutating: bool) -> list[dict[str, Any]]:
         plural = "mutatingwebhookconfigurations" if mutating else "validatingwebhookconfigurations"
-        return list(self.server.store.items(("admissionregistration.k8s.io", plural)))
+        return list(self.store.items(("admissionregistration.k8s.io", plural)))
 
     async def _webhooks(
         self,
@@ -279,23 +295,12 @@ class Admission:
         ns_selector = hook.get("namespaceSelector")
         if ns_selector and rt.namespaced:
             ns_name = (obj.get("metadata") or {}).get("namespace", "")
-            ns = self.server.store.get(("", "namespaces"), "", ns_name) or {}
+            ns = self.store.get(("", "namespaces"), "", ns_name) or {}
             ns_labels = dict((ns.get("metadata") or {}).get("labels") or {})
             ns_labels.setdefault("kubernetes.io/metadata.name", ns_name)
             if not _selector_matches(ns_selector, ns_labels):
                 return False
         return True
-
-    def _session(self, ca_bundle: str) -> aiohttp.ClientSession:
-        key = hashlib.sha256(ca_bundle.encode()).hexdigest()
-        session = self._sessions.get(key)
-        if session is None or session.closed:
-            ctx = ssl.create_default_context()
-            if ca_bundle:
-                ctx = ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode())
-            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx))
-            self._sessions[key] = session
-        return session
 
     async def _call(
         self,
@@ -346,23 +351,18 @@ class Admission:
                     "service references are not reachable from the local API server; "
                     "register the webhook with clientConfig.url"
                 )
-            session = self._session(client.get("caBundle", ""))
-            async with session.post(
-                url,
-                data=_encode_review(review),
-                headers={"Content-Type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=timeout),
-            ) as resp:
-                if resp.status != 200:
-                    raise RuntimeError(_http_error(resp.status, await resp.read()))
-                body = await resp.json(content_type=None)
+            status, raw = await self.transport.post(
+                url, client.get("caBundle", ""), encode_review(review), timeout
+            )
+            if status != 200:
+                raise RuntimeError(http_error(status, raw))
+            body = json.loads(raw) if raw.strip() else None
             response = body.get("response") if isinstance(body, dict) else None
             if not isinstance(response, dict) or response.get("uid") != request["uid"]:
                 raise RuntimeError("expected a response with the request's uid")
             return response
         except (
             TimeoutError,
-            aiohttp.ClientError,
             RuntimeError,
             ValueError,
             ssl.SSLError,

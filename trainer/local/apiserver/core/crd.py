@@ -9,7 +9,8 @@ from trainer.api.errors import INVALID, REQUIRED, FieldError
 from trainer.local.apiserver.resources import ResourceType
 
 if TYPE_CHECKING:
-    from trainer.local.apiserver.server import APIServer
+    from trainer.local.apiserver.resources import Registry
+    from trainer.local.apiserver.store import Store
 
 
 def validate_crd(obj: dict[str, Any]) -> list[FieldError]:
@@ -102,19 +103,20 @@ def resource_types(obj: dict[str, Any]) -> list[ResourceType]:
     return out
 
 
-def on_crd_write(server: APIServer, obj: dict[str, Any]) -> None:
-    """(Re)serve the resources of a created or updated CRD and mark it Established."""
+def on_crd_write(registry: Registry, store: Store, now: str, obj: dict[str, Any]) -> None:
+    """(Re)serve the resources of a created or updated CRD and mark it Established (``now``:
+    the conditions' transition time)."""
     name = obj["metadata"]["name"]
     if obj["metadata"].get("deletionTimestamp"):
         return
-    server.registry.remove_crd(name)
+    registry.remove_crd(name)
     for rt in resource_types(obj):
-        server.registry.add(rt)
+        registry.add(rt)
     status = obj.get("status") or {}
     wanted_conditions = [
-        _condition("NamesAccepted", "NoConflicts", "no conflicts found", server),
+        _condition("NamesAccepted", "NoConflicts", "no conflicts found", now),
         _condition(
-            "Established", "InitialNamesAccepted", "the initial names have been accepted", server
+            "Established", "InitialNamesAccepted", "the initial names have been accepted", now
         ),
     ]
     names = obj["spec"]["names"]
@@ -125,7 +127,7 @@ def on_crd_write(server: APIServer, obj: dict[str, Any]) -> None:
         c.get("type") for c in status.get("conditions") or []
     ] == ["NamesAccepted", "Established"]:
         return
-    crd_type = server.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    crd_type = registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
     assert crd_type is not None
     new = copy.deepcopy(obj)
     new["status"] = {
@@ -133,22 +135,22 @@ def on_crd_write(server: APIServer, obj: dict[str, Any]) -> None:
         "conditions": wanted_conditions,
         "storedVersions": [v["name"] for v in obj["spec"]["versions"] if v.get("storage")],
     }
-    server.store.put(crd_type.key, new, obj)
+    store.put(crd_type.key, new, obj)
 
 
-def on_crd_delete(server: APIServer, obj: dict[str, Any]) -> None:
+def on_crd_delete(registry: Registry, store: Store, obj: dict[str, Any]) -> None:
     """Stop serving the CRD's resources and delete their objects."""
-    gone = server.registry.remove_crd(obj["metadata"]["name"])
+    gone = registry.remove_crd(obj["metadata"]["name"])
     for key in {rt.key for rt in gone}:
-        if server.registry.by_key(*key) is None:
-            server.store.drop_resource(key)
+        if registry.by_key(*key) is None:
+            store.drop_resource(key)
 
 
-def _condition(type_: str, reason: str, message: str, server: APIServer) -> dict[str, Any]:
+def _condition(type_: str, reason: str, message: str, now: str) -> dict[str, Any]:
     return {
         "type": type_,
         "status": "True",
         "reason": reason,
         "message": message,
-        "lastTransitionTime": server.hooks.clock.timestamp(),
+        "lastTransitionTime": now,
     }

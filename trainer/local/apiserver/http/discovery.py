@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from trainer.local.apiserver import openapi
+from trainer.local.apiserver.http import openapi
 
 if TYPE_CHECKING:
-    from trainer.local.apiserver.server import APIServer
+    from trainer.local.apiserver.resources import Registry
 
 KUBE_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-trainer-local"}
 
@@ -26,19 +26,19 @@ def version() -> dict[str, Any]:
     }
 
 
-def _server_address(server: APIServer) -> list[dict[str, str]]:
-    return [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"{server.host}:{server.port}"}]
+def _server_address(address: str) -> list[dict[str, str]]:
+    return [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}]
 
 
-def api_versions(server: APIServer) -> dict[str, Any]:
+def api_versions(address: str) -> dict[str, Any]:
     return {
         "kind": "APIVersions",
         "versions": ["v1"],
-        "serverAddressByClientCIDRs": _server_address(server),
+        "serverAddressByClientCIDRs": _server_address(address),
     }
 
 
-def _group(server: APIServer, group: str, versions: list[str]) -> dict[str, Any]:
+def _group(address: str, group: str, versions: list[str]) -> dict[str, Any]:
     entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
     return {
         "kind": "APIGroup",
@@ -46,19 +46,17 @@ def _group(server: APIServer, group: str, versions: list[str]) -> dict[str, Any]
         "name": group,
         "versions": entries,
         "preferredVersion": entries[0],
-        "serverAddressByClientCIDRs": _server_address(server),
+        "serverAddressByClientCIDRs": _server_address(address),
     }
 
 
-def api_groups(server: APIServer) -> dict[str, Any]:
-    groups = [
-        _group(server, g, vs) for g, vs in sorted(server.registry.group_versions().items()) if g
-    ]
+def api_groups(registry: Registry, address: str) -> dict[str, Any]:
+    groups = [_group(address, g, vs) for g, vs in sorted(registry.group_versions().items()) if g]
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
-def resource_list(server: APIServer, group: str, version: str) -> dict[str, Any] | None:
-    types = [rt for rt in server.registry if (rt.group, rt.version) == (group, version)]
+def resource_list(registry: Registry, group: str, version: str) -> dict[str, Any] | None:
+    types = [rt for rt in registry if (rt.group, rt.version) == (group, version)]
     if not types:
         return None
     resources: list[dict[str, Any]] = []
@@ -73,7 +71,7 @@ def resource_list(server: APIServer, group: str, version: str) -> dict[str, Any]
 
 
 def non_resource(
-    server: APIServer, request: web.Request
+    registry: Registry, address: str, request: web.Request
 ) -> dict[str, Any] | web.StreamResponse | None:
     parts = [p for p in request.path.split("/") if p]
     if parts in (["version"],):
@@ -81,16 +79,16 @@ def non_resource(
     if parts in (["healthz"], ["readyz"], ["livez"]):
         return web.Response(text="ok", content_type="text/plain")
     if parts == ["api"]:
-        return api_versions(server)
+        return api_versions(address)
     if parts == ["apis"]:
-        return api_groups(server)
+        return api_groups(registry, address)
     if len(parts) == 2 and parts[0] == "api":
-        return resource_list(server, "", parts[1])
+        return resource_list(registry, "", parts[1])
     if len(parts) == 2 and parts[0] == "apis":
-        versions = server.registry.group_versions().get(parts[1])
-        return _group(server, parts[1], versions) if versions else None
+        versions = registry.group_versions().get(parts[1])
+        return _group(address, parts[1], versions) if versions else None
     if len(parts) == 3 and parts[0] == "apis":
-        return resource_list(server, parts[1], parts[2])
+        return resource_list(registry, parts[1], parts[2])
     if parts and parts[0] == "openapi":
-        return openapi.serve(server, parts[1:], request)
+        return openapi.serve(registry, parts[1:], request)
     return None

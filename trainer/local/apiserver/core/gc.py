@@ -22,14 +22,15 @@ import contextlib
 import copy
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trainer.local.apiserver.errors import APIError
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.store import Event
 
 if TYPE_CHECKING:
-    from trainer.local.apiserver.server import APIServer
+    from trainer.local.apiserver.resources import Registry
+    from trainer.local.apiserver.store import Store
 
 log = logging.getLogger("trainer.apiserver.gc")
 
@@ -51,8 +52,43 @@ def _unless_unavailable() -> Iterator[None]:
             raise
 
 
+class Writes(Protocol):
+    """What the collector needs of the storage core: its registry and store to read, and
+    the write paths every client uses (admission included) to change what it collects."""
+
+    registry: Registry
+    store: Store
+
+    async def commit_update(
+        self,
+        rt: ResourceType,
+        old: dict[str, Any],
+        new: dict[str, Any],
+        *,
+        subresource: str,
+        manager: str,
+        dry_run: bool,
+        field_validation: str,
+        warnings: list[str],
+        applied: bool = False,
+    ) -> dict[str, Any]: ...
+
+    async def delete(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        *,
+        policy: str | None = None,
+        preconditions: dict[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]: ...
+
+    def remove(self, rt: ResourceType, obj: dict[str, Any]) -> None: ...
+
+
 class GarbageCollector:
-    def __init__(self, server: APIServer) -> None:
+    def __init__(self, server: Writes) -> None:
         self.server = server
         self._dependents: dict[str, set[Ref]] = {}  # owner uid -> dependents
         self._owners_of: dict[Ref, set[str]] = {}
@@ -196,7 +232,7 @@ class GarbageCollector:
                 meta = obj["metadata"]
                 if meta.get("deletionTimestamp") and not meta.get("finalizers"):
                     if rt.kind != "Namespace":  # nothing holds it back: it was to be gone
-                        self.server._remove(rt, obj)
+                        self.server.remove(rt, obj)
                     else:
                         self.notice(rt, obj)
                 elif meta.get("deletionTimestamp"):
@@ -222,7 +258,7 @@ class GarbageCollector:
                     new["metadata"]["ownerReferences"] = [
                         r for r in refs if r.get("uid") != owner_uid
                     ]
-                    await self.server._commit_update(
+                    await self.server.commit_update(
                         rt,
                         obj,
                         new,
@@ -255,7 +291,7 @@ class GarbageCollector:
                 return
             new = copy.deepcopy(obj)
             new["metadata"]["ownerReferences"] = solid
-            await self.server._commit_update(
+            await self.server.commit_update(
                 rt,
                 obj,
                 new,
@@ -323,7 +359,7 @@ class GarbageCollector:
             if not new["metadata"]["ownerReferences"]:
                 del new["metadata"]["ownerReferences"]
             with _unless_unavailable():
-                await self.server._commit_update(
+                await self.server.commit_update(
                     rt,
                     dep,
                     new,
@@ -347,7 +383,7 @@ class GarbageCollector:
             f for f in obj["metadata"].get("finalizers") or [] if f != finalizer
         ]
         with _unless_unavailable():
-            await self.server._commit_update(
+            await self.server.commit_update(
                 rt,
                 obj,
                 new,
@@ -384,4 +420,4 @@ class GarbageCollector:
         if ns_rt is None or namespace is None:
             return
         if not namespace["metadata"].get("finalizers"):
-            self.server._remove(ns_rt, namespace)
+            self.server.remove(ns_rt, namespace)

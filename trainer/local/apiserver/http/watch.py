@@ -10,13 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from trainer.local.apiserver import metadata, table
+from trainer.local.apiserver import metadata
 from trainer.local.apiserver.errors import APIError, bad_request
+from trainer.local.apiserver.http import table
+from trainer.local.apiserver.resources import served
 from trainer.local.apiserver.selectors import flag, matcher
 from trainer.local.apiserver.store import Event
 
 if TYPE_CHECKING:
-    from trainer.local.apiserver.server import APIServer, Route
+    from trainer.local.apiserver.core.storage import Storage
+    from trainer.local.apiserver.http.routing import Route
 
 BOOKMARK_INTERVAL = 1.0
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -43,7 +46,7 @@ def _transition(ev: Event, match: Any) -> str | None:
 
 
 async def serve_watch(
-    server: APIServer, request: web.Request, route: Route, query: dict[str, str]
+    server: Storage, request: web.Request, route: Route, query: dict[str, str]
 ) -> web.StreamResponse:
     rt = route.rt
     namespace = route.namespace or None
@@ -66,7 +69,7 @@ async def serve_watch(
             return table.watch_line(server, rt, ev_type, obj, include_object=include_object)
         if ev is not None:
             return ev.encoded(ev_type, rt.api_version)
-        return _line(ev_type, server._served(rt, obj))
+        return _line(ev_type, served(rt, obj))
 
     if send_initial and query.get("resourceVersionMatch") not in (None, "", "NotOlderThan"):
         raise bad_request("sendInitialEvents requires resourceVersionMatch=NotOlderThan")

@@ -1,0 +1,211 @@
+"""The storage rules of a write, as pure functions of the old and new object.
+
+:class:`~trainer.local.apiserver.core.storage.Storage` sequences a write (check the body,
+admit it, compare resourceVersions, store it, notify); the decisions it makes on the way live
+here, with no store, clock or I/O: what a write to a subresource keeps of the stored object,
+which server-set metadata a client cannot change, when ``generation`` moves, when a write is a
+no-op, which finalizers a deletion policy sets, delete preconditions, how a non-apply patch
+applies, and the ``continue`` token of a paged list.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+from trainer.api.errors import FORBIDDEN, FieldError
+from trainer.local.apiserver.errors import APIError, bad_request, conflict, unsupported_media_type
+from trainer.local.apiserver.patch import (
+    JSON,
+    MERGE,
+    STRATEGIC,
+    json_patch,
+    merge_patch,
+    strategic_merge_patch,
+)
+from trainer.local.apiserver.resources import ResourceType
+
+MODIFIED = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
+# SimpleNameGenerator's alphabet (no vowels, no look-alike digits).
+GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+# Metadata the server sets at creation and a client never changes afterwards.
+KEPT_ON_UPDATE = (
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generateName",
+)
+# Metadata a client cannot set at creation.
+DROPPED_ON_CREATE = (
+    "uid",
+    "resourceVersion",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+)
+
+
+class StaleWrite(APIError):
+    """The stored object changed while a write was being admitted."""
+
+    def __init__(self, plural: str, group: str, name: str) -> None:
+        err = conflict(plural, group, name, MODIFIED)
+        super().__init__(err.code, err.reason, err.message, err.details)
+
+
+def for_subresource(
+    rt: ResourceType,
+    old: dict[str, Any],
+    new: dict[str, Any],
+    subresource: str,
+    *,
+    applied: bool,
+) -> dict[str, Any]:
+    """What an update of ``subresource`` stores: a write to ``status`` changes only the
+    status (and an applier's managedFields entry), ``finalize`` only a namespace's
+    ``spec.finalizers``; a write to the main resource never changes the status."""
+    if subresource == "status":
+        merged = copy.deepcopy(old)
+        if "status" in new:
+            merged["status"] = new["status"]
+        else:
+            merged.pop("status", None)
+        if applied:  # keep the status applier's managedFields entry
+            fields = new["metadata"].get("managedFields")
+            if fields is None:
+                merged["metadata"].pop("managedFields", None)
+            else:
+                merged["metadata"]["managedFields"] = fields
+        return merged
+    if subresource == "finalize" and rt.kind == "Namespace":
+        merged = copy.deepcopy(old)
+        merged["spec"] = {
+            **(old.get("spec") or {}),
+            "finalizers": (new.get("spec") or {}).get("finalizers") or [],
+        }
+        return merged
+    if rt.status and "status" in old:
+        new["status"] = copy.deepcopy(old["status"])
+    elif rt.status:
+        new.pop("status", None)
+    return new
+
+
+def keep_server_fields(rt: ResourceType, old_meta: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Put back in ``meta`` what the server set and a client cannot change (in place)."""
+    for key in KEPT_ON_UPDATE:
+        if key in old_meta:
+            meta[key] = old_meta[key]
+        else:
+            meta.pop(key, None)
+    if rt.namespaced:
+        meta["namespace"] = old_meta.get("namespace", "")
+
+
+def spec_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether anything but metadata and status changed (``generation`` moves then)."""
+    strip = ("metadata", "status", "apiVersion", "kind")
+    return {k: v for k, v in old.items() if k not in strip} != {
+        k: v for k, v in new.items() if k not in strip
+    }
+
+
+def same(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether a write changes nothing (managedFields times and the resourceVersion aside)."""
+
+    def norm(o: dict[str, Any]) -> dict[str, Any]:
+        meta = {
+            k: v for k, v in o["metadata"].items() if k not in ("resourceVersion", "managedFields")
+        }
+        fields = [
+            {k: v for k, v in e.items() if k != "time"}
+            for e in o["metadata"].get("managedFields") or []
+        ]
+        return {**o, "metadata": meta, "_fields": fields}
+
+    return norm(old) == norm(new)
+
+
+def finalizer_error(added: list[str]) -> FieldError:
+    """The 422 cause when finalizers are added to an object being deleted."""
+    return FieldError(
+        "metadata.finalizers",
+        FORBIDDEN,
+        "no new finalizers can be added if the object is being deleted, found new finalizers "
+        + json.dumps(added),
+    )
+
+
+def check_preconditions(
+    rt: ResourceType, name: str, meta: dict[str, Any], pre: dict[str, Any]
+) -> None:
+    """A delete's preconditions (uid, resourceVersion): 409 when one does not hold."""
+    if pre.get("uid") and pre["uid"] != meta.get("uid"):
+        raise conflict(
+            rt.plural,
+            rt.group,
+            name,
+            f"Precondition failed: UID in precondition: {pre['uid']}, "
+            f"UID in object meta: {meta.get('uid')}",
+        )
+    if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
+        raise conflict(rt.plural, rt.group, name, "Precondition failed: resourceVersion mismatch")
+
+
+def deletion_finalizers(rt: ResourceType, policy: str, finalizers: list[str]) -> list[str]:
+    """The finalizers an object keeps while it is deleted with ``policy``. The policy's
+    finalizer replaces the other one: both are never set together."""
+    finalizers = list(finalizers)
+    if policy == "Foreground" and rt.kind != "Namespace":
+        finalizers = [f for f in finalizers if f != "orphan"]
+        if "foregroundDeletion" not in finalizers:
+            finalizers.append("foregroundDeletion")
+    if policy == "Orphan":
+        finalizers = [f for f in finalizers if f != "foregroundDeletion"]
+        if "orphan" not in finalizers:
+            finalizers.append("orphan")
+    return finalizers
+
+
+def patched(rt: ResourceType, current: dict[str, Any], content_type: str, body: Any) -> Any:
+    """``current`` (a copy of the stored object) with a merge, JSON or strategic merge patch
+    applied; strategic merge is for built-in kinds only (415 otherwise, as for CRDs)."""
+    if content_type in (MERGE, "application/json"):
+        return merge_patch(current, body)
+    if content_type == JSON:
+        return json_patch(current, body)
+    if content_type == STRATEGIC:
+        if not rt.builtin:
+            raise unsupported_media_type(content_type)
+        return strategic_merge_patch(current, body, rt.merge_keys)
+    raise unsupported_media_type(content_type)
+
+
+def encode_continue(rv: int, namespace: str, name: str) -> str:
+    """The ``continue`` token of a paged list: where the next page starts, and when."""
+    return base64.urlsafe_b64encode(
+        json.dumps({"rv": rv, "ns": namespace, "name": name}).encode()
+    ).decode()
+
+
+def decode_continue(token: str, oldest_rv: int) -> tuple[str, str]:
+    """Where a ``continue`` token starts (namespace, name); 410 when the history it needs is
+    gone, 400 when it is not one of ours."""
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+        start = (decoded["ns"], decoded["name"])
+        if int(decoded["rv"]) < oldest_rv:
+            raise APIError(
+                410,
+                "Expired",
+                "The provided continue parameter is too old to display a consistent "
+                "list result. You can start a new list without the continue parameter.",
+            )
+    except (ValueError, KeyError, TypeError):
+        raise bad_request("invalid continue token") from None
+    return start

@@ -1,0 +1,101 @@
+"""Request bodies in, JSON and Status bodies out: the encoding rules every handler shares.
+
+A body is read within the server's size limit and decoded by its media type (JSON, YAML for
+apply and ``application/yaml``, Kubernetes protobuf), through the safe loaders of
+:mod:`trainer.api.safeload`; a body that cannot be decoded is a 400 naming the format. An
+:class:`~trainer.local.apiserver.errors.APIError` is answered as a ``Status`` (with
+``Retry-After`` on 429), and warnings as ``Warning: 299`` headers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from trainer.api.safeload import Limits, load_json, load_yaml
+from trainer.local.apiserver import protobuf
+from trainer.local.apiserver.errors import APIError, bad_request, too_large
+from trainer.local.apiserver.patch import APPLY
+
+REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "Conflict",
+    410: "Expired",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+def reason_for(code: int) -> str:
+    """The Status reason of an HTTP code (an injected fault carries only the code)."""
+    return REASONS.get(code, "Unknown")
+
+
+def manager_from_agent(agent: str) -> str:
+    """Kubernetes defaults the field manager to the user agent's program name."""
+    return agent.split("/", 1)[0] if agent else "unknown"
+
+
+async def read_body(request: web.Request, max_body: int) -> Any:
+    """The decoded body of a write (400 when empty or malformed, 413 when too large)."""
+    if request.content_length is not None and request.content_length > max_body:
+        raise too_large(max_body)
+    raw = await request.read()
+    if len(raw) > max_body:
+        raise too_large(max_body)
+    if not raw:
+        raise bad_request("the request body is empty")
+    if request.content_type == protobuf.CONTENT_TYPE:
+        return protobuf.decode(raw)
+    try:
+        if request.content_type in (APPLY, "application/yaml"):
+            return load_yaml(raw, "body", Limits(max_bytes=max_body))
+        return load_json(raw, "body", Limits(max_bytes=max_body))
+    except (ValueError, yaml.YAMLError) as exc:
+        raise bad_request(
+            f"the request body is not valid "
+            f"{'YAML' if request.content_type == APPLY else 'JSON'}: {exc}"
+        ) from None
+
+
+def json_or_empty(raw: bytes) -> Any:
+    """An optional JSON body (DeleteOptions): ``{}`` when there is none."""
+    if not raw:
+        return {}
+    try:
+        return load_json(raw, "body")
+    except ValueError:
+        raise bad_request("the request body is not valid JSON") from None
+
+
+def json_response(
+    body: Any, *, status: int = 200, warnings: list[str] | None = None
+) -> web.Response:
+    headers = {}
+    if warnings:
+        headers["Warning"] = ", ".join(f'299 - "{w}"' for w in warnings)
+    return web.Response(
+        body=json.dumps(body, separators=(",", ":")).encode(),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def status_response(err: APIError) -> web.Response:
+    headers = {"Retry-After": "1"} if err.code == 429 else {}
+    return web.Response(
+        body=json.dumps(err.status()).encode(),
+        status=err.code,
+        content_type="application/json",
+        headers=headers,
+    )
