@@ -15,10 +15,11 @@ import copy
 import importlib.util
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -100,7 +101,10 @@ def _error_lines(stderr: str) -> list[str]:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_hostile_input_in_process(case: Case, verb: str, tmp_path: Path) -> None:
     if case.needs_non_root and is_root():
-        pytest.skip("running as root: file permissions do not stop reading")
+        pytest.skip(
+            "running as root: file permissions do not stop reading in-process; "
+            "test_unreadable_file_as_root_without_file_capabilities covers it"
+        )
     good = tmp_path / "good.yaml"
     good.write_text(GOOD_TRAINJOB)
     argv, unreadable, invalid = _verbs(str(good))[verb]
@@ -191,11 +195,13 @@ BOMBS = [c for c in CASES if c.name in ("alias-bomb", "deep-list-50k")]
 PROCESS_VERBS = ["validate", "render", "run", "convert", "controller --config"]
 
 
-def _trainer(args: list[str], cwd: Path, timeout: float = TIME_BOUND) -> tuple[int, str, float]:
+def _trainer(
+    args: list[str], cwd: Path, timeout: float = TIME_BOUND, prefix: Sequence[str] = ()
+) -> tuple[int, str, float]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KUBECONFIG": str(cwd / "no-kubeconfig")}
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "trainer.cli.main", *args],
+        [*prefix, sys.executable, "-m", "trainer.cli.main", *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -214,6 +220,29 @@ def test_bombs_in_a_real_process(case: Case, verb: str, tmp_path: Path) -> None:
     code, output, elapsed = _trainer(argv(path), tmp_path)
     assert code >= 0, f"killed by signal {-code} (stack overflow?)"
     _assert_clean(output, output, code, unreadable, path)
+    assert elapsed < TIME_BOUND
+
+
+# Root reads any file: drop the capabilities that let it (the process keeps uid 0), so the
+# permission check is the kernel's, as for any user. One verb per input reader.
+WITHOUT_FILE_CAPABILITIES = ["setpriv", "--inh-caps=-dac_override,-dac_read_search"]
+WITHOUT_FILE_CAPABILITIES.append("--bounding-set=-dac_override,-dac_read_search")
+UNREADABLE = next(c for c in CASES if c.name == "unreadable-file")
+
+
+@pytest.mark.parametrize(
+    "verb", ["validate", "render", "run", "convert", "controller --config", "manifests --values"]
+)
+def test_unreadable_file_as_root_without_file_capabilities(verb: str, tmp_path: Path) -> None:
+    if not is_root():
+        pytest.skip("not root: test_hostile_input_in_process runs the unreadable case")
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv (util-linux): no file is unreadable")
+    argv, unreadable, _ = _verbs(str(tmp_path / "unused.yaml"))[verb]
+    path = str(UNREADABLE.make(tmp_path))
+    code, output, elapsed = _trainer(argv(path), tmp_path, prefix=WITHOUT_FILE_CAPABILITIES)
+    _assert_clean(output, output, code, unreadable, path)
+    assert "ermission denied" in output or "is not readable" in output, output
     assert elapsed < TIME_BOUND
 
 
