@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from .cel import CompiledRule, compile_rule, evaluate_rule, to_cel, validate_rules
 from .defaults import ABSENT, apply_defaults, prune
+from .memo import RuleMemo
 from .validate import BLOCKED_RULES_MESSAGE, check, validate
 
 __all__ = [
     "ABSENT",
     "BLOCKED_RULES_MESSAGE",
     "CompiledRule",
+    "RuleMemo",
     "apply_defaults",
     "check",
     "compile_rule",

@@ -21,7 +21,7 @@ import aiohttp
 import jsonpatch
 
 from trainer.api.errors import format_errors
-from trainer.api.openapi import apply_defaults, prune, validate
+from trainer.api.openapi import ABSENT, apply_defaults, prune, validate
 from trainer.local.apiserver import builtin, crd, jobset_webhook, metadata
 from trainer.local.apiserver.errors import APIError, bad_request, invalid
 from trainer.local.apiserver.resources import ResourceType
@@ -149,7 +149,7 @@ class Admission:
             obj, _ = prune(rt.schema, obj)
             obj = apply_defaults(rt.schema, obj)
             errors = builtin.validate_name(rt, name) if operation == "CREATE" else []
-            errors += validate(rt.schema, obj, old) if old is not None else validate(rt.schema, obj)
+            errors += validate(rt.schema, obj, ABSENT if old is None else old, memo=rt.rule_memo)
             if errors:
                 raise invalid(rt.kind, rt.group, name, errors)
         if rt.group == "jobset.x-k8s.io" and rt.kind == "JobSet":

@@ -6,6 +6,7 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from trainer.api.errors import INVALID, REQUIRED, FieldError
+from trainer.api.openapi import RuleMemo
 from trainer.local.apiserver.resources import ResourceType
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ def resource_types(obj: dict[str, Any]) -> list[ResourceType]:
                 columns=copy.deepcopy(v.get("additionalPrinterColumns") or []),
                 crd_name=obj["metadata"]["name"],
                 storage_version=storage,
+                rule_memo=RuleMemo(),
             )
         )
     return out
