@@ -10,7 +10,7 @@ Pure functions, no I/O: shared by ``trainer validate`` and the embedded API serv
 
 from __future__ import annotations
 
-from .cel import CompiledRule, compile_rule, evaluate_rule, to_cel, validate_rules
+from .cel import CompiledRule, compile_rule, compile_rules, evaluate_rule, to_cel, validate_rules
 from .defaults import ABSENT, apply_defaults, prune
 from .memo import RuleMemo
 from .validate import BLOCKED_RULES_MESSAGE, check, validate
@@ -23,6 +23,7 @@ __all__ = [
     "apply_defaults",
     "check",
     "compile_rule",
+    "compile_rules",
     "evaluate_rule",
     "prune",
     "to_cel",

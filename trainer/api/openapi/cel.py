@@ -567,6 +567,27 @@ _REASONS: Final = {
 }
 
 
+def compile_rules(schema: Any) -> int:
+    """Compile every rule and messageExpression of a schema now (cached by text), as
+    kube-apiserver does when a CRD is registered, rather than on the first write; the count."""
+    count = 0
+    if isinstance(schema, Mapping):
+        specs = schema.get("x-kubernetes-validations")
+        for spec in specs if isinstance(specs, list) else ():
+            if not isinstance(spec, Mapping):
+                continue
+            for text in (spec.get("rule"), spec.get("messageExpression")):
+                if isinstance(text, str) and text.strip():
+                    compile_rule(text)
+                    count += 1
+        children: Iterable[Any] = schema.values()
+    elif isinstance(schema, list):
+        children = schema
+    else:
+        return 0
+    return count + sum(compile_rules(v) for v in children)
+
+
 def has_rules(schema: Any) -> bool:
     """Whether any node of the schema carries ``x-kubernetes-validations``."""
     if isinstance(schema, Mapping):

@@ -102,7 +102,7 @@ def check(
     pruned, removed = prune(schema, obj, resource_root=resource_root)
     if unknown_fields is not None:
         unknown_fields.extend(removed)
-    defaulted = apply_defaults(schema, pruned)
+    defaulted = apply_defaults(schema, pruned, in_place=True)  # pruned is a fresh copy
     return defaulted, validate(schema, defaulted, old)
 
 

@@ -147,7 +147,7 @@ class Admission:
         obj = mutated
         if rt.schema is not None:
             obj, _ = prune(rt.schema, obj)
-            obj = apply_defaults(rt.schema, obj)
+            obj = apply_defaults(rt.schema, obj, in_place=True)  # prune's result is a copy
             errors = builtin.validate_name(rt, name) if operation == "CREATE" else []
             errors += validate(rt.schema, obj, ABSENT if old is None else old, memo=rt.rule_memo)
             if errors:
@@ -192,7 +192,7 @@ class Admission:
                 raise bad_request(f"strict decoding error: {detail}")
             if field_validation == "Warn":
                 warnings.extend(f'unknown field "{p}"' for p in unknown)
-        result: dict[str, Any] = apply_defaults(rt.schema, pruned)
+        result: dict[str, Any] = apply_defaults(rt.schema, pruned, in_place=True)  # a copy
         return result
 
     # --- webhooks ---------------------------------------------------------------------------

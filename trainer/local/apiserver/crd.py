@@ -6,7 +6,7 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from trainer.api.errors import INVALID, REQUIRED, FieldError
-from trainer.api.openapi import RuleMemo
+from trainer.api.openapi import RuleMemo, compile_rules
 from trainer.local.apiserver.resources import ResourceType
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ def resource_types(obj: dict[str, Any]) -> list[ResourceType]:
     for v in spec["versions"]:
         if not v.get("served", True):
             continue
+        compile_rules((v.get("schema") or {}).get("openAPIV3Schema"))  # now, not on a write
         out.append(
             ResourceType(
                 group=spec["group"],
