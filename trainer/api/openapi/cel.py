@@ -629,6 +629,8 @@ def _walk(
     (ratcheting)."""
     if value is None:
         return
+    if memo is not None and not memo.node_fact(schema, has_rules):
+        return  # no rule at or below this node
     if not unchanged and old is not ABSENT and old is not None:
         unchanged = bool(value == old)
     rules = schema.get("x-kubernetes-validations")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import pickle
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, Final
 
 MAX_ENTRIES: Final = 4096
@@ -54,6 +54,7 @@ class RuleMemo:
         # schema), so that id cannot be reused by another object while the entry exists.
         self._entries: OrderedDict[Hashable, tuple[Outcome, object]] = OrderedDict()
         self._lock = threading.Lock()
+        self._facts: dict[int, tuple[object, bool]] = {}  # by schema node: (node, fact)
         self.hits = 0
         self.misses = 0
 
@@ -69,6 +70,14 @@ class RuleMemo:
             self._entries.move_to_end(key)
             self.hits += 1
             return entry[0]
+
+    def node_fact(self, node: object, compute: Callable[[object], bool]) -> bool:
+        """``compute(node)`` once per node of this memo's schema (which has a bounded number)."""
+        entry = self._facts.get(id(node))
+        if entry is None or entry[0] is not node:
+            entry = (node, compute(node))
+            self._facts[id(node)] = entry
+        return entry[1]
 
     def put(self, key: Hashable, outcome: Outcome, *, keep: object = None) -> None:
         """Remember ``outcome``; ``keep`` is held alive with it (what ``key`` names by id)."""
