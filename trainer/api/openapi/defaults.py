@@ -319,3 +319,37 @@ def _prune_metadata(value: Any, path: str, removed: list[str]) -> Any:
         else:
             removed.append(join_path(path, str(key)))
     return out
+
+
+def defaults_are_pruned(schema: Any) -> bool:
+    """Whether pruning can never change what defaulting adds: every ``default`` of the schema
+    survives :func:`prune` at its node as it is, and none lies under a ``metadata`` property
+    (pruned to ObjectMeta's fields, whatever the schema says).
+
+    kube-apiserver requires this of a CRD's defaults; when it holds, an object that was pruned
+    and then defaulted is unchanged by pruning and defaulting again, so the admission chain can
+    skip that second pass when no mutating webhook changed the object.
+    """
+    if isinstance(schema, list):
+        return all(defaults_are_pruned(v) for v in schema)
+    if not isinstance(schema, Mapping):
+        return True
+    if "default" in schema:
+        default = schema["default"]
+        if default is None and not is_nullable(schema):
+            return False  # a null property is dropped by pruning
+        removed: list[str] = []
+        if _prune(schema, default, "", removed, drop_nulls=True) != default or removed:
+            return False
+    props = schema.get("properties")
+    if isinstance(props, Mapping) and "metadata" in props and _has_default(props["metadata"]):
+        return False
+    return all(defaults_are_pruned(v) for k, v in schema.items() if k != "default")
+
+
+def _has_default(schema: Any) -> bool:
+    if isinstance(schema, Mapping):
+        return "default" in schema or any(_has_default(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_default(v) for v in schema)
+    return False
