@@ -221,3 +221,19 @@ def test_only_what_a_rule_reads_keys_the_memo() -> None:
     for blob in ("1", "2", "3"):
         assert validate(schema, {"name": "ab", "blob": blob}, memo=memo) == []
     assert (memo.hits, memo.misses) == (2, 1)
+
+
+def test_one_rule_entry_shared_by_two_nodes_is_memoised_per_node() -> None:
+    """A schema built in code may reuse one entry where the values are typed differently."""
+    shared = {"rule": "string(self) == '2'", "message": "prints as 2"}
+    schema = {
+        "type": "object",
+        "properties": {
+            "i": {"type": "integer", "x-kubernetes-validations": [shared]},
+            "d": {"type": "number", "x-kubernetes-validations": [shared]},
+        },
+    }
+    memo = RuleMemo()
+    for _ in range(2):
+        errors = validate(schema, {"i": 2, "d": 2}, memo=memo)
+        assert [(e.path, e.message) for e in errors] == [("d", "prints as 2")]

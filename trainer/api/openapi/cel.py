@@ -764,7 +764,10 @@ def _outcome(
         self_key = value_key(self_value, memo.max_key_bytes)
         old_key = b"" if old_value is ABSENT else value_key(old_value, memo.max_key_bytes)
         if self_key is not None and old_key is not None:
-            key = (id(spec), compiled.rule, expression, optional_old, resource, self_key, old_key)
+            # The node and the entry both: one entry object may sit in two nodes of a schema
+            # built in code (or copied with its aliases), typed differently.
+            place = (id(schema), id(spec))
+            key = (place, compiled.rule, expression, optional_old, resource, self_key, old_key)
             found = memo.get(key)
             if found is not None:
                 return found
@@ -778,7 +781,7 @@ def _outcome(
         resource=resource,
     )
     if memo is not None and key is not None:
-        memo.put(key, outcome, keep=spec)
+        memo.put(key, outcome, keep=(schema, spec))
     return outcome
 
 

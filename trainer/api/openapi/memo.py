@@ -8,16 +8,16 @@ of those projected values (the runtime reference, the trainer settings, the repl
 one runtime, a name across the updates of one object), so a memo saves most evaluations
 (docs/local-plane.md, "Throughput").
 
-Keys are exact, never a hash alone: the rule's place in the schema, the rule and message
-expression texts, and the :mod:`pickle` bytes of the projected values (pickle records every
-type, key order and float bit for bit, so two values with the same bytes convert to the same
-CEL values). A value that does not pickle, or whose bytes exceed ``max_key_bytes``, is not
-memoised: building its key would cost about what evaluating saves.
+Keys are exact, never a hash alone: the rule's place in the schema (its node and its entry),
+the rule and message expression texts, and the :mod:`pickle` bytes of the projected values
+(pickle records every type, key order and float bit for bit, so two values with the same bytes
+convert to the same CEL values). A value that does not pickle, or whose bytes exceed
+``max_key_bytes``, is not memoised: building its key would cost about what evaluating saves.
 
 A memo belongs to one schema (the API server keeps one per served custom resource version and
 drops it with the CRD), and assumes that schema is not changed in place while the memo lives:
-a rule's place is the ``id`` of its ``x-kubernetes-validations`` entry, valid as long as the
-schema object is alive.
+a rule's place is the ``id`` of its schema node and of its ``x-kubernetes-validations`` entry,
+and each memo entry holds both alive, so neither id can name another object meanwhile.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ class RuleMemo:
     def __init__(self, max_entries: int = MAX_ENTRIES, max_key_bytes: int = MAX_KEY_BYTES) -> None:
         self.max_entries = max_entries
         self.max_key_bytes = max_key_bytes
-        # Each entry also holds the object named by ``id`` in its key (the rule's entry in the
-        # schema), so that id cannot be reused by another object while the entry exists.
+        # Each entry also holds the objects named by ``id`` in its key (the rule's node and
+        # entry in the schema), so those ids cannot be reused while the entry exists.
         self._entries: OrderedDict[Hashable, tuple[Outcome, object]] = OrderedDict()
         self._lock = threading.Lock()
         self._facts: dict[int, tuple[object, bool]] = {}  # by schema node: (node, fact)
