@@ -10,17 +10,21 @@ Pure functions, no I/O: shared by ``trainer validate`` and the embedded API serv
 
 from __future__ import annotations
 
-from .cel import CompiledRule, compile_rule, evaluate_rule, to_cel, validate_rules
-from .defaults import ABSENT, apply_defaults, prune
+from .cel import CompiledRule, compile_rule, compile_rules, evaluate_rule, to_cel, validate_rules
+from .defaults import ABSENT, apply_defaults, defaults_are_pruned, prune
+from .memo import RuleMemo
 from .validate import BLOCKED_RULES_MESSAGE, check, validate
 
 __all__ = [
     "ABSENT",
     "BLOCKED_RULES_MESSAGE",
     "CompiledRule",
+    "RuleMemo",
     "apply_defaults",
     "check",
     "compile_rule",
+    "compile_rules",
+    "defaults_are_pruned",
     "evaluate_rule",
     "prune",
     "to_cel",

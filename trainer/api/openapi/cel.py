@@ -59,8 +59,14 @@ from .defaults import (
     properties_of,
     sub_schema,
 )
+from .memo import Outcome, RuleMemo, value_key
+from .readset import ReadSet, merge, project, read_set
+from .readset import escape_property_name as _escape_property_name
 
 # --- values ---------------------------------------------------------------------------------
+
+escape_property_name: Final = _escape_property_name
+"""The CEL name of an object property (defined with the read sets, which match on it)."""
 
 
 class UnorderedList(celtypes.ListType):
@@ -73,46 +79,6 @@ class OptionalValue:
 
     present: bool
     value: Any = None
-
-
-_RESERVED: Final = frozenset(
-    {
-        "true",
-        "false",
-        "null",
-        "in",
-        "as",
-        "break",
-        "const",
-        "continue",
-        "else",
-        "for",
-        "function",
-        "if",
-        "import",
-        "let",
-        "loop",
-        "package",
-        "namespace",
-        "return",
-        "var",
-    }
-)
-_ESCAPABLE: Final = re.compile(r"^[a-zA-Z_./-][a-zA-Z0-9_./-]*$")
-
-
-def escape_property_name(name: str) -> str | None:
-    """The CEL name of an object property, as Kubernetes escapes it; None if not reachable.
-
-    ``__`` becomes ``__underscores__``, ``.`` ``__dot__``, ``-`` ``__dash__``, ``/``
-    ``__slash__``, and a reserved word ``w`` becomes ``__w__``.
-    """
-    if name in _RESERVED:
-        return f"__{name}__"
-    if not _ESCAPABLE.match(name):
-        return None
-    out = name.replace("__", "__underscores__")
-    return out.replace(".", "__dot__").replace("-", "__dash__").replace("/", "__slash__")
 
 
 def to_cel(value: Any, schema: Schema | None = None, *, resource: bool = False) -> Any:
@@ -489,11 +455,29 @@ class CompiledRule:
     program: Any = None
     error: str = ""
     transition: bool = False
+    reads_self: ReadSet = None
+    """What the rule reads of ``self`` (:mod:`.readset`); None: all of it."""
+    reads_old: ReadSet = None
+
+
+class _Runner(celpy.InterpretedRunner):
+    """cel-python's interpreter, with the base activation built once per program.
+
+    ``InterpretedRunner`` rebuilds it (loading every well-known type annotation) on each
+    evaluation; the evaluator only ever clones it to bind the variables, so one is enough.
+    """
+
+    _base: Any = None
+
+    def new_activation(self) -> Any:
+        if self._base is None:
+            self._base = super().new_activation()
+        return self._base
 
 
 @functools.cache
 def _environment() -> Any:
-    return celpy.Environment()
+    return celpy.Environment(runner_class=_Runner)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -510,7 +494,13 @@ def compile_rule(rule: str) -> CompiledRule:
         return CompiledRule(rule, error=f"syntax error{where}: {rule.strip()}")
     except Exception as exc:
         return CompiledRule(rule, error=_exception_text(exc))
-    return CompiledRule(rule, program=program, transition=_references_old_self(ast))
+    return CompiledRule(
+        rule,
+        program=program,
+        transition=_references_old_self(ast),
+        reads_self=read_set(ast, "self"),
+        reads_old=read_set(ast, "oldSelf"),
+    )
 
 
 def _references_old_self(ast: Any) -> bool:
@@ -577,6 +567,27 @@ _REASONS: Final = {
 }
 
 
+def compile_rules(schema: Any) -> int:
+    """Compile every rule and messageExpression of a schema now (cached by text), as
+    kube-apiserver does when a CRD is registered, rather than on the first write; the count."""
+    count = 0
+    if isinstance(schema, Mapping):
+        specs = schema.get("x-kubernetes-validations")
+        for spec in specs if isinstance(specs, list) else ():
+            if not isinstance(spec, Mapping):
+                continue
+            for text in (spec.get("rule"), spec.get("messageExpression")):
+                if isinstance(text, str) and text.strip():
+                    compile_rule(text)
+                    count += 1
+        children: Iterable[Any] = schema.values()
+    elif isinstance(schema, list):
+        children = schema
+    else:
+        return 0
+    return count + sum(compile_rules(v) for v in children)
+
+
 def has_rules(schema: Any) -> bool:
     """Whether any node of the schema carries ``x-kubernetes-validations``."""
     if isinstance(schema, Mapping):
@@ -589,17 +600,17 @@ def has_rules(schema: Any) -> bool:
 
 
 def validate_rules(
-    schema: Schema, obj: Any, old: Any = ABSENT, *, path: str = ""
+    schema: Schema, obj: Any, old: Any = ABSENT, *, path: str = "", memo: RuleMemo | None = None
 ) -> list[FieldError]:
     """Evaluate every ``x-kubernetes-validations`` rule of the schema on ``obj``.
 
     ``old`` is the previous object of an update (``ABSENT`` on create); transition rules run
     only where the node exists in both, unless the rule sets ``optionalOldSelf``. Old values are
     correlated by property name, map key and ``x-kubernetes-list-type: map`` keys; items of
-    other lists have no old value.
+    other lists have no old value. ``memo`` (for this schema only) remembers rule outcomes.
     """
     errors: list[FieldError] = []
-    _walk(schema, obj, old, path, errors, resource=True)
+    _walk(schema, obj, old, path, errors, resource=True, memo=memo)
     return errors
 
 
@@ -612,11 +623,14 @@ def _walk(
     *,
     resource: bool,
     unchanged: bool = False,
+    memo: RuleMemo | None = None,
 ) -> None:
     """``unchanged``: an ancestor object equals its old value, so this node does too
     (ratcheting)."""
     if value is None:
         return
+    if memo is not None and not memo.node_fact(schema, has_rules):
+        return  # no rule at or below this node
     if not unchanged and old is not ABSENT and old is not None:
         unchanged = bool(value == old)
     rules = schema.get("x-kubernetes-validations")
@@ -630,6 +644,7 @@ def _walk(
             errors=errors,
             resource=resource,
             ratchet=unchanged,
+            memo=memo,
         )
     if isinstance(value, Mapping):
         for key, item in value.items():
@@ -645,6 +660,7 @@ def _walk(
                 errors,
                 resource=False,
                 unchanged=unchanged,
+                memo=memo,
             )
     elif isinstance(value, list):
         items = sub_schema(schema.get("items"))
@@ -658,7 +674,7 @@ def _walk(
                 old_value = old_items.get(identity, ABSENT)
             # Items are not ratcheted through their list: only map-list items are correlated
             # with an old item (and compared with it), as kube-apiserver correlates them.
-            _walk(items, item, old_value, join_path(path, i), errors, resource=False)
+            _walk(items, item, old_value, join_path(path, i), errors, resource=False, memo=memo)
 
 
 def _correlatable(schema: Schema, old: Any) -> dict[Any, Any]:
@@ -682,17 +698,11 @@ def _run_rules(
     errors: list[FieldError],
     resource: bool,
     ratchet: bool = False,
+    memo: RuleMemo | None = None,
 ) -> None:
     """Evaluate ``rules`` at one node; with ``ratchet`` (the node is unchanged by an update)
     only the transition rules."""
     has_old = old is not ABSENT and old is not None
-    converted: dict[bool, Any] = {}  # self and oldSelf, converted once for all rules
-
-    def convert(of_old: bool) -> Any:
-        if of_old not in converted:
-            converted[of_old] = to_cel(old if of_old else value, schema, resource=resource)
-        return converted[of_old]
-
     for spec in rules:
         if not isinstance(spec, Mapping):
             continue
@@ -709,33 +719,99 @@ def _run_rules(
         optional_old = spec.get("optionalOldSelf") is True
         if compiled.transition and not has_old and not optional_old:
             continue  # a transition rule runs only on update, where the node existed
-        try:
-            activation: dict[str, Any] = {"self": convert(False)}
-            if compiled.transition:
-                old_cel = convert(True) if has_old else None
-                if optional_old:
-                    activation["oldSelf"] = OptionalValue(has_old, old_cel)
-                else:
-                    activation["oldSelf"] = old_cel
-        except (TypeError, ValueError, OverflowError) as exc:
-            errors.append(
-                FieldError(path, INVALID, f"rule evaluation error: {_exception_text(exc)}", value)
-            )
-            continue
-        result, error = evaluate(compiled, activation)
-        if error:
-            message = f"rule evaluation error: {error} evaluating rule: {rule.strip()}"
-            errors.append(FieldError(path, INVALID, message, value))
-            continue
-        if not isinstance(result, bool | celtypes.BoolType):
-            message = f"rule evaluation error: rule did not evaluate to a bool: {rule.strip()}"
-            errors.append(FieldError(path, INVALID, message, value))
-            continue
-        if result:
-            continue
-        errors.append(
-            _failure(schema, spec, rule=rule, value=value, path=path, activation=activation)
+        kind, text = _outcome(
+            schema,
+            spec,
+            compiled,
+            value=value,
+            old=old if has_old and compiled.transition else ABSENT,
+            optional_old=optional_old,
+            resource=resource,
+            memo=memo,
         )
+        if kind == "ok":
+            continue
+        if kind == "error":
+            errors.append(FieldError(path, INVALID, text or "", value))
+            continue
+        errors.append(_failure(schema, spec, rule=rule, value=value, path=path, message=text))
+
+
+def _outcome(
+    schema: Schema,
+    spec: Mapping[str, Any],
+    compiled: CompiledRule,
+    *,
+    value: Any,
+    old: Any,
+    optional_old: bool,
+    resource: bool,
+    memo: RuleMemo | None,
+) -> Outcome:
+    """The outcome of one rule on the values it reads, from ``memo`` when it is there."""
+    expression = spec.get("messageExpression")
+    message = None
+    if isinstance(expression, str) and expression.strip():
+        message = compile_rule(expression)
+    reads_self, reads_old = compiled.reads_self, compiled.reads_old
+    if message is not None and message.program is not None:
+        reads_self = merge(reads_self, message.reads_self)
+        reads_old = merge(reads_old, message.reads_old)
+    self_value = project(value, reads_self)
+    old_value = project(old, reads_old) if old is not ABSENT else ABSENT
+    key: tuple[Any, ...] | None = None
+    if memo is not None:
+        self_key = value_key(self_value, memo.max_key_bytes)
+        old_key = b"" if old_value is ABSENT else value_key(old_value, memo.max_key_bytes)
+        if self_key is not None and old_key is not None:
+            # The node and the entry both: one entry object may sit in two nodes of a schema
+            # built in code (or copied with its aliases), typed differently.
+            place = (id(schema), id(spec))
+            key = (place, compiled.rule, expression, optional_old, resource, self_key, old_key)
+            found = memo.get(key)
+            if found is not None:
+                return found
+    outcome = _evaluate_outcome(
+        schema,
+        compiled,
+        message,
+        value=self_value,
+        old=old_value,
+        optional_old=optional_old,
+        resource=resource,
+    )
+    if memo is not None and key is not None:
+        memo.put(key, outcome, keep=(schema, spec))
+    return outcome
+
+
+def _evaluate_outcome(
+    schema: Schema,
+    compiled: CompiledRule,
+    message: CompiledRule | None,
+    *,
+    value: Any,
+    old: Any,
+    optional_old: bool,
+    resource: bool,
+) -> Outcome:
+    rule = compiled.rule
+    try:
+        activation: dict[str, Any] = {"self": to_cel(value, schema, resource=resource)}
+        if compiled.transition:
+            has_old = old is not ABSENT
+            old_cel = to_cel(old, schema, resource=resource) if has_old else None
+            activation["oldSelf"] = OptionalValue(has_old, old_cel) if optional_old else old_cel
+    except (TypeError, ValueError, OverflowError) as exc:
+        return "error", f"rule evaluation error: {_exception_text(exc)}"
+    result, error = evaluate(compiled, activation)
+    if error:
+        return "error", f"rule evaluation error: {error} evaluating rule: {rule.strip()}"
+    if not isinstance(result, bool | celtypes.BoolType):
+        return "error", f"rule evaluation error: rule did not evaluate to a bool: {rule.strip()}"
+    if result:
+        return "ok", None
+    return "failed", _message_from_expression(message, activation)
 
 
 def _failure(
@@ -745,9 +821,8 @@ def _failure(
     rule: str,
     value: Any,
     path: str,
-    activation: Mapping[str, Any],
+    message: str | None,
 ) -> FieldError:
-    message = _message_from_expression(spec.get("messageExpression"), activation)
     if message is None:
         text = spec.get("message")
         if isinstance(text, str) and text.strip():
@@ -763,12 +838,11 @@ def _failure(
     return FieldError(path, error_type, message, value)
 
 
-def _message_from_expression(expression: Any, activation: Mapping[str, Any]) -> str | None:
+def _message_from_expression(
+    compiled: CompiledRule | None, activation: Mapping[str, Any]
+) -> str | None:
     """The messageExpression's text; None (fall back to ``message``) if it fails or is blank."""
-    if not isinstance(expression, str) or not expression.strip():
-        return None
-    compiled = compile_rule(expression)
-    if compiled.error:
+    if compiled is None or compiled.error:
         return None
     result, error = evaluate(compiled, activation)
     if error or not isinstance(result, str):

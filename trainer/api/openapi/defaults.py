@@ -183,15 +183,18 @@ def compile_regex(pattern: str) -> tuple[Any, str]:
 # --- defaulting -----------------------------------------------------------------------------
 
 
-def apply_defaults(schema: Schema, obj: Any) -> Any:
+def apply_defaults(schema: Schema, obj: Any, *, in_place: bool = False) -> Any:
     """Return a copy of ``obj`` with the schema's ``default`` values filled in.
 
     Like the apiserver's structural defaulting: an absent property (or a null one that is not
     ``nullable``) with a ``default`` gets a copy of it; null list items and map values that are
     not nullable get their schema's default too. Defaulting recurses into properties,
     ``additionalProperties`` values and list items, including into freshly set defaults.
+
+    ``in_place``: default ``obj`` itself and return it (for a private copy, such as what
+    :func:`prune` returns, so that a write is not copied twice).
     """
-    result = copy.deepcopy(obj)
+    result = obj if in_place else copy.deepcopy(obj)
     _default(schema, result)
     return result
 
@@ -230,6 +233,8 @@ def _default(schema: Schema | None, value: Any) -> None:
 
 # --- pruning --------------------------------------------------------------------------------
 
+_IMMUTABLE: Final = frozenset({str, int, float, bool, type(None)})
+
 
 def prune(
     schema: Schema,
@@ -239,6 +244,8 @@ def prune(
     resource_root: bool = True,
 ) -> tuple[Any, list[str]]:
     """Return a copy of ``obj`` without the fields the schema does not know, and their paths.
+
+    The copy shares no mutable part with ``obj`` (only strings, numbers, booleans and None).
 
     Unknown fields are kept under ``x-kubernetes-preserve-unknown-fields: true`` (at that level
     only: declared properties below are still pruned) and ``additionalProperties: true``. At a
@@ -266,6 +273,8 @@ def _prune(
     drop_nulls: bool,
     embedded: bool = False,
 ) -> Any:
+    if type(value) in _IMMUTABLE:
+        return value  # what deepcopy returns for these, without its bookkeeping
     if schema is None:
         return copy.deepcopy(value)
     if isinstance(value, dict):
@@ -285,7 +294,7 @@ def _prune(
                     sub, item, child_path(path, key, is_prop), removed, drop_nulls=drop_nulls
                 )
             elif preserve or (embedded and key in EMBEDDED_FIELDS):
-                out[key] = copy.deepcopy(item)
+                out[key] = item if type(item) in _IMMUTABLE else copy.deepcopy(item)
             else:
                 removed.append(join_path(path, str(key)))
         return out
@@ -306,7 +315,41 @@ def _prune_metadata(value: Any, path: str, removed: list[str]) -> Any:
     out: dict[Any, Any] = {}
     for key, item in value.items():
         if key in OBJECT_META_FIELDS:
-            out[key] = copy.deepcopy(item)
+            out[key] = item if type(item) in _IMMUTABLE else copy.deepcopy(item)
         else:
             removed.append(join_path(path, str(key)))
     return out
+
+
+def defaults_are_pruned(schema: Any) -> bool:
+    """Whether pruning can never change what defaulting adds: every ``default`` of the schema
+    survives :func:`prune` at its node as it is, and none lies under a ``metadata`` property
+    (pruned to ObjectMeta's fields, whatever the schema says).
+
+    kube-apiserver requires this of a CRD's defaults; when it holds, an object that was pruned
+    and then defaulted is unchanged by pruning and defaulting again, so the admission chain can
+    skip that second pass when no mutating webhook changed the object.
+    """
+    if isinstance(schema, list):
+        return all(defaults_are_pruned(v) for v in schema)
+    if not isinstance(schema, Mapping):
+        return True
+    if "default" in schema:
+        default = schema["default"]
+        if default is None and not is_nullable(schema):
+            return False  # a null property is dropped by pruning
+        removed: list[str] = []
+        if _prune(schema, default, "", removed, drop_nulls=True) != default or removed:
+            return False
+    props = schema.get("properties")
+    if isinstance(props, Mapping) and "metadata" in props and _has_default(props["metadata"]):
+        return False
+    return all(defaults_are_pruned(v) for k, v in schema.items() if k != "default")
+
+
+def _has_default(schema: Any) -> bool:
+    if isinstance(schema, Mapping):
+        return "default" in schema or any(_has_default(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_default(v) for v in schema)
+    return False

@@ -42,6 +42,7 @@ from .defaults import (
     prune,
     sub_schema,
 )
+from .memo import RuleMemo
 
 BLOCKED_RULES_MESSAGE: Final = (
     "some validation rules were not checked because the object was invalid; "
@@ -59,14 +60,20 @@ _DATE_TIME: Final = re.compile(
 
 
 def validate(
-    schema: Mapping[str, Any], obj: Any, old: Any = ABSENT, *, path: str = ""
+    schema: Mapping[str, Any],
+    obj: Any,
+    old: Any = ABSENT,
+    *,
+    path: str = "",
+    memo: RuleMemo | None = None,
 ) -> list[FieldError]:
     """Validate ``obj`` against a structural schema; return every error, in a stable order.
 
     ``old`` is the stored object of an update (``ABSENT`` on create): it only matters to CEL
     transition rules. ``path`` prefixes every error path. A type error stops the checks below
     its node. As in the apiserver, a type error or an unsupported enum value anywhere means the
-    CEL rules are not run; a single error says so instead.
+    CEL rules are not run; a single error says so instead. ``memo``, kept by the caller for
+    this one schema, remembers CEL rule outcomes across calls (:mod:`.memo`).
     """
     walker = _Walker()
     walker.check(schema, obj, path)
@@ -75,7 +82,7 @@ def validate(
         if walker.blocking:
             errors.append(FieldError(path, INVALID, BLOCKED_RULES_MESSAGE))
         else:
-            errors.extend(validate_rules(schema, obj, old, path=path))
+            errors.extend(validate_rules(schema, obj, old, path=path, memo=memo))
     return errors
 
 
@@ -95,7 +102,7 @@ def check(
     pruned, removed = prune(schema, obj, resource_root=resource_root)
     if unknown_fields is not None:
         unknown_fields.extend(removed)
-    defaulted = apply_defaults(schema, pruned)
+    defaulted = apply_defaults(schema, pruned, in_place=True)  # pruned is a fresh copy
     return defaulted, validate(schema, defaulted, old)
 
 

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.api.openapi import RuleMemo
+
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 
@@ -40,6 +42,8 @@ class ResourceType:
     """What discovery says the resource supports (``create`` only for a review)."""
     token: bool = False
     """Has a ``/token`` subresource (service accounts: TokenRequest)."""
+    rule_memo: RuleMemo | None = field(default=None, repr=False, compare=False)
+    """CEL rule outcomes for ``schema`` (a CRD version's own; dropped with it)."""
 
     def __post_init__(self) -> None:
         if not self.singular:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import jsonpatch
 
 from trainer.api.errors import format_errors
-from trainer.api.openapi import apply_defaults, prune, validate
+from trainer.api.openapi import ABSENT, apply_defaults, defaults_are_pruned, prune, validate
 from trainer.local.apiserver import builtin, jobset_webhook, metadata
 from trainer.local.apiserver.core import crd
 from trainer.local.apiserver.errors import APIError, bad_request, invalid
@@ -160,12 +160,13 @@ class Admission:
         )
         if mutated is not obj:  # a webhook's patch is decoded and checked as a request body is
             mutated = metadata.check(rt, mutated, obj["metadata"].get("namespace") or "", name)
+        if rt.schema is not None and (mutated is not obj or not self._defaults_pruned(rt)):
+            mutated, _ = prune(rt.schema, mutated)
+            mutated = apply_defaults(rt.schema, mutated, in_place=True)  # prune's result is a copy
         obj = mutated
         if rt.schema is not None:
-            obj, _ = prune(rt.schema, obj)
-            obj = apply_defaults(rt.schema, obj)
             errors = builtin.validate_name(rt, name) if operation == "CREATE" else []
-            errors += validate(rt.schema, obj, old) if old is not None else validate(rt.schema, obj)
+            errors += validate(rt.schema, obj, ABSENT if old is None else old, memo=rt.rule_memo)
             if errors:
                 raise invalid(rt.kind, rt.group, name, errors)
         if rt.group == "jobset.x-k8s.io" and rt.kind == "JobSet":
@@ -197,6 +198,15 @@ class Admission:
     async def admit_delete(self, rt: ResourceType, old: dict[str, Any], *, dry_run: bool) -> None:
         await self._webhooks(rt, "DELETE", None, old, mutating=False, dry_run=dry_run, warnings=[])
 
+    @staticmethod
+    def _defaults_pruned(rt: ResourceType) -> bool:
+        """Whether pruning and defaulting again leave an unmutated object as it is (so the pass
+        after the mutating webhooks can be skipped): :func:`defaults_are_pruned`, once per
+        schema."""
+        if rt.schema is None or rt.rule_memo is None:
+            return False
+        return rt.rule_memo.node_fact(rt.schema, defaults_are_pruned)
+
     def _decode(
         self, rt: ResourceType, obj: dict[str, Any], field_validation: str, warnings: list[str]
     ) -> dict[str, Any]:
@@ -208,7 +218,7 @@ class Admission:
                 raise bad_request(f"strict decoding error: {detail}")
             if field_validation == "Warn":
                 warnings.extend(f'unknown field "{p}"' for p in unknown)
-        result: dict[str, Any] = apply_defaults(rt.schema, pruned)
+        result: dict[str, Any] = apply_defaults(rt.schema, pruned, in_place=True)  # a copy
         return result
 
     # --- webhooks ---------------------------------------------------------------------------

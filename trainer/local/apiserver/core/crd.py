@@ -6,6 +6,7 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from trainer.api.errors import INVALID, REQUIRED, FieldError
+from trainer.api.openapi import RuleMemo, compile_rules
 from trainer.local.apiserver.resources import ResourceType
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ def resource_types(obj: dict[str, Any]) -> list[ResourceType]:
     for v in spec["versions"]:
         if not v.get("served", True):
             continue
+        compile_rules((v.get("schema") or {}).get("openAPIV3Schema"))  # now, not on a write
         out.append(
             ResourceType(
                 group=spec["group"],
@@ -98,6 +100,7 @@ def resource_types(obj: dict[str, Any]) -> list[ResourceType]:
                 columns=copy.deepcopy(v.get("additionalPrinterColumns") or []),
                 crd_name=obj["metadata"]["name"],
                 storage_version=storage,
+                rule_memo=RuleMemo(),
             )
         )
     return out

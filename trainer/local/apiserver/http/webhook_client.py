@@ -29,9 +29,11 @@ class WebhookClient:
         key = hashlib.sha256(ca_bundle.encode()).hexdigest()
         session = self._sessions.get(key)
         if session is None or session.closed:
-            ctx = ssl.create_default_context()
+            # One context: the system store is loaded (tens of ms) only when no caBundle is set.
             if ca_bundle:
                 ctx = ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode())
+            else:
+                ctx = ssl.create_default_context()
             session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx))
             self._sessions[key] = session
         return session
