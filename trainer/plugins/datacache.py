@@ -10,6 +10,8 @@ the TrainJob is merged onto the runtime: trainer.runtime.assemble.)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from trainer.api import constants as c
 from trainer.runtime import apply
 from trainer.runtime.info import BuildContext, Info
@@ -24,6 +26,12 @@ def cache_endpoint(info: Info) -> str | None:
 
 class DataCachePlugin:
     name = "DataCache"
+
+    def reserved_envs(self, info: Info) -> Sequence[str]:
+        """With a cache-initializer job, ``DATA_CACHE_ENDPOINT`` is the plugin's."""
+        if info.pod_sets_with_ancestor(c.ANCESTOR_CACHE_INITIALIZER):
+            return (c.ENV_DATA_CACHE_ENDPOINT,)
+        return ()
 
     def enforce_pod_spec(self, info: Info, ctx: BuildContext) -> None:
         endpoint = cache_endpoint(info)

@@ -25,9 +25,10 @@ from typing import Any
 from trainer.api import constants as c
 from trainer.api.core import PodSpec
 from trainer.api.errors import INVALID, FieldError
-from trainer.api.v1alpha1 import VolcanoPodGroupPolicySource
+from trainer.api.v1alpha1 import TrainJob, VolcanoPodGroupPolicySource
 from trainer.plugins.podgroup import gang_spec, pod_group, should_apply
 from trainer.runtime.info import BuildContext, Info, PodSet
+from trainer.runtime.validation import ClusterView, Verdict
 
 SYSTEM_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
 """Built into every cluster: never looked up."""
@@ -72,6 +73,14 @@ def queue(info: Info) -> str | None:
 
 class VolcanoPlugin:
     name = "Volcano"
+
+    def validate(self, info: Info, old: TrainJob | None, view: ClusterView) -> Verdict:
+        """:func:`validate`: the queue always; PriorityClasses only when the caller knows
+        which exist (``view.priority_classes`` is None when it does not)."""
+        if view.priority_classes is not None:
+            return Verdict([], validate(info, view.priority_classes))
+        errors = validate(info, frozenset())
+        return Verdict([], [e for e in errors if e.path != PRIORITY_CLASS_PATH])
 
     def enforce_pod_group_policy(self, info: Info) -> None:
         if policy(info) is None:
