@@ -61,10 +61,11 @@ from trainer.api.errors import INVALID, FieldError
 from trainer.api.v1alpha1 import MPIMLPolicySource, TrainJob
 from trainer.plugins.jobset import FORCED_SINGLE_REPLICA
 from trainer.runtime import apply
-from trainer.runtime.info import BuildContext, BuildError, Info, PodSet
+from trainer.runtime.info import BuildContext, BuildError, Info, PodSet, Runtime
 from trainer.runtime.objects import object_meta
 from trainer.runtime.resources import gpu_count
 from trainer.runtime.validation import ClusterView, Verdict, trainer_of
+from trainer.runtime.watch import SECRETS, ByOwner, Obj, Store, Watch
 
 # --- Wire names of the MPI side objects, volumes and files -----------------------------------
 VOLUME_SSH_AUTH = "mpi-ssh-auth"
@@ -263,10 +264,32 @@ def _node_container(ps: PodSet) -> Container | None:
     return ps.container(c.CONTAINER_NODE)
 
 
+def _ssh_auth_secret(store: Store, trainjob: TrainJob, runtime: Runtime) -> dict[str, Obj]:
+    meta = trainjob.metadata
+    name = ssh_auth_secret_name((meta.name if meta else None) or "")
+    found = store.get((meta.namespace if meta else None) or "default", name)
+    return {name: found} if found is not None else {}
+
+
+SSH_AUTH_WATCH = Watch(
+    "mpi-ssh-auth",
+    SECRETS,
+    ByOwner(),
+    _ssh_auth_secret,
+    into="secrets",
+    label_selector=c.LABEL_TRAINJOB_NAME,
+)
+"""The SSH Secret, among the Secrets the builds create (they carry the TrainJob-name
+label)."""
+
+
 class MPIPlugin:
     """SSH keys, hostfile and launcher env for ``mlPolicy.mpi`` runtimes (spec 2.7)."""
 
     name = "MPI"
+
+    def watches(self, ctx: BuildContext) -> Sequence[Watch]:
+        return [SSH_AUTH_WATCH]
 
     def reserved_envs(self, info: Info) -> Sequence[str]:
         if info.ml_policy is None or info.ml_policy.mpi is None:
