@@ -37,7 +37,7 @@ from trainer.plugins.registry import framework_for
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import SSHKeyPair
 from trainer.runtime.sshkeys import generate_ssh_keypair
-from trainer.runtime.watch import ByOwner, Enqueue, Watch
+from trainer.runtime.watch import ByOwner, Enqueue, Kind, Watch
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,8 @@ class Controller:
         cs = self.caches
         by_key: dict[tuple[Any, ...], Informer] = {}
         for own in (cs.config_maps, cs.secrets):
-            gvr = own.gvr
-            kind = (gvr.group, gvr.version, gvr.plural, gvr.kind, gvr.namespaced)
+            g = own.gvr
+            kind = Kind(g.group, g.version, g.plural, g.kind, g.namespaced)
             by_key[(kind, own.namespace, own.label_selector, own.field_selector)] = own
         # The controller's own side-object caches already map events by owner (:meth:`_wire`).
         wired: dict[int, list[Enqueue]] = {
@@ -115,13 +115,7 @@ class Controller:
             id(cs.secrets): [ByOwner()],
         }
         for watch in watches:
-            k = watch.kind
-            key = (
-                (k.group, k.version, k.plural, k.kind, k.namespaced),
-                watch.namespace,
-                watch.label_selector,
-                watch.field_selector,
-            )
+            key = watch.cache_key
             informer = by_key.get(key)
             if informer is None:
                 informer = Informer(
