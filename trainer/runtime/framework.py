@@ -167,10 +167,13 @@ class Framework:
         """The Validate phase: one error for every reserved env name the TrainJob sets, then
         every validator's warnings and errors, all collected (not just the first)."""
         reserved = [name for p in self._reserved for name in p.reserved_envs(info)]
-        verdict = Verdict([], reserved_envs_error(info, reserved))
+        warnings: list[str] = []
+        errors = reserved_envs_error(info, reserved)
         for v in self._validators:
-            verdict = verdict + v.validate(info, old, view)
-        return verdict
+            verdict = v.validate(info, old, view)
+            warnings += verdict.warnings
+            errors += verdict.errors
+        return Verdict(warnings, errors)
 
     def status(self, trainjob: TrainJob, jobset: JobSet) -> TrainJobStatus | None:
         """The Status phase: each status plugin sees the TrainJob with the status the ones
