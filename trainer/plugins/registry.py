@@ -1,5 +1,10 @@
 """The plugins of the build, in their declared order, and :func:`render`: the pure function
-from a TrainJob and its runtime to every object the controller applies."""
+from a TrainJob and its runtime to every object the controller applies.
+
+This is the framework's entry point: admission and the controller import this module and no
+other of ``trainer.plugins`` (an import-linter contract), and reach every plugin through the
+framework's phases. Adding a plugin is its module and one line in :func:`default_plugins`
+(docs/extending.md)."""
 
 from __future__ import annotations
 
