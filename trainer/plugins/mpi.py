@@ -34,7 +34,8 @@ Admission (Validate phase)
   - reserved: the launcher env names (OpenMPI's, and the MPICH and Intel names this plugin
     injects, whatever the runtime's implementation, so a TrainJob is judged the same way on
     every MPI runtime);
-  - with runLauncherAsNode, ``numNodes >= 2`` needs both a ``launcher`` and a ``node`` job.
+  - with runLauncherAsNode, ``numNodes >= 2`` needs both a ``launcher`` and a ``node`` job;
+    a runtime with runLauncherAsNode but without them is admitted with a warning saying so.
 
 Watch: the SSH Secret (by the TrainJob-name label, events by owner), so an existing key is
 observed and reused.
@@ -64,7 +65,7 @@ from trainer.runtime import apply
 from trainer.runtime.info import BuildContext, BuildError, Info, PodSet, Runtime
 from trainer.runtime.objects import object_meta
 from trainer.runtime.resources import gpu_count
-from trainer.runtime.validation import ClusterView, Verdict, trainer_of
+from trainer.runtime.validation import ClusterView, Verdict, runtime_jobs, runtime_name, trainer_of
 from trainer.runtime.watch import SECRETS, ByOwner, Obj, Store, Watch
 
 # --- Wire names of the MPI side objects, volumes and files -----------------------------------
@@ -264,6 +265,26 @@ def _node_container(ps: PodSet) -> Container | None:
     return ps.container(c.CONTAINER_NODE)
 
 
+def runtime_warnings(runtime: Runtime) -> list[str]:
+    """Beyond upstream: runLauncherAsNode needs both a ``launcher`` and a ``node`` job for
+    more than one node; say so when the runtime is written, not when a TrainJob is refused."""
+    ml_policy = runtime.spec.ml_policy if runtime.spec is not None else None
+    policy = ml_policy.mpi if ml_policy is not None else None
+    if policy is None or not policy.run_launcher_as_node:
+        return []
+    names = {job.name for job in runtime_jobs(runtime)}
+    missing = [job for job in (c.JOB_LAUNCHER, c.JOB_NODE) if job not in names]
+    if not missing:
+        return []
+    jobs = " and ".join(f'"{job}"' for job in missing)
+    name = runtime_name(runtime)
+    return [
+        f'{runtime.kind} "{name}" sets spec.mlPolicy.mpi.runLauncherAsNode but has no '
+        f"replicated job {jobs}: TrainJobs with spec.trainer.numNodes >= 2 on it will be "
+        'rejected. Add both a "launcher" and a "node" job, or unset runLauncherAsNode'
+    ]
+
+
 def _ssh_auth_secret(store: Store, trainjob: TrainJob, runtime: Runtime) -> dict[str, Obj]:
     meta = trainjob.metadata
     name = ssh_auth_secret_name((meta.name if meta else None) or "")
@@ -290,6 +311,9 @@ class MPIPlugin:
 
     def watches(self, ctx: BuildContext) -> Sequence[Watch]:
         return [SSH_AUTH_WATCH]
+
+    def validate_runtime(self, runtime: Runtime, old: Runtime | None) -> Verdict:
+        return Verdict(runtime_warnings(runtime))
 
     def reserved_envs(self, info: Info) -> Sequence[str]:
         if info.ml_policy is None or info.ml_policy.mpi is None:

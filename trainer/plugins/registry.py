@@ -39,6 +39,9 @@ def default_plugins(*, trainjob_status: bool = False) -> list[Plugin]:
     """Every plugin, in the order they run within each phase. ``trainjob_status``: the
     TrainJobStatus plugin too (feature gate ``TrainJobStatus``)."""
     return [
+        # EnforcePodSpec, ReservedEnvs and ValidateRuntime (first there: its runtime warning
+        # comes before MPI's).
+        DataCachePlugin(),
         # EnforceMLPolicy: PlainML first, so XGBoost, TensorFlow, Paddle and Flux see the node
         # count it sets.
         PlainMLPlugin(),
@@ -52,8 +55,7 @@ def default_plugins(*, trainjob_status: bool = False) -> list[Plugin]:
         # EnforcePodGroupPolicy (and Build: the PodGroup)
         CoschedulingPlugin(),
         VolcanoPlugin(),
-        # EnforcePodSpec
-        DataCachePlugin(),
+        # EnforcePodSpec, after DataCache
         *([TrainJobStatusPlugin()] if trainjob_status else []),
         # PreBuild and Build; the JobSet goes last.
         JobSetPlugin(),

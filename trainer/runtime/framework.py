@@ -6,6 +6,7 @@ same split, one narrow interface per phase):
 
 * Validate (admission): :class:`ReservedEnvs` (env names a plugin injects, so the TrainJob may
   not set them; reported together as one error) and :class:`Validator` (any other rule);
+  :class:`RuntimeValidator` for the runtimes themselves;
 * Status (controller): :class:`StatusPlugin`, the TrainJob's status from its JobSet;
 * Watch (controller): :class:`WatchExtension`, the objects a plugin reads during its build
   and how their events map back to TrainJobs (:mod:`trainer.runtime.watch`).
@@ -22,9 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from trainer.api.errors import FieldError
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import TrainJob, TrainJobStatus
-from trainer.runtime.info import BuildContext, Info
+from trainer.runtime.info import BuildContext, Info, Runtime
 from trainer.runtime.validation import ClusterView, Verdict, reserved_envs_error
 from trainer.runtime.watch import Watch, check_watches
 
@@ -79,6 +81,13 @@ class Validator(Plugin, Protocol):
 
 
 @runtime_checkable
+class RuntimeValidator(Plugin, Protocol):
+    def validate_runtime(self, runtime: Runtime, old: Runtime | None) -> Verdict:
+        """Admission checks of a (Cluster)TrainingRuntime (``old`` on update)."""
+        ...
+
+
+@runtime_checkable
 class StatusPlugin(Plugin, Protocol):
     def status(self, trainjob: TrainJob, jobset: JobSet) -> TrainJobStatus | None:
         """The TrainJob's status derived from its JobSet, or None to leave it."""
@@ -100,6 +109,7 @@ PHASES: dict[str, type] = {
     "Build": Builder,
     "ReservedEnvs": ReservedEnvs,
     "Validate": Validator,
+    "ValidateRuntime": RuntimeValidator,
     "Status": StatusPlugin,
     "Watch": WatchExtension,
 }
@@ -118,6 +128,7 @@ class Framework:
     _builders: list[Builder] = field(init=False)
     _reserved: list[ReservedEnvs] = field(init=False)
     _validators: list[Validator] = field(init=False)
+    _runtime_validators: list[RuntimeValidator] = field(init=False)
     _status: list[StatusPlugin] = field(init=False)
     _watchers: list[WatchExtension] = field(init=False)
 
@@ -132,6 +143,7 @@ class Framework:
         self._builders = [p for p in self.plugins if isinstance(p, Builder)]
         self._reserved = [p for p in self.plugins if isinstance(p, ReservedEnvs)]
         self._validators = [p for p in self.plugins if isinstance(p, Validator)]
+        self._runtime_validators = [p for p in self.plugins if isinstance(p, RuntimeValidator)]
         self._status = [p for p in self.plugins if isinstance(p, StatusPlugin)]
         self._watchers = [p for p in self.plugins if isinstance(p, WatchExtension)]
 
@@ -145,6 +157,7 @@ class Framework:
             "Build": [p.name for p in self._builders],
             "ReservedEnvs": [p.name for p in self._reserved],
             "Validate": [p.name for p in self._validators],
+            "ValidateRuntime": [p.name for p in self._runtime_validators],
             "Status": [p.name for p in self._status],
             "Watch": [p.name for p in self._watchers],
         }
@@ -171,6 +184,16 @@ class Framework:
         errors = reserved_envs_error(info, reserved)
         for v in self._validators:
             verdict = v.validate(info, old, view)
+            warnings += verdict.warnings
+            errors += verdict.errors
+        return Verdict(warnings, errors)
+
+    def validate_runtime(self, runtime: Runtime, old: Runtime | None) -> Verdict:
+        """The runtime validators' warnings and errors, all collected."""
+        warnings: list[str] = []
+        errors: list[FieldError] = []
+        for v in self._runtime_validators:
+            verdict = v.validate_runtime(runtime, old)
             warnings += verdict.warnings
             errors += verdict.errors
         return Verdict(warnings, errors)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.api.errors import INVALID, FieldError
-from trainer.api.jobset import JobSet
+from trainer.api.jobset import JobSet, JobSetSpec, ReplicatedJob
 from trainer.api.v1alpha1 import Trainer
 from trainer.runtime.info import Info, Runtime
 
@@ -54,6 +54,21 @@ class ClusterView:
     runtime_error: str | None = None
     jobset: JobSet | None = None
     priority_classes: frozenset[str] | None = None
+
+
+def runtime_name(runtime: Runtime) -> str:
+    return (runtime.metadata.name if runtime.metadata else None) or ""
+
+
+def runtime_jobset_spec(runtime: Runtime) -> JobSetSpec | None:
+    """The JobSet spec of the runtime's template."""
+    return runtime.spec.template.spec if runtime.spec is not None else None
+
+
+def runtime_jobs(runtime: Runtime) -> list[ReplicatedJob]:
+    """The replicated jobs of the runtime's template."""
+    spec = runtime_jobset_spec(runtime)
+    return list((spec.replicated_jobs if spec is not None else None) or [])
 
 
 def go_list(items: Iterable[str]) -> str:
