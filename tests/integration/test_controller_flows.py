@@ -123,6 +123,11 @@ def marker(informer: Informer, name: str) -> dict[str, Any]:
     return obj
 
 
+def pod_group_informers(ctl: Controller) -> list[Informer]:
+    """The caches of the two gang plugins' PodGroup watches (coscheduling, Volcano)."""
+    return [ctl.caches.watched["coscheduling-podgroups"], ctl.caches.watched["volcano-podgroups"]]
+
+
 def new_controller(plane: Plane, kube: Kube | None = None) -> tuple[Controller, Observer]:
     """A controller (on ``kube``, else the plane's client) whose reconciles and cache changes
     wake :meth:`Running.until`."""
@@ -517,7 +522,7 @@ def rv(obj: dict[str, Any] | None) -> int:
 async def test_podgroups_with_crds_installed_first(plane: Plane, scheduler: str) -> None:
     await install_podgroup_crds(plane)
     async with running(plane) as run:
-        coscheduling_inf, volcano_inf = run.ctl.caches.pod_groups
+        coscheduling_inf, volcano_inf = pod_group_informers(run.ctl)
         assert coscheduling_inf.served and volcano_inf.served  # the optional informers see them
         await create_runtime(plane, gang_runtime(scheduler))
         job = trainjob("gang", trainer={"numNodes": 3})
@@ -557,10 +562,10 @@ async def test_podgroup_crds_installed_after_the_controller_started(plane: Plane
     as not served and look again every ``discovery_interval``. A TrainJob that needs a PodGroup
     meanwhile says why it waits, and converges once the CRD exists."""
     ctl, observer = new_controller(plane)
-    for informer in ctl.caches.pod_groups:
+    for informer in pod_group_informers(ctl):
         informer.discovery_interval = 0.05  # the default (30 s) is too long for a test
     async with running(plane, (ctl, observer)) as run:
-        assert not any(inf.served for inf in ctl.caches.pod_groups)
+        assert not any(inf.served for inf in pod_group_informers(ctl))
         await create_runtime(plane, gang_runtime("coscheduling"))
         job = trainjob("early", trainer={"numNodes": 2})
         job["spec"]["runtimeRef"]["name"] = "gang-coscheduling"
@@ -584,9 +589,9 @@ async def test_podgroup_crds_installed_after_the_controller_started(plane: Plane
             what="BuildFailed cleared",
         )
         await pending_job(plane, "early")
-        await run.settle(*ctl.caches.pod_groups)  # both informers serve their PodGroups now
-        assert all(inf.served for inf in ctl.caches.pod_groups)
-        assert rv(ctl.caches.pod_groups[0].get("default", "early")) == rv(pod_group)
+        await run.settle(*pod_group_informers(ctl))  # both informers serve their PodGroups now
+        assert all(inf.served for inf in pod_group_informers(ctl))
+        assert rv(pod_group_informers(ctl)[0].get("default", "early")) == rv(pod_group)
 
 
 async def test_suspended_gang_follows_limit_ranges_and_runtime_classes(plane: Plane) -> None:
@@ -669,8 +674,7 @@ async def test_suspended_gang_follows_limit_ranges_and_runtime_classes(plane: Pl
         await plane.kube.patch(
             r.TRAINJOBS, "default", "queued", {"metadata": {"labels": {"touched": "yes"}}}
         )
-        limit_ranges = run.ctl.caches.limit_ranges
-        assert limit_ranges is not None
+        limit_ranges = run.ctl.caches.watched["limit-ranges"]
         await run.settle(limit_ranges, run.ctl.caches.trainjobs)
         assert rv(plane.get(podgroups, "podgroups", "default", "queued")) == before
         assert "hugepages-2Mi" not in min_resources()

@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 import yaml
 
-from trainer.admission.policies import validate_policies
 from trainer.admission.types import ClusterView, Verdict
 from trainer.api.errors import FORBIDDEN, INVALID
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
 from trainer.builtin import builtin_runtimes
+from trainer.plugins.registry import default_framework
 from trainer.runtime.assemble import new_info
+from trainer.runtime.info import Info
 
 Err = tuple[str, str, str]
 
@@ -44,6 +45,11 @@ def trainjob(ref: str = "rt", trainer: dict[str, Any] | None = None, **spec: Any
 
 def verdict(job: TrainJob, rt: ClusterTrainingRuntime, view: ClusterView | None = None) -> Verdict:
     return validate_policies(new_info(job, rt), None, view or ClusterView())
+
+
+def validate_policies(info: Info, old: TrainJob | None, view: ClusterView) -> Verdict:
+    """The Validate phase of every registered plugin."""
+    return default_framework().validate(info, old, view)
 
 
 def errors(job: TrainJob, rt: ClusterTrainingRuntime, view: ClusterView | None = None) -> list[Err]:

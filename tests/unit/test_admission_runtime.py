@@ -316,3 +316,13 @@ def test_warnings_and_errors_together() -> None:
         ("spec.template.spec.replicatedJobs[0].replicas", "always must be 1")
     ]
     assert not verdict.allowed
+
+
+def test_every_warning_in_order_deprecation_cache_mpi() -> None:
+    """The plugins' runtime warnings (ValidateRuntime phase) follow the deprecation warning in
+    the order admission has always given them: the data cache's, then MPI's."""
+    rt = make(CACHE_JOBS, labels=DEPRECATED, ml_policy=mpi(True))
+    warnings = validate_runtime(rt, None).warnings
+    assert warnings[:2] == [DEPRECATION_WARNING, CACHE_WARNING]
+    assert len(warnings) == 3
+    assert "runLauncherAsNode" in warnings[2]

@@ -17,6 +17,7 @@ from trainer.api.errors import FORBIDDEN, INVALID, FieldError
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from trainer.runtime.assemble import PatchMergeError
+from trainer.runtime.framework import Framework
 from trainer.runtime.info import BuildError, Info, Runtime
 
 REF = "spec.runtimeRef"
@@ -679,12 +680,19 @@ def test_plugin_rules_are_included() -> None:
     ]
 
 
-def test_plugin_build_error_is_reported_at_runtime_ref(monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(info: Info, old: TrainJob | None, view: ClusterView) -> Verdict:
+class Unbuildable:
+    """A plugin whose Validate phase finds the runtime cannot be built."""
+
+    name = "Unbuildable"
+
+    def validate(self, info: Info, old: TrainJob | None, view: ClusterView) -> Verdict:
         raise BuildError("the runtime cannot be built")
 
-    monkeypatch.setattr(trainjob, "validate_policies", boom)
-    verdict = check(job(), runtime())
+
+def test_plugin_build_error_is_reported_at_runtime_ref() -> None:
+    verdict = validate_trainjob(
+        job(), None, ClusterView(runtime=runtime()), framework=Framework([Unbuildable()])
+    )
     assert brief(verdict) == [(REF, INVALID, "the runtime cannot be built")]
 
 

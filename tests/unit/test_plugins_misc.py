@@ -7,28 +7,39 @@ from typing import Any
 import pytest
 
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
-from trainer.plugins.registry import default_framework, render
+from trainer.plugins.plainml import PlainMLPlugin
+from trainer.plugins.registry import default_framework, default_plugins, render
+from trainer.runtime.framework import PHASES, Framework
 
 
 def test_plugins_run_in_a_fixed_declared_order() -> None:
-    assert default_framework().phases() == {
-        "EnforceMLPolicy": [
-            "PlainML",
-            "Torch",
-            "MPI",
-            "JAX",
-            "XGBoost",
-            "TensorFlow",
-            "Paddle",
-            "Flux",
-        ],
-        "EnforcePodGroupPolicy": ["CoScheduling", "Volcano"],
-        "EnforcePodSpec": ["DataCache"],
-        "PreBuild": ["JobSet"],
-        "Build": ["MPI", "Flux", "CoScheduling", "Volcano", "JobSet"],
-        "Validate": [],
-        "Status": ["JobSetStatus"],
-    }
+    """Each phase runs its plugins in the order the registry declares them; derived from the
+    registry, so adding a plugin needs no edit here."""
+    plugins = default_plugins(trainjob_status=True)
+    phases = default_framework(trainjob_status=True).phases()
+    assert list(phases) == list(PHASES)
+    for phase, protocol in PHASES.items():
+        assert phases[phase] == [p.name for p in plugins if isinstance(p, protocol)], phase
+    # What the order is for: PlainML sets the node count the other ML policies read, and the
+    # JobSet is built last (it mounts what the others build).
+    assert phases["EnforceMLPolicy"][0] == "PlainML"
+    assert phases["PreBuild"][-1] == phases["Build"][-1] == "JobSet"
+
+
+def test_every_registered_plugin_takes_part_in_a_phase() -> None:
+    """A plugin in no phase is a misspelt method (the Protocols are structural)."""
+    phases = default_framework(trainjob_status=True).phases()
+    idle = [
+        p.name
+        for p in default_plugins(trainjob_status=True)
+        if not any(p.name in names for names in phases.values())
+    ]
+    assert idle == []
+
+
+def test_plugin_names_are_unique() -> None:
+    with pytest.raises(ValueError, match="unique"):
+        Framework([PlainMLPlugin(), PlainMLPlugin()])
 
 
 def runtime(

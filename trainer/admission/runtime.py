@@ -15,15 +15,10 @@ Both kinds are validated on create AND update. Upstream skips update for the nam
 TrainingRuntime (kubeflow/trainer#3686), so a runtime could be edited into a shape its own
 create would refuse; here it cannot.
 
-Warnings:
-
-- a ClusterTrainingRuntime created with ``trainer.kubeflow.org/support: deprecated`` (as
-  upstream, create only, cluster kind only);
-- beyond upstream: a runtime with a ``cache-initializer`` job whose successPolicy would not
-  let the JobSet complete when training does (the cache serves until it is removed, so a
-  TrainJob on it would never complete);
-- beyond upstream: ``mlPolicy.mpi.runLauncherAsNode`` without both a ``launcher`` and a
-  ``node`` job (TrainJobs with ``numNodes >= 2`` on it are then refused, spec 2.7).
+Warnings: a ClusterTrainingRuntime created with ``trainer.kubeflow.org/support: deprecated``
+(as upstream, create only, cluster kind only); then the plugins' (the framework's
+ValidateRuntime phase: beyond upstream, the data cache's successPolicy and MPI's
+runLauncherAsNode jobs).
 """
 
 from __future__ import annotations
@@ -31,9 +26,11 @@ from __future__ import annotations
 from trainer.admission.types import Verdict
 from trainer.api import constants as c
 from trainer.api.errors import INVALID, FieldError
-from trainer.api.jobset import JobSetSpec, ReplicatedJob
+from trainer.api.jobset import ReplicatedJob
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime
+from trainer.plugins.registry import default_framework
 from trainer.runtime.assemble import ancestor_of
+from trainer.runtime.validation import runtime_jobs, runtime_name
 
 AnyRuntime = TrainingRuntime | ClusterTrainingRuntime
 
@@ -42,21 +39,8 @@ MSG_REPLICAS = "always must be 1"
 MSG_CONTAINER = "must contain the required container for the ancestor: {ancestor}"
 
 
-def _name(runtime: AnyRuntime) -> str:
-    return (runtime.metadata.name if runtime.metadata else None) or ""
-
-
 def _labels(runtime: AnyRuntime) -> dict[str, str]:
     return (runtime.metadata.labels if runtime.metadata else None) or {}
-
-
-def _jobset_spec(runtime: AnyRuntime) -> JobSetSpec | None:
-    return runtime.spec.template.spec if runtime.spec is not None else None
-
-
-def _jobs(runtime: AnyRuntime) -> list[ReplicatedJob]:
-    spec = _jobset_spec(runtime)
-    return list((spec.replicated_jobs if spec is not None else None) or [])
 
 
 def _container_names(job: ReplicatedJob) -> list[str]:
@@ -92,66 +76,10 @@ def validate_replicated_jobs(jobs: list[ReplicatedJob]) -> list[FieldError]:
 
 def deprecation_warning(runtime: AnyRuntime) -> str:
     return (
-        f'ClusterTrainingRuntime "{_name(runtime)}" is deprecated and will be removed in a '
+        f'ClusterTrainingRuntime "{runtime_name(runtime)}" is deprecated and will be removed in a '
         "future release of Kubeflow Trainer. See runtime deprecation policy: "
         f"{c.RUNTIME_DEPRECATION_POLICY_URL}"
     )
-
-
-def _completes_with_training(spec: JobSetSpec, jobs: list[ReplicatedJob]) -> bool:
-    """Whether the JobSet completes once the trainer jobs succeed while the cache still runs.
-
-    JobSet's success policy targets the listed jobs, or every job when the list is empty (and
-    ``All`` over every job when there is no policy). ``All`` needs every target to succeed, so
-    no cache-initializer job may be a target; ``Any`` needs one, so a trainer job must be one.
-    """
-    policy = spec.success_policy
-    operator = policy.operator if policy is not None else "All"
-    targets = set((policy.target_replicated_jobs if policy is not None else None) or [])
-    if not targets:
-        targets = {job.name for job in jobs}
-    trainers = {job.name for job in jobs if ancestor_of(job) == c.ANCESTOR_TRAINER}
-    caches = {job.name for job in jobs if ancestor_of(job) == c.ANCESTOR_CACHE_INITIALIZER}
-    if not targets & trainers:
-        return False
-    return operator == "Any" or not targets & caches
-
-
-def cache_warnings(runtime: AnyRuntime) -> list[str]:
-    """Beyond upstream: a cache that never completes must not hold the TrainJob open."""
-    spec = _jobset_spec(runtime)
-    jobs = _jobs(runtime)
-    caches = [job.name for job in jobs if ancestor_of(job) == c.ANCESTOR_CACHE_INITIALIZER]
-    if spec is None or not caches or _completes_with_training(spec, jobs):
-        return []
-    trainers = [job.name for job in jobs if ancestor_of(job) == c.ANCESTOR_TRAINER]
-    suggestion = trainers[0] if trainers else c.JOB_NODE
-    return [
-        f'{runtime.kind} "{_name(runtime)}" has the data cache job "{caches[0]}", but '
-        "spec.template.spec.successPolicy does not target the trainer job alone: the cache "
-        "keeps serving until the JobSet is finished, so a TrainJob on this runtime would never "
-        "complete while the cache runs. Set successPolicy to "
-        f"{{operator: All, targetReplicatedJobs: [{suggestion}]}}"
-    ]
-
-
-def mpi_warnings(runtime: AnyRuntime) -> list[str]:
-    """Beyond upstream: runLauncherAsNode needs both a ``launcher`` and a ``node`` job for
-    more than one node; say so when the runtime is written, not when a TrainJob is refused."""
-    ml_policy = runtime.spec.ml_policy if runtime.spec is not None else None
-    policy = ml_policy.mpi if ml_policy is not None else None
-    if policy is None or not policy.run_launcher_as_node:
-        return []
-    names = {job.name for job in _jobs(runtime)}
-    missing = [job for job in (c.JOB_LAUNCHER, c.JOB_NODE) if job not in names]
-    if not missing:
-        return []
-    jobs = " and ".join(f'"{job}"' for job in missing)
-    return [
-        f'{runtime.kind} "{_name(runtime)}" sets spec.mlPolicy.mpi.runLauncherAsNode but has no '
-        f"replicated job {jobs}: TrainJobs with spec.trainer.numNodes >= 2 on it will be "
-        'rejected. Add both a "launcher" and a "node" job, or unset runLauncherAsNode'
-    ]
 
 
 def validate_runtime(new: AnyRuntime, old: AnyRuntime | None) -> Verdict:
@@ -163,6 +91,6 @@ def validate_runtime(new: AnyRuntime, old: AnyRuntime | None) -> Verdict:
         and _labels(new).get(c.LABEL_SUPPORT) == c.SUPPORT_DEPRECATED
     ):
         warnings.append(deprecation_warning(new))
-    warnings += cache_warnings(new)
-    warnings += mpi_warnings(new)
-    return Verdict(warnings, validate_replicated_jobs(_jobs(new)))
+    plugins = default_framework().validate_runtime(new, old)
+    warnings += plugins.warnings
+    return Verdict(warnings, validate_replicated_jobs(runtime_jobs(new)) + plugins.errors)

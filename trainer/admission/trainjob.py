@@ -15,7 +15,8 @@ In order, collecting every error:
    Patches that do not merge into a valid JobSet spec are reported at
    ``spec.runtimePatches`` (unless a patch rule already explains it), and the rules that
    need the merged TrainJob (4, 6, 7) are skipped.
-6. The per-plugin rules (:func:`trainer.admission.policies.validate_policies`).
+6. The plugins' rules: the framework's Validate phase (each plugin's ``reserved_envs`` and
+   ``validate``, :mod:`trainer.runtime.framework`), on the Info before any plugin ran.
 7. Beyond upstream, on create: the generated-name budget of the rendered JobSet
    (:mod:`.names`); a build failure there is reported at ``spec.runtimeRef`` unless an
    identical error was already reported.
@@ -24,13 +25,14 @@ In order, collecting every error:
 from __future__ import annotations
 
 from trainer.admission import names, patches
-from trainer.admission.policies import validate_policies
 from trainer.admission.types import ClusterView, Verdict
 from trainer.api import constants as c
 from trainer.api.errors import INVALID, REQUIRED, FieldError
 from trainer.api.jobset import ReplicatedJob
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, RuntimeRef, TrainJob
+from trainer.plugins.registry import default_framework
 from trainer.runtime.assemble import PatchMergeError, dataset_goes_to_cache, new_info
+from trainer.runtime.framework import Framework
 from trainer.runtime.info import BuildError, Info, Runtime
 
 RUNTIME_REF_PATH = "spec.runtimeRef"
@@ -150,9 +152,12 @@ def validate_initializers(info: Info) -> list[FieldError]:
     return errors
 
 
-def validate_trainjob(new: TrainJob, old: TrainJob | None, view: ClusterView) -> Verdict:
+def validate_trainjob(
+    new: TrainJob, old: TrainJob | None, view: ClusterView, *, framework: Framework | None = None
+) -> Verdict:
     """Admission of a TrainJob: create when ``old`` is None, update otherwise (module
-    docstring). Pure: everything it knows of the cluster is in ``view``."""
+    docstring). Pure: everything it knows of the cluster is in ``view``. ``framework``: the
+    plugins whose rules apply (default: every registered plugin)."""
     if new.spec is None:
         return Verdict(errors=[FieldError("spec", REQUIRED, "spec.runtimeRef is required")])
     ref = new.spec.runtime_ref
@@ -191,7 +196,7 @@ def validate_trainjob(new: TrainJob, old: TrainJob | None, view: ClusterView) ->
 
     if info is not None:
         try:
-            policy = validate_policies(info, old, view)
+            policy = (framework or default_framework()).validate(info, old, view)
         except BuildError as exc:
             errors.append(FieldError(RUNTIME_REF_PATH, INVALID, str(exc), ref.to_wire()))
         else:
@@ -204,7 +209,7 @@ def validate_trainjob(new: TrainJob, old: TrainJob | None, view: ClusterView) ->
         # finalizers) and Kueue's suspend/resume are never blocked by it. (Without an Info the
         # TrainJob cannot be rendered; the error above says why.)
         seen = {(e.path, e.message) for e in errors}
-        # validate_policies only read the Info: the name check builds on it in place.
+        # The Validate phase only read the Info: the name check builds on it in place.
         for error in names.validate_names(new, runtime, info):
             if (error.path, error.message) not in seen:
                 seen.add((error.path, error.message))

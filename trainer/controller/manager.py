@@ -1,8 +1,12 @@
 """The controller process: watch caches, event-to-key mapping, the work queue and workers.
 
-Child objects (JobSets, the snapshot and MPI ConfigMaps and Secrets, PodGroups) map to their
-TrainJob through the controller ownerReference; runtime changes re-queue the TrainJobs that
-reference them (a TrainJob waiting for a missing runtime starts as soon as it exists).
+The controller's own caches: TrainJobs, the runtimes (a change re-queues the TrainJobs that
+reference them, so one waiting for a missing runtime starts as soon as it exists), JobSets and
+the ConfigMaps and Secrets builds create (those map to their TrainJob through the controller
+ownerReference). Every other cache comes from the plugins' declared watches
+(:meth:`trainer.runtime.framework.Framework.watches`): one cache per distinct kind, namespace
+and selectors, one handler per distinct enqueue rule (:mod:`trainer.controller.handlers`).
+No plugin is named here.
 """
 
 from __future__ import annotations
@@ -15,35 +19,36 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.controller.handlers import (
+    enqueue_owner,
+    enqueue_runtime_users,
+    enqueue_self,
+    handler_for,
+    key_of,
+    live_runtime,
+    owner_key,
+)
 from trainer.controller.queue import QueueMetrics, ReconcileMetrics, WorkQueue, run_workers
-from trainer.controller.reconcile import Caches, Reconciler
+from trainer.controller.reconcile import Caches, Reconciler, build_context
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import Kube
+from trainer.plugins.registry import framework_for
+from trainer.runtime.framework import Framework
 from trainer.runtime.info import SSHKeyPair
 from trainer.runtime.sshkeys import generate_ssh_keypair
+from trainer.runtime.watch import ByOwner, Enqueue, Kind, Watch
 
 log = logging.getLogger(__name__)
 
 OWNED_SELECTOR = c.LABEL_TRAINJOB_NAME  # side objects carry it (trainer.runtime.objects)
 
-
-def owner_key(obj: dict[str, Any]) -> str | None:
-    """``namespace/name`` of the TrainJob that controls ``obj``, if any."""
-    meta = obj.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or []:
-        if (
-            ref.get("controller")
-            and ref.get("kind") == c.KIND_TRAINJOB
-            and (str(ref.get("apiVersion", "")).startswith(c.GROUP + "/"))
-        ):
-            return f"{meta.get('namespace') or 'default'}/{ref.get('name')}"
-    return None
+__all__ = ["Controller", "key_of", "owner_key"]
 
 
-def key_of(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+def _gvr(watch: Watch) -> r.GVR:
+    kind = watch.kind
+    return r.GVR(kind.group, kind.version, kind.plural, kind.namespaced, kind.kind)
 
 
 class Controller:
@@ -62,14 +67,23 @@ class Controller:
         feature_gates: dict[str, bool] | None = None,
         status_server_url: str | None = None,
         status_server_secret: tuple[str, str] | None = None,
+        framework: Framework | None = None,
     ) -> None:
         """With the TrainJobStatus gate on, ``status_server_secret`` (namespace, name) is the
         webhook certificate Secret whose ``ca.crt`` each TrainJob's ``<job>-tls-config``
-        carries: it is watched (that one object) and a change re-queues every TrainJob."""
+        carries (its plugin watches that one object). ``framework``: the plugins (default: the
+        registry's for ``feature_gates``)."""
         self.kube = kube
         self.concurrency = concurrency
         self.queue = WorkQueue(name="trainjob", metrics=queue_metrics)
         self.reconcile_metrics = reconcile_metrics
+        ctx = build_context(
+            ssh_keygen=ssh_keygen,
+            feature_gates=feature_gates,
+            status_server_url=status_server_url,
+            status_server_secret=status_server_secret,
+        )
+        framework = framework or framework_for(ctx)
         self.caches = Caches(
             trainjobs=Informer(kube, r.TRAINJOBS, resync_period=resync_period),
             jobsets=Informer(kube, r.JOBSETS),
@@ -77,146 +91,62 @@ class Controller:
             secrets=Informer(kube, r.SECRETS, label_selector=OWNED_SELECTOR),
             cluster_runtimes=Informer(kube, r.CLUSTER_TRAINING_RUNTIMES),
             runtimes=Informer(kube, r.TRAINING_RUNTIMES),
-            pod_groups=[
-                Informer(kube, r.COSCHEDULING_PODGROUPS, optional=True),
-                Informer(kube, r.VOLCANO_PODGROUPS, optional=True),
-            ],
-            limit_ranges=Informer(kube, r.LIMIT_RANGES),
-            runtime_classes=Informer(kube, r.RUNTIME_CLASSES),
         )
-        gates = feature_gates or {}
-        if gates.get(c.FEATURE_TRAINJOB_STATUS):
-            secret = status_server_secret or (
-                c.DEFAULT_OPERATOR_NAMESPACE,
-                c.DEFAULT_WEBHOOK_SECRET_NAME,
-            )
-            status_server_secret = secret
-            self.caches.status_server_secret = Informer(
-                kube, r.SECRETS, secret[0], field_selector=f"metadata.name={secret[1]}"
-            )
-        self.reconciler = Reconciler(
-            kube,
-            self.caches,
-            ssh_keygen=ssh_keygen,
-            now=now,
-            feature_gates=gates,
-            status_server_url=status_server_url,
-            status_server_secret=status_server_secret,
-        )
+        self.reconciler = Reconciler(kube, self.caches, ctx=ctx, framework=framework, now=now)
+        self._watch(self.reconciler.watches)
         self._wire()
         self._workers: asyncio.Task[None] | None = None
 
     def informers(self) -> list[Informer]:
+        return self.caches.informers()
+
+    def _watch(self, watches: list[Watch]) -> None:
+        """A cache for each declared watch (shared by watches of the same kind, namespace and
+        selectors, and with the controller's own), and one handler per distinct rule on it."""
         cs = self.caches
-        return [
-            cs.trainjobs,
-            cs.jobsets,
-            cs.config_maps,
-            cs.secrets,
-            cs.cluster_runtimes,
-            cs.runtimes,
-            *cs.pod_groups,
-            *(inf for inf in (cs.limit_ranges, cs.runtime_classes) if inf is not None),
-            *([cs.status_server_secret] if cs.status_server_secret is not None else []),
-        ]
+        by_key: dict[tuple[Any, ...], Informer] = {}
+        for own in (cs.config_maps, cs.secrets):
+            g = own.gvr
+            kind = Kind(g.group, g.version, g.plural, g.kind, g.namespaced)
+            by_key[(kind, own.namespace, own.label_selector, own.field_selector)] = own
+        # The controller's own side-object caches already map events by owner (:meth:`_wire`).
+        wired: dict[int, list[Enqueue]] = {
+            id(cs.config_maps): [ByOwner()],
+            id(cs.secrets): [ByOwner()],
+        }
+        for watch in watches:
+            key = watch.cache_key
+            informer = by_key.get(key)
+            if informer is None:
+                informer = Informer(
+                    self.kube,
+                    _gvr(watch),
+                    watch.namespace,
+                    watch.label_selector,
+                    field_selector=watch.field_selector,
+                    optional=watch.optional,
+                )
+                by_key[key] = informer
+            cs.watched[watch.name] = informer
+            rules = wired.setdefault(id(informer), [])
+            if watch.enqueue not in rules:
+                rules.append(watch.enqueue)
+                informer.add_handler(
+                    handler_for(watch.enqueue, self.queue.add, cs.trainjobs, self._runtime_of)
+                )
+
+    def _runtime_of(self, job: dict[str, Any]) -> dict[str, Any] | None:
+        return live_runtime(job, self.caches.cluster_runtimes, self.caches.runtimes)
 
     def _wire(self) -> None:
-        def trainjob_event(_type: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
-            self.queue.add(key_of(obj))
-
-        def child_event(_type: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
-            key = owner_key(obj)
-            if key is not None:
-                self.queue.add(key)
-
-        def runtime_event(_type: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
-            meta = obj.get("metadata") or {}
-            kind = obj.get("kind") or (
-                c.KIND_TRAINING_RUNTIME
-                if meta.get("namespace")
-                else c.KIND_CLUSTER_TRAINING_RUNTIME
-            )
-            for job in self.caches.trainjobs.list(meta.get("namespace")):
-                ref = (job.get("spec") or {}).get("runtimeRef") or {}
-                if (
-                    ref.get("name") == meta.get("name")
-                    and ref.get("kind", c.KIND_CLUSTER_TRAINING_RUNTIME) == kind
-                ):
-                    self.queue.add(key_of(job))
-
-        def suspended_in(namespace: str | None) -> list[dict[str, Any]]:
-            return [
-                job
-                for job in self.caches.trainjobs.list(namespace)
-                if (job.get("spec") or {}).get("suspend")
-            ]
-
-        def limit_range_event(_type: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
-            # A suspended TrainJob's PodGroup is re-applied with the new container defaults
-            # (a running one's is left alone, so only suspended jobs are worth a reconcile).
-            for job in suspended_in((obj.get("metadata") or {}).get("namespace")):
-                self.queue.add(key_of(job))
-
-        def runtime_class_event(
-            _type: str, obj: dict[str, Any], _old: dict[str, Any] | None
-        ) -> None:
-            name = (obj.get("metadata") or {}).get("name")
-            for job in suspended_in(None):
-                if name in self._runtime_classes_of(job):
-                    self.queue.add(key_of(job))
-
-        self.caches.trainjobs.add_handler(trainjob_event)
-        if self.caches.limit_ranges is not None:
-            self.caches.limit_ranges.add_handler(limit_range_event)
-        if self.caches.runtime_classes is not None:
-            self.caches.runtime_classes.add_handler(runtime_class_event)
-        for informer in (
-            self.caches.jobsets,
-            self.caches.config_maps,
-            self.caches.secrets,
-            *self.caches.pod_groups,
-        ):
-            informer.add_handler(child_event)
-
-        def status_secret_event(
-            _type: str, _obj: dict[str, Any], _old: dict[str, Any] | None
-        ) -> None:
-            # A new or rotated CA: every TrainJob's tls-config (and a build that failed for
-            # want of the Secret) is due again.
-            for job in self.caches.trainjobs.list():
-                self.queue.add(key_of(job))
-
-        if self.caches.status_server_secret is not None:
-            self.caches.status_server_secret.add_handler(status_secret_event)
-        self.caches.cluster_runtimes.add_handler(runtime_event)
-        self.caches.runtimes.add_handler(runtime_event)
-
-    def _runtime_classes_of(self, job: dict[str, Any]) -> set[str]:
-        """``runtimeClassName`` values in the pod templates of ``job``'s runtime and in its
-        runtimePatches."""
-        meta = job.get("metadata") or {}
-        spec = job.get("spec") or {}
-        ref = spec.get("runtimeRef") or {}
-        if ref.get("kind", c.KIND_CLUSTER_TRAINING_RUNTIME) == c.KIND_CLUSTER_TRAINING_RUNTIME:
-            runtime = self.caches.cluster_runtimes.get(None, str(ref.get("name")))
-        else:
-            runtime = self.caches.runtimes.get(meta.get("namespace"), str(ref.get("name")))
-        names: set[str] = set()
-
-        def walk(value: Any) -> None:
-            if isinstance(value, dict):
-                found = value.get("runtimeClassName")
-                if isinstance(found, str):
-                    names.add(found)
-                for v in value.values():
-                    walk(v)
-            elif isinstance(value, list):
-                for v in value:
-                    walk(v)
-
-        walk(((runtime or {}).get("spec") or {}).get("template"))
-        walk(spec.get("runtimePatches"))
-        return names
+        cs = self.caches
+        cs.trainjobs.add_handler(enqueue_self(self.queue.add))
+        owner = enqueue_owner(self.queue.add)
+        for informer in (cs.jobsets, cs.config_maps, cs.secrets):
+            informer.add_handler(owner)
+        users = enqueue_runtime_users(self.queue.add, cs.trainjobs)
+        cs.cluster_runtimes.add_handler(users)
+        cs.runtimes.add_handler(users)
 
     async def start_caches(self, timeout: float | None = 60.0) -> None:
         """Start every watch cache and wait until each has listed once."""

@@ -4,6 +4,10 @@ observe (watch caches) -> skip foreign managedBy and stop building once finished
 from the snapshot (or the live runtime, snapshotted now) -> pure render -> server-side apply of
 the objects that differ from what is cached -> pure status -> ``/status`` merge patch only
 when it changed. A settled TrainJob costs no API writes.
+
+The reconciler names no plugin: it builds through the framework the registry gives it
+(render, the Status phase), and fills the build's Observed from the plugins' declared watches
+(:func:`trainer.runtime.watch.observe`).
 """
 
 from __future__ import annotations
@@ -33,10 +37,11 @@ from trainer.controller.status import (
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError, Kube
-from trainer.plugins.mpi import ssh_auth_secret_name
-from trainer.plugins.registry import render
+from trainer.plugins.registry import framework_for, render
+from trainer.runtime.framework import Framework
 from trainer.runtime.info import BuildContext, BuildError, Observed, Runtime, SSHKeyPair
 from trainer.runtime.snapshot import read_snapshot, snapshot_name
+from trainer.runtime.watch import observe
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +52,12 @@ RECREATE_RETRY_SECONDS = 1.0
 
 @dataclass
 class Caches:
-    """The watch caches a reconcile reads (dict objects, never mutated)."""
+    """The watch caches a reconcile reads (dict objects, never mutated).
+
+    The controller's own: TrainJobs, runtimes, JobSets, and the ConfigMaps and Secrets builds
+    create (they carry the TrainJob-name label; the runtime snapshot is one). ``watched``: the
+    caches of the plugins' declared watches, by watch name (watches of the same kind, namespace
+    and selectors share one cache, also with the controller's own)."""
 
     trainjobs: Informer
     jobsets: Informer
@@ -55,11 +65,22 @@ class Caches:
     secrets: Informer
     cluster_runtimes: Informer
     runtimes: Informer
-    pod_groups: list[Informer] = field(default_factory=list)
-    limit_ranges: Informer | None = None
-    runtime_classes: Informer | None = None
-    status_server_secret: Informer | None = None
-    """The webhook certificate Secret of the operator namespace (TrainJobStatus gate only)."""
+    watched: dict[str, Informer] = field(default_factory=dict)
+
+    def informers(self) -> list[Informer]:
+        """Every distinct cache, the controller's own first."""
+        out = [
+            self.trainjobs,
+            self.jobsets,
+            self.config_maps,
+            self.secrets,
+            self.cluster_runtimes,
+            self.runtimes,
+        ]
+        for informer in self.watched.values():
+            if not any(informer is known for known in out):
+                out.append(informer)
+        return out
 
 
 APPLIED_HASH = "trainer.kubeflow.org/applied-config-hash"
@@ -193,33 +214,47 @@ def any_active(jobset: dict[str, Any]) -> str | None:
     return None
 
 
+def build_context(
+    *,
+    ssh_keygen: Callable[[], SSHKeyPair],
+    feature_gates: dict[str, bool] | None = None,
+    status_server_url: str | None = None,
+    status_server_secret: tuple[str, str] | None = None,
+) -> BuildContext:
+    """The controller's build context. ``status_server_url`` (base URL, ``https://host:port``)
+    and ``status_server_secret`` (namespace and name of the webhook certificate Secret) are
+    used when the TrainJobStatus gate is on."""
+    namespace, name = status_server_secret or (
+        c.DEFAULT_OPERATOR_NAMESPACE,
+        c.DEFAULT_WEBHOOK_SECRET_NAME,
+    )
+    return BuildContext(
+        ssh_keygen=ssh_keygen,
+        feature_gates=feature_gates or {},
+        status_server_url=status_server_url,
+        status_server_secret_name=name,
+        status_server_secret_namespace=namespace,
+    )
+
+
 class Reconciler:
     def __init__(
         self,
         kube: Kube,
         caches: Caches,
         *,
-        ssh_keygen: Callable[[], SSHKeyPair],
+        ctx: BuildContext,
+        framework: Framework | None = None,
         now: Callable[[], dt.datetime] | None = None,
-        feature_gates: dict[str, bool] | None = None,
-        status_server_url: str | None = None,
-        status_server_secret: tuple[str, str] | None = None,
     ) -> None:
-        """``status_server_url`` (base URL, ``https://host:port``) and
-        ``status_server_secret`` (namespace and name of the webhook certificate Secret) are
-        used when the TrainJobStatus gate is on."""
+        """``framework``: the plugins (default: the registry's for the context's feature
+        gates); ``caches.watched`` holds a cache for each watch they declare."""
         self.kube = kube
         self.caches = caches
         self.now = now or (lambda: dt.datetime.now(dt.UTC))
-        self.status_server_secret = status_server_secret
-        self.ctx = BuildContext(
-            ssh_keygen=ssh_keygen,
-            feature_gates=feature_gates or {},
-            status_server_url=status_server_url,
-            status_server_secret_name=(
-                status_server_secret[1] if status_server_secret else c.DEFAULT_WEBHOOK_SECRET_NAME
-            ),
-        )
+        self.ctx = ctx
+        self.framework = framework or framework_for(ctx)
+        self.watches = self.framework.watches(ctx)
         self.events = ev.EventRecorder(kube, lambda: format_time(self.now()))
 
     # --- observing ------------------------------------------------------------------------
@@ -256,44 +291,19 @@ class Reconciler:
         return runtime, None, None
 
     def _observed(self, job: TrainJob, runtime: Runtime, jobset: dict[str, Any] | None) -> Observed:
+        """The JobSet and runtime snapshot (the controller's own), and what each plugin's
+        watches collect for this TrainJob."""
         assert job.metadata is not None
         namespace, name = job.metadata.namespace or "default", job.metadata.name or ""
-        secrets = {}
-        secret = self.caches.secrets.get(namespace, ssh_auth_secret_name(name))
-        if secret is not None:
-            secrets[ssh_auth_secret_name(name)] = secret
         config_maps = {}
         snapshot = self.caches.config_maps.get(namespace, snapshot_name(name))
         if snapshot is not None:
             config_maps[snapshot_name(name)] = snapshot
-        pod_group = next(
-            (pg for inf in self.caches.pod_groups if (pg := inf.get(namespace, name)) is not None),
-            None,
-        )
-        # Only gangs need them (PodGroup minResources count LimitRange defaults and
-        # RuntimeClass overhead); other jobs do not rebuild when they change.
-        limit_ranges: list[dict[str, Any]] = []
-        runtime_classes: dict[str, dict[str, Any]] = {}
-        if runtime.spec is not None and runtime.spec.pod_group_policy is not None:
-            if self.caches.limit_ranges is not None:
-                limit_ranges = self.caches.limit_ranges.list(namespace)
-            if self.caches.runtime_classes is not None:
-                runtime_classes = {
-                    str((rc.get("metadata") or {}).get("name")): rc
-                    for rc in self.caches.runtime_classes.list()
-                }
-        status_secret = None
-        if self.caches.status_server_secret is not None and self.status_server_secret:
-            status_secret = self.caches.status_server_secret.get(*self.status_server_secret)
-        return Observed(
+        base = Observed(
             jobset=JobSet.from_wire(jobset) if jobset is not None else None,
-            pod_group=pod_group,
-            secrets=secrets,
             config_maps=config_maps,
-            limit_ranges=limit_ranges,
-            runtime_classes=runtime_classes,
-            status_server_secret=status_secret,
         )
+        return observe(self.watches, self.caches.watched, job, runtime, base)
 
     # --- the reconcile --------------------------------------------------------------------
     async def reconcile(self, key: str) -> Result:
@@ -351,6 +361,7 @@ class Reconciler:
             build_failure=failure,
             deadline_exceeded=deadline_exceeded,
             runtime_missing=unsupported,
+            framework=self.framework,
         )
         if not await self._write_status(job, data, status.to_wire()):
             # Deleted while this reconcile ran: what it applied may postdate the deletion, and
@@ -382,7 +393,8 @@ class Reconciler:
         delivers it (no second apply, no status patch from a stale TrainJob)."""
         assert job.metadata is not None
         namespace, name = job.metadata.namespace or "default", job.metadata.name or ""
-        objects = render(job, runtime, observed=self._observed(job, runtime, jobset), ctx=self.ctx)
+        observed = self._observed(job, runtime, jobset)
+        objects = render(job, runtime, observed=observed, ctx=self.ctx, framework=self.framework)
         for obj in objects:
             kind = obj["kind"]
             stamp_config_hash(obj)
@@ -429,18 +441,12 @@ class Reconciler:
         return jobset, None
 
     def _informer_for(self, obj: dict[str, Any]) -> Informer | None:
-        """The watch cache that holds objects like ``obj`` (None for a kind not cached)."""
-        kind = obj["kind"]
-        if kind == c.KIND_JOBSET:
-            return self.caches.jobsets
-        if kind == "ConfigMap":
-            return self.caches.config_maps
-        if kind == "Secret":
-            return self.caches.secrets
-        if kind == c.KIND_POD_GROUP:
-            for inf in self.caches.pod_groups:
-                if inf.gvr.api_version == obj.get("apiVersion"):
-                    return inf
+        """The watch cache that holds objects like ``obj`` (None for a kind not cached): the
+        first of its kind, the controller's own before the plugins'."""
+        for informer in self.caches.informers():
+            gvr = informer.gvr
+            if gvr.kind == obj.get("kind") and gvr.api_version == obj.get("apiVersion"):
+                return informer
         return None
 
     def _cached(self, obj: dict[str, Any]) -> dict[str, Any] | None:

@@ -9,6 +9,10 @@ the current time (spec 2.1, 2.10, 2.11, B.2), plus what this project adds beyond
   also after a resume (trainer#3666). It is a field, not conditions, so clients that read the
   conditions (the Kubeflow SDK infers Running only when there are none) see upstream's set;
 * a fixed condition order (terminal first, then BuildFailed and Suspended).
+
+What the JobSet says (terminal conditions, ``jobsStatus``) comes from the plugins' Status
+phase (:meth:`trainer.runtime.framework.Framework.status`); everything here is the
+controller's own and holds for every plugin.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from trainer.api.conditions import find_condition, is_true, set_condition
 from trainer.api.core import Condition
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
-from trainer.plugins.status import status_from_jobset
+from trainer.plugins.registry import default_framework
+from trainer.runtime.framework import Framework
 
 COND_BUILD_FAILED = "BuildFailed"
 
@@ -100,8 +105,10 @@ def desired_status(
     build_failure: BuildFailure | None = None,
     deadline_exceeded: bool = False,
     runtime_missing: str | None = None,
+    framework: Framework | None = None,
 ) -> TrainJobStatus:
-    """The status to write (the caller compares it with the current one)."""
+    """The status to write (the caller compares it with the current one). ``framework``: the
+    plugins whose Status phase reads the JobSet (default: every registered plugin)."""
     stamp = format_time(now)
     status = trainjob.status.model_copy(deep=True) if trainjob.status else TrainJobStatus()
     conds = status.conditions
@@ -117,12 +124,13 @@ def desired_status(
         )
 
     if jobset is not None:
-        mirrored = status_from_jobset(trainjob.model_copy(update={"status": status}), jobset)
-        for cond in mirrored.conditions or []:
-            if cond.type in (c.COND_COMPLETE, c.COND_FAILED) and cond.status == "True":
-                conds = set_condition(conds, cond)
-        if mirrored.jobs_status is not None:
-            status.jobs_status = mirrored.jobs_status
+        if conds is not None:
+            status.conditions = conds
+        framework = framework or default_framework()
+        from_plugins = framework.status(trainjob.model_copy(update={"status": status}), jobset)
+        if from_plugins is not None:
+            status = from_plugins
+            conds = status.conditions
 
     if runtime_missing is not None:
         conds = set_condition(

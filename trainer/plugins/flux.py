@@ -49,10 +49,12 @@ from trainer.api.core import (
     VolumeMount,
 )
 from trainer.api.errors import INVALID, FieldError
+from trainer.api.v1alpha1 import TrainJob
 from trainer.plugins import flux_scripts as scripts
 from trainer.runtime import apply, z85
 from trainer.runtime.info import BuildContext, BuildError, Info, PodSet
 from trainer.runtime.objects import object_meta
+from trainer.runtime.validation import ClusterView, Verdict
 
 DEFAULT_VIEW_IMAGE = "ghcr.io/converged-computing/flux-view-ubuntu:tag-jammy"
 DEFAULT_NETWORK_DEVICE = "eth0"
@@ -284,6 +286,9 @@ class FluxPlugin:
     """Flux bootstrap for ``mlPolicy.flux`` runtimes (see the module docstring)."""
 
     name = "Flux"
+
+    def validate(self, info: Info, old: TrainJob | None, view: ClusterView) -> Verdict:
+        return Verdict([], validate(info))
 
     def enforce_ml_policy(self, info: Info) -> None:
         if not active(info):

@@ -29,11 +29,22 @@ OpenMPI. Anything else is a :class:`BuildError`.
 The launcher env is injected whether or not the TrainJob has ``spec.trainer``: upstream's MPI
 plugin does so unconditionally (the spec's correction about ``spec.trainer`` gating names the
 Torch, JAX and XGBoost env only).
+
+Admission (Validate phase)
+  - reserved: the launcher env names (OpenMPI's, and the MPICH and Intel names this plugin
+    injects, whatever the runtime's implementation, so a TrainJob is judged the same way on
+    every MPI runtime);
+  - with runLauncherAsNode, ``numNodes >= 2`` needs both a ``launcher`` and a ``node`` job;
+    a runtime with runLauncherAsNode but without them is admitted with a warning saying so.
+
+Watch: the SSH Secret (by the TrainJob-name label, events by owner), so an existing key is
+observed and reused.
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from typing import Any
 
 from trainer.api import constants as c
@@ -47,12 +58,15 @@ from trainer.api.core import (
     Volume,
     VolumeMount,
 )
-from trainer.api.v1alpha1 import MPIMLPolicySource
+from trainer.api.errors import INVALID, FieldError
+from trainer.api.v1alpha1 import MPIMLPolicySource, TrainJob
 from trainer.plugins.jobset import FORCED_SINGLE_REPLICA
 from trainer.runtime import apply
-from trainer.runtime.info import BuildContext, BuildError, Info, PodSet
+from trainer.runtime.info import BuildContext, BuildError, Info, PodSet, Runtime
 from trainer.runtime.objects import object_meta
 from trainer.runtime.resources import gpu_count
+from trainer.runtime.validation import ClusterView, Verdict, runtime_jobs, runtime_name, trainer_of
+from trainer.runtime.watch import SECRETS, ByOwner, Obj, Store, Watch
 
 # --- Wire names of the MPI side objects, volumes and files -----------------------------------
 VOLUME_SSH_AUTH = "mpi-ssh-auth"
@@ -87,6 +101,15 @@ ENV_HYDRA_LAUNCH_EXTRA_ARGS = "HYDRA_LAUNCH_EXTRA_ARGS"
 ENV_I_MPI_HYDRA_HOST_FILE = "I_MPI_HYDRA_HOST_FILE"
 ENV_I_MPI_BOOTSTRAP_EXTRA_ARGS = "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS"
 ENV_I_MPI_PERHOST = "I_MPI_PERHOST"
+EXTRA_RESERVED_ENVS = (
+    ENV_HYDRA_HOST_FILE,
+    ENV_HYDRA_LAUNCH_EXTRA_ARGS,
+    ENV_I_MPI_HYDRA_HOST_FILE,
+    ENV_I_MPI_BOOTSTRAP_EXTRA_ARGS,
+    ENV_I_MPI_PERHOST,
+)
+"""Beyond upstream: the launcher env this plugin injects for MPICH and Intel MPI."""
+ALL_RESERVED_ENVS = (*c.MPI_RESERVED_ENVS, *EXTRA_RESERVED_ENVS)
 
 FIELD_IMPLEMENTATION = "spec.mlPolicy.mpi.mpiImplementation"
 FIELD_NUM_PROC_PER_NODE = "spec.trainer.numProcPerNode"
@@ -242,10 +265,79 @@ def _node_container(ps: PodSet) -> Container | None:
     return ps.container(c.CONTAINER_NODE)
 
 
+def runtime_warnings(runtime: Runtime) -> list[str]:
+    """Beyond upstream: runLauncherAsNode needs both a ``launcher`` and a ``node`` job for
+    more than one node; say so when the runtime is written, not when a TrainJob is refused."""
+    ml_policy = runtime.spec.ml_policy if runtime.spec is not None else None
+    policy = ml_policy.mpi if ml_policy is not None else None
+    if policy is None or not policy.run_launcher_as_node:
+        return []
+    names = {job.name for job in runtime_jobs(runtime)}
+    missing = [job for job in (c.JOB_LAUNCHER, c.JOB_NODE) if job not in names]
+    if not missing:
+        return []
+    jobs = " and ".join(f'"{job}"' for job in missing)
+    name = runtime_name(runtime)
+    return [
+        f'{runtime.kind} "{name}" sets spec.mlPolicy.mpi.runLauncherAsNode but has no '
+        f"replicated job {jobs}: TrainJobs with spec.trainer.numNodes >= 2 on it will be "
+        'rejected. Add both a "launcher" and a "node" job, or unset runLauncherAsNode'
+    ]
+
+
+def _ssh_auth_secret(store: Store, trainjob: TrainJob, runtime: Runtime) -> dict[str, Obj]:
+    meta = trainjob.metadata
+    name = ssh_auth_secret_name((meta.name if meta else None) or "")
+    found = store.get((meta.namespace if meta else None) or "default", name)
+    return {name: found} if found is not None else {}
+
+
+SSH_AUTH_WATCH = Watch(
+    "mpi-ssh-auth",
+    SECRETS,
+    ByOwner(),
+    _ssh_auth_secret,
+    into="secrets",
+    label_selector=c.LABEL_TRAINJOB_NAME,
+)
+"""The SSH Secret, among the Secrets the builds create (they carry the TrainJob-name
+label)."""
+
+
 class MPIPlugin:
     """SSH keys, hostfile and launcher env for ``mlPolicy.mpi`` runtimes (spec 2.7)."""
 
     name = "MPI"
+
+    def watches(self, ctx: BuildContext) -> Sequence[Watch]:
+        return [SSH_AUTH_WATCH]
+
+    def validate_runtime(self, runtime: Runtime, old: Runtime | None) -> Verdict:
+        return Verdict(runtime_warnings(runtime))
+
+    def reserved_envs(self, info: Info) -> Sequence[str]:
+        if info.ml_policy is None or info.ml_policy.mpi is None:
+            return ()
+        return ALL_RESERVED_ENVS
+
+    def validate(self, info: Info, old: TrainJob | None, view: ClusterView) -> Verdict:
+        """Spec 2.7: with runLauncherAsNode, two or more nodes need both a ``launcher`` and a
+        ``node`` job (the launcher is one of the nodes; the others run in ``node``)."""
+        policy = info.ml_policy.mpi if info.ml_policy else None
+        trainer = trainer_of(info)
+        if policy is None or trainer is None or not policy.run_launcher_as_node:
+            return Verdict()
+        num_nodes = trainer.num_nodes if trainer.num_nodes is not None else 1
+        if num_nodes < 2:
+            return Verdict()
+        if info.pod_set(c.JOB_LAUNCHER) is not None and info.pod_set(c.JOB_NODE) is not None:
+            return Verdict()
+        message = (
+            "must have 1 when MPI trainingRuntime with enabled runLauncherAsNode does not have "
+            "either launcher and node"
+        )
+        error = FieldError("spec.trainer.numNodes", INVALID, message, trainer.num_nodes)
+        return Verdict([], [error])
 
     def enforce_ml_policy(self, info: Info) -> None:
         policy = info.ml_policy.mpi if info.ml_policy else None

@@ -9,6 +9,8 @@ PlainML, which runs first. Injected whether or not the TrainJob has a ``spec.tra
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from trainer.api import constants as c
 from trainer.api.core import ContainerPort
 from trainer.runtime import apply
@@ -17,6 +19,12 @@ from trainer.runtime.info import Info
 
 class PaddlePlugin:
     name = "Paddle"
+
+    def reserved_envs(self, info: Info) -> Sequence[str]:
+        """Beyond upstream: the TrainJob may not set the env this plugin writes."""
+        if info.ml_policy is None or info.ml_policy.paddle is None:
+            return ()
+        return c.PADDLE_RESERVED_ENVS
 
     def enforce_ml_policy(self, info: Info) -> None:
         if info.ml_policy is None or info.ml_policy.paddle is None:

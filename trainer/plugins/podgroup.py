@@ -9,6 +9,11 @@ any other replicated job with ``replicas > 1``, and a gang smaller than the pods
 lets the scheduler start part of the job. This project counts ``count x replicas``, with the
 replicas the JobSet will really have (1 for the forced steps, whatever the runtime says).
 For every runtime upstream ships, and for any job with one replica, the result is the same.
+
+Watches both gang plugins declare: their PodGroup kind (:func:`pod_group_watch`, optional:
+the CRD may not be installed), and the LimitRanges and RuntimeClasses ``minResources``
+counts (container defaults, pod overhead). A change to those re-queues only the suspended
+TrainJobs that could use it: a running TrainJob's PodGroup is left alone anyway.
 """
 
 from __future__ import annotations
@@ -16,11 +21,96 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api.v1alpha1 import TrainJob
 from trainer.plugins.jobset import FORCED_SINGLE_REPLICA
-from trainer.runtime.info import Info, PodSet
+from trainer.runtime.info import Info, PodSet, Runtime
 from trainer.runtime.objects import object_meta
 from trainer.runtime.quantity import Quantity
 from trainer.runtime.resources import admitted_pod_requests
+from trainer.runtime.watch import ByOwner, Kind, Obj, Store, TrainJobsMatching, Watch
+
+LIMIT_RANGES = Kind("", "v1", "limitranges", "LimitRange")
+RUNTIME_CLASSES = Kind("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", namespaced=False)
+
+
+def _gang(runtime: Runtime) -> bool:
+    return runtime.spec is not None and runtime.spec.pod_group_policy is not None
+
+
+def _namespace(trainjob: TrainJob) -> str:
+    return (trainjob.metadata.namespace if trainjob.metadata else None) or "default"
+
+
+def _name(trainjob: TrainJob) -> str:
+    return (trainjob.metadata.name if trainjob.metadata else None) or ""
+
+
+def _limit_ranges(store: Store, trainjob: TrainJob, runtime: Runtime) -> list[Obj]:
+    """Only gangs need them; other jobs do not rebuild when they change."""
+    return store.list(_namespace(trainjob)) if _gang(runtime) else []
+
+
+def _runtime_classes(store: Store, trainjob: TrainJob, runtime: Runtime) -> dict[str, Obj]:
+    if not _gang(runtime):
+        return {}
+    return {str((rc.get("metadata") or {}).get("name")): rc for rc in store.list()}
+
+
+def _suspended(_obj: Obj, trainjob: Obj, _runtime: Obj | None) -> bool:
+    return bool((trainjob.get("spec") or {}).get("suspend"))
+
+
+def runtime_class_names(trainjob: Obj, runtime: Obj | None) -> set[str]:
+    """``runtimeClassName`` values in the pod templates of the runtime and in the TrainJob's
+    runtimePatches."""
+    names: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            found = value.get("runtimeClassName")
+            if isinstance(found, str):
+                names.add(found)
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(((runtime or {}).get("spec") or {}).get("template"))
+    walk((trainjob.get("spec") or {}).get("runtimePatches"))
+    return names
+
+
+def _suspended_using(obj: Obj, trainjob: Obj, runtime: Obj | None) -> bool:
+    name = (obj.get("metadata") or {}).get("name")
+    return _suspended(obj, trainjob, runtime) and name in runtime_class_names(trainjob, runtime)
+
+
+LIMIT_RANGES_WATCH = Watch(
+    "limit-ranges",
+    LIMIT_RANGES,
+    TrainJobsMatching(_suspended),
+    _limit_ranges,
+    into="limit_ranges",
+)
+RUNTIME_CLASSES_WATCH = Watch(
+    "runtime-classes",
+    RUNTIME_CLASSES,
+    TrainJobsMatching(_suspended_using, same_namespace=False),
+    _runtime_classes,
+    into="runtime_classes",
+)
+
+
+def _own_pod_group(store: Store, trainjob: TrainJob, runtime: Runtime) -> Obj | None:
+    return store.get(_namespace(trainjob), _name(trainjob))
+
+
+def pod_group_watch(name: str, kind: Kind) -> list[Watch]:
+    """What a gang plugin observes: its PodGroup (named like the TrainJob; events by owner)
+    and the LimitRanges and RuntimeClasses ``minResources`` counts."""
+    own = Watch(name, kind, ByOwner(), _own_pod_group, into="pod_group", optional=True)
+    return [own, LIMIT_RANGES_WATCH, RUNTIME_CLASSES_WATCH]
 
 
 def effective_replicas(ps: PodSet) -> int:

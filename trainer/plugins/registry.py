@@ -1,5 +1,10 @@
 """The plugins of the build, in their declared order, and :func:`render`: the pure function
-from a TrainJob and its runtime to every object the controller applies."""
+from a TrainJob and its runtime to every object the controller applies.
+
+This is the framework's entry point: admission and the controller import this module and no
+other of ``trainer.plugins`` (an import-linter contract), and reach every plugin through the
+framework's phases. Adding a plugin is its module and one line in :func:`default_plugins`
+(docs/extending.md)."""
 
 from __future__ import annotations
 
@@ -34,6 +39,9 @@ def default_plugins(*, trainjob_status: bool = False) -> list[Plugin]:
     """Every plugin, in the order they run within each phase. ``trainjob_status``: the
     TrainJobStatus plugin too (feature gate ``TrainJobStatus``)."""
     return [
+        # EnforcePodSpec, ReservedEnvs and ValidateRuntime (first there: its runtime warning
+        # comes before MPI's).
+        DataCachePlugin(),
         # EnforceMLPolicy: PlainML first, so XGBoost, TensorFlow, Paddle and Flux see the node
         # count it sets.
         PlainMLPlugin(),
@@ -47,8 +55,7 @@ def default_plugins(*, trainjob_status: bool = False) -> list[Plugin]:
         # EnforcePodGroupPolicy (and Build: the PodGroup)
         CoschedulingPlugin(),
         VolcanoPlugin(),
-        # EnforcePodSpec
-        DataCachePlugin(),
+        # EnforcePodSpec, after DataCache
         *([TrainJobStatusPlugin()] if trainjob_status else []),
         # PreBuild and Build; the JobSet goes last.
         JobSetPlugin(),

@@ -23,6 +23,7 @@ is injected whether or not the TrainJob has a ``spec.trainer`` block.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from trainer.api import constants as c
 from trainer.api.core import Container, ContainerPort
@@ -98,6 +99,12 @@ def role_container(ps: PodSet) -> Container | None:
 
 class TensorFlowPlugin:
     name = "TensorFlow"
+
+    def reserved_envs(self, info: Info) -> Sequence[str]:
+        """Beyond upstream: the TrainJob may not set the env this plugin writes."""
+        if info.ml_policy is None or info.ml_policy.tensorflow is None:
+            return ()
+        return c.TENSORFLOW_RESERVED_ENVS
 
     def enforce_ml_policy(self, info: Info) -> None:
         if info.ml_policy is None or info.ml_policy.tensorflow is None:

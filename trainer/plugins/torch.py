@@ -9,20 +9,29 @@ Beyond upstream, ``mlPolicy.torch.elasticPolicy`` makes the rendezvous elastic: 
 becomes ``<minNodes>:<maxNodes>`` (each defaulting to the node count), with
 ``PET_RDZV_BACKEND=c10d``, ``PET_RDZV_ENDPOINT=<node 0>:29500`` and, when set,
 ``PET_MAX_RESTARTS``; torchrun then keeps training while at least ``minNodes`` nodes are up.
+
+Admission (Validate phase): the ``PET_*`` names are reserved (with ``elasticPolicy`` also
+``PET_RDZV_BACKEND``, ``PET_RDZV_ENDPOINT``, ``PET_MAX_RESTARTS``); every envInjection target
+must exist; the TorchTune rules (:func:`trainer.plugins.torchtune.validate`); beyond upstream,
+an elastic range must be ordered and contain the node count the job starts with.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api.core import ContainerPort, EnvVar
-from trainer.api.v1alpha1 import TorchElasticPolicy, Trainer
+from trainer.api.core import Container, ContainerPort, EnvVar, PodSpec
+from trainer.api.errors import INVALID, FieldError
+from trainer.api.v1alpha1 import TorchElasticPolicy, Trainer, TrainJob
 from trainer.plugins import torchtune
 from trainer.plugins.common import runtime_resources_per_node
 from trainer.runtime import apply
-from trainer.runtime.info import BuildError, Info
+from trainer.runtime.apply import find_container
+from trainer.runtime.info import BuildError, Info, PodSet
 from trainer.runtime.resources import cpu_count, gpu_count
+from trainer.runtime.validation import ClusterView, Verdict, trainer_of
 
 AUTO = "auto"
 
@@ -84,8 +93,123 @@ def is_torchtune(trainer: Trainer | None) -> bool:
     return trainer is not None and trainer.command == list(torchtune.ENTRYPOINT)
 
 
+PATH_RUNTIME_REF = "spec.runtimeRef"
+PATH_NUM_NODES = "spec.trainer.numNodes"
+PATH_ELASTIC_POLICY = "spec.mlPolicy.torch.elasticPolicy"
+
+
+def _template_pod_spec(ps: PodSet) -> PodSpec | None:
+    """The pod spec of ``ps`` without creating one (validation must not change the Info)."""
+    job_spec = ps.job.template.spec
+    return job_spec.template.spec if job_spec is not None else None
+
+
+def _find_container(ps: PodSet, name: str) -> Container | None:
+    """A regular container ``name``, else the init container of that name (envInjection's
+    lookup order)."""
+    pod = _template_pod_spec(ps)
+    return find_container(pod, name) if pod is not None else None
+
+
+def validate_env_injection(info: Info) -> list[FieldError]:
+    """Every envInjection target must name a job of the runtime and, in it, a container
+    (regular, then init): the build fails on a missing one, so admission says so first."""
+    torch = info.ml_policy.torch if info.ml_policy else None
+    targets = torch.env_injection.targets if torch and torch.env_injection else None
+    errors: list[FieldError] = []
+    ref_name = info.trainjob.spec.runtime_ref.name if info.trainjob.spec else ""
+    for target in targets or []:
+        ps = info.pod_set(target.job_name)
+        for name in target.container_names:
+            if ps is not None and _find_container(ps, name) is not None:
+                continue
+            message = (
+                f'envInjection target podSet "{target.job_name}" container "{name}" '
+                "not found in runtime template"
+            )
+            errors.append(FieldError(PATH_RUNTIME_REF, INVALID, message, ref_name))
+    return errors
+
+
+def _num_nodes(info: Info, trainer: Trainer) -> int:
+    """The trainer node count the build will use: the TrainJob's, else the runtime's."""
+    if trainer.num_nodes is not None:
+        return trainer.num_nodes
+    ps = info.trainer_pod_set()
+    return ps.count if ps is not None else 1
+
+
+def validate_torchtune(info: Info) -> list[FieldError]:
+    """The TorchTune rules, for a trainer command of exactly ``["tune", "run"]``."""
+    trainer = trainer_of(info)
+    if info.trainjob.spec is None or trainer is None or not is_torchtune(trainer):
+        return []
+    return torchtune.validate(
+        info, trainer, _num_nodes(info, trainer), resolve_num_proc_per_node(info)
+    )
+
+
+def validate_torch_elastic(info: Info) -> list[FieldError]:
+    """Beyond upstream: an elastic range must be ordered, and the node count the job starts
+    with must lie inside it (torchrun would wait forever below minNodes, and refuses nodes
+    above maxNodes)."""
+    torch = info.ml_policy.torch if info.ml_policy else None
+    elastic = torch.elastic_policy if torch is not None else None
+    if elastic is None:
+        return []
+    trainer = trainer_of(info)
+    ps = info.trainer_pod_set()
+    runtime_count = ps.count if ps is not None else 1
+    count = trainer.num_nodes if trainer is not None and trainer.num_nodes is not None else None
+    nodes = count if count is not None else runtime_count
+    low, high = node_range(elastic, nodes)
+    ref_name = info.trainjob.spec.runtime_ref.name if info.trainjob.spec else ""
+    if low > high:
+        return [
+            FieldError(
+                PATH_RUNTIME_REF,
+                INVALID,
+                f"runtime {PATH_ELASTIC_POLICY}: minNodes ({low}) must be less than or equal "
+                f"to maxNodes ({high})",
+                ref_name,
+            )
+        ]
+    if low <= nodes <= high:
+        return []
+    message = (
+        f"must be within the runtime's elastic range [{low}, {high}] "
+        f"({PATH_ELASTIC_POLICY} minNodes..maxNodes)"
+    )
+    if count is not None:
+        return [FieldError(PATH_NUM_NODES, INVALID, message, count)]
+    return [
+        FieldError(
+            PATH_RUNTIME_REF,
+            INVALID,
+            f"the runtime's node count {nodes} (mlPolicy.numNodes) {message}",
+            ref_name,
+        )
+    ]
+
+
 class TorchPlugin:
     name = "Torch"
+
+    def reserved_envs(self, info: Info) -> Sequence[str]:
+        policy = info.ml_policy.torch if info.ml_policy else None
+        if policy is None:
+            return ()
+        if policy.elastic_policy is not None:
+            return (*c.TORCH_RESERVED_ENVS, *c.TORCH_ELASTIC_RESERVED_ENVS)
+        return c.TORCH_RESERVED_ENVS
+
+    def validate(self, info: Info, old: TrainJob | None, view: ClusterView) -> Verdict:
+        """envInjection targets exist, the TorchTune rules, and (beyond upstream) the elastic
+        range; ``old`` is not consulted (upstream's validators read the new object only)."""
+        if info.ml_policy is None or info.ml_policy.torch is None:
+            return Verdict()
+        errors = validate_env_injection(info) + validate_torchtune(info)
+        return Verdict([], errors + validate_torch_elastic(info))
 
     def enforce_ml_policy(self, info: Info) -> None:
         policy = info.ml_policy.torch if info.ml_policy else None

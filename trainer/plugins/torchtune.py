@@ -1,11 +1,15 @@
 """TorchTune mode of the Torch plugin (spec 2.6): a TrainJob whose command is exactly
-``["tune", "run"]`` gets the full ``tune run`` command for its model, recipe and node shape."""
+``["tune", "run"]`` gets the full ``tune run`` command for its model, recipe and node shape,
+and is admitted only for a supported model, node shape and fine-tuning method
+(:func:`validate`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from trainer.api import constants as c
+from trainer.api.errors import INVALID, FieldError
+from trainer.api.v1alpha1 import Trainer
 from trainer.plugins.common import runtime_resources_per_node
 from trainer.runtime.info import Info
 from trainer.runtime.resources import gpu_count
@@ -19,6 +23,24 @@ IMMUTABLE_KEYS = (
     "checkpointer.checkpoint_dir",
     "tokenizer.merges_file",
 )
+
+PATH_TRAINER_ARGS = "spec.trainer.args"
+PATH_NUM_NODES = "spec.trainer.numNodes"
+PATH_NUM_PROC_PER_NODE = "spec.trainer.numProcPerNode"
+PATH_RESOURCES_PER_NODE = "spec.trainer.resourcesPerNode"
+PATH_RUNTIME_REF_NAME = "spec.runtimeRef.name"
+
+MODEL_LLAMA3_2_1B = "llama3_2/1B"
+MODEL_LLAMA3_2_3B = "llama3_2/3B"
+MODEL_LLAMA3_3_70B = "llama3_3/70B"
+MODEL_QWEN2_5_1_5B = "qwen2_5/1.5B"
+MULTI_NODE_MODELS = frozenset({MODEL_LLAMA3_3_70B})
+SINGLE_DEVICE_QLORA_MODELS = frozenset({MODEL_LLAMA3_2_1B, MODEL_LLAMA3_2_3B})
+NO_QLORA_MODELS = frozenset({MODEL_QWEN2_5_1_5B})
+QLORA_CONFIG = "_qlora"
+QLORA_SINGLE_DEVICE_CONFIG = "_qlora_single_device"
+
+MSG_LORA_MULTI_NODE = "LoRA fine-tuning is not supported for multi-node training in TorchTune"
 
 
 def model_of(runtime_name: str) -> str | None:
@@ -106,3 +128,75 @@ def command(info: Info, num_nodes: int, nproc: int | str) -> list[str]:
     out += [recipe.recipe, "--config", f"{model}{recipe.config_suffix}"]
     out += runtime_overrides(info)
     return out
+
+
+def validate(info: Info, trainer: Trainer, num_nodes: int, nproc: int | str) -> list[FieldError]:
+    """Spec 2.6: the TorchTune rules, for a trainer command of exactly ``["tune", "run"]``.
+
+    ``num_nodes`` and ``nproc`` are the ones the build uses (TrainJob value, else the
+    runtime's; ``auto`` without GPUs resolved from the CPU count), so the recipe judged here
+    is the recipe the Torch plugin will pick.
+    """
+    spec = info.trainjob.spec
+    assert spec is not None
+    errors: list[FieldError] = []
+    ref_name = spec.runtime_ref.name
+    model = model_of(ref_name) or ""
+    if model not in SUPPORTED_MODELS:
+        errors.append(
+            FieldError(
+                PATH_RUNTIME_REF_NAME,
+                INVALID,
+                f"must have a supported pretrained model, invalid model configured: {model}",
+                ref_name,
+            )
+        )
+    if num_nodes > 1 and model not in MULTI_NODE_MODELS:
+        errors.append(
+            FieldError(PATH_NUM_NODES, INVALID, f"must be 1 for {model} model", num_nodes)
+        )
+    args = list(trainer.args or [])
+    lora, qlora = uses_lora(args), uses_qlora(args)
+    gpus = gpu_count(runtime_resources_per_node(info))
+    config = recipe_for(num_nodes, nproc, gpus, lora, qlora).config_suffix
+    if QLORA_CONFIG in config:
+        if model in NO_QLORA_MODELS:
+            errors.append(
+                FieldError(
+                    PATH_RUNTIME_REF_NAME,
+                    INVALID,
+                    f"QLoRA is not supported for {model} model",
+                    ref_name,
+                )
+            )
+        if QLORA_SINGLE_DEVICE_CONFIG not in config and model in SINGLE_DEVICE_QLORA_MODELS:
+            resources = trainer.resources_per_node
+            errors += [
+                FieldError(
+                    PATH_NUM_PROC_PER_NODE,
+                    INVALID,
+                    f"must be auto or 1 for {model} model when using QLoRA",
+                    trainer.num_proc_per_node if trainer.num_proc_per_node is not None else "auto",
+                ),
+                FieldError(
+                    PATH_RESOURCES_PER_NODE,
+                    INVALID,
+                    f"must have gpu resource with value 1 for {model} model when using QLoRA",
+                    resources.to_wire() if resources is not None else None,
+                ),
+            ]
+    if num_nodes > 1 and (lora or qlora):
+        errors.append(FieldError(PATH_NUM_NODES, INVALID, MSG_LORA_MULTI_NODE, num_nodes))
+    for i, arg in enumerate(args):
+        key = arg.split("=", 1)[0]
+        if key in IMMUTABLE_KEYS:
+            errors.append(
+                FieldError(
+                    f"{PATH_TRAINER_ARGS}[{i}]",
+                    INVALID,
+                    f'must not set immutable config "{key}" in trainer args; '
+                    "it is managed by the runtime",
+                    arg,
+                )
+            )
+    return errors

@@ -16,13 +16,26 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.core import Volume, VolumeMount
+from trainer.api.v1alpha1 import TrainJob
 from trainer.runtime import apply
-from trainer.runtime.info import BuildContext, BuildError, Info, Observed
+from trainer.runtime.info import BuildContext, BuildError, Info, Observed, Runtime
 from trainer.runtime.objects import object_meta
+from trainer.runtime.watch import SECRETS, Obj, Store, TrainJobsMatching, Watch
+
+
+def _every(_obj: Obj, _trainjob: Obj, _runtime: Obj | None) -> bool:
+    return True
+
+
+def _the_secret(store: Store, trainjob: TrainJob, runtime: Runtime) -> Obj | None:
+    """The one Secret the watch selects (by namespace and name)."""
+    return next(iter(store.list()), None)
+
 
 STATUS_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
 
@@ -75,6 +88,21 @@ def ca_cert_from_secret(secret: Any, secret_name: str) -> str:
 
 class TrainJobStatusPlugin:
     name = "TrainJobStatus"
+
+    def watches(self, ctx: BuildContext) -> Sequence[Watch]:
+        """The webhook certificate Secret (that one object): a new or rotated CA makes every
+        TrainJob's tls-config (and a build that failed for want of the Secret) due again."""
+        return [
+            Watch(
+                "status-server-ca",
+                SECRETS,
+                TrainJobsMatching(_every, same_namespace=False),
+                _the_secret,
+                into="status_server_secret",
+                namespace=ctx.status_server_secret_namespace,
+                field_selector=f"metadata.name={ctx.status_server_secret_name}",
+            )
+        ]
 
     def enforce_pod_spec(self, info: Info, ctx: BuildContext) -> None:
         trainer = info.trainer_pod_set()

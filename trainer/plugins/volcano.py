@@ -19,15 +19,19 @@ PriorityClass exists) as a pure function; the webhook passes in the PriorityClas
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.core import PodSpec
 from trainer.api.errors import INVALID, FieldError
-from trainer.api.v1alpha1 import VolcanoPodGroupPolicySource
-from trainer.plugins.podgroup import gang_spec, pod_group, should_apply
+from trainer.api.v1alpha1 import TrainJob, VolcanoPodGroupPolicySource
+from trainer.plugins.podgroup import gang_spec, pod_group, pod_group_watch, should_apply
 from trainer.runtime.info import BuildContext, Info, PodSet
+from trainer.runtime.validation import ClusterView, Verdict
+from trainer.runtime.watch import Kind, Watch
+
+POD_GROUPS = Kind("scheduling.volcano.sh", "v1beta1", "podgroups", c.KIND_POD_GROUP)
 
 SYSTEM_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
 """Built into every cluster: never looked up."""
@@ -72,6 +76,17 @@ def queue(info: Info) -> str | None:
 
 class VolcanoPlugin:
     name = "Volcano"
+
+    def watches(self, ctx: BuildContext) -> Sequence[Watch]:
+        return pod_group_watch("volcano-podgroups", POD_GROUPS)
+
+    def validate(self, info: Info, old: TrainJob | None, view: ClusterView) -> Verdict:
+        """:func:`validate`: the queue always; PriorityClasses only when the caller knows
+        which exist (``view.priority_classes`` is None when it does not)."""
+        if view.priority_classes is not None:
+            return Verdict([], validate(info, view.priority_classes))
+        errors = validate(info, frozenset())
+        return Verdict([], [e for e in errors if e.path != PRIORITY_CLASS_PATH])
 
     def enforce_pod_group_policy(self, info: Info) -> None:
         if policy(info) is None:

@@ -1,14 +1,20 @@
 """The XGBoost plugin (spec 2.8): Rabit/collective tracker env on the trainer step's ``node``
-container. The node count comes from PlainML, which runs first for XGBoost runtimes."""
+container. The node count comes from PlainML, which runs first for XGBoost runtimes.
+
+Admission: each ``DMLC_*`` name the plugin injects is Forbidden in ``spec.trainer.env``, at
+its own index (upstream's format, unlike the other policies' one reserved-env error)."""
 
 from __future__ import annotations
 
 from trainer.api import constants as c
 from trainer.api.core import ContainerPort
+from trainer.api.errors import FORBIDDEN, FieldError
+from trainer.api.v1alpha1 import TrainJob
 from trainer.plugins.common import runtime_resources_per_node, trainer_node_container
 from trainer.runtime import apply
 from trainer.runtime.info import Info
 from trainer.runtime.resources import gpu_count
+from trainer.runtime.validation import PATH_TRAINER_ENV, ClusterView, Verdict, trainer_of
 
 
 def workers_per_node(info: Info) -> int:
@@ -18,6 +24,21 @@ def workers_per_node(info: Info) -> int:
 
 class XGBoostPlugin:
     name = "XGBoost"
+
+    def validate(self, info: Info, old: TrainJob | None, view: ClusterView) -> Verdict:
+        trainer = trainer_of(info)
+        if info.ml_policy is None or info.ml_policy.xgboost is None or trainer is None:
+            return Verdict()
+        errors = [
+            FieldError(
+                f"{PATH_TRAINER_ENV}[{i}]",
+                FORBIDDEN,
+                f"{env.name} is reserved for the XGBoost runtime",
+            )
+            for i, env in enumerate(trainer.env or [])
+            if env.name in c.XGBOOST_RESERVED_ENVS
+        ]
+        return Verdict([], errors)
 
     def enforce_ml_policy(self, info: Info) -> None:
         if info.ml_policy is None or info.ml_policy.xgboost is None:

@@ -1,9 +1,20 @@
 """The plugin framework: plugins run in a fixed, declared order within each phase.
 
-Phases, in order: EnforceMLPolicy -> EnforcePodGroupPolicy -> EnforcePodSpec -> PreBuild ->
-Build; plus Validate (admission) and Status hooks. A plugin implements only the phases it
-needs, each a small Protocol; the framework sorts plugins into phases once, keeping the order
-they were declared in (upstream iterates a Go map, so its order is unspecified; ours is not).
+Build phases, in order: EnforceMLPolicy -> EnforcePodGroupPolicy -> EnforcePodSpec ->
+PreBuild -> Build. Beside the build (upstream's ``pkg/runtime/framework/interface.go`` has the
+same split, one narrow interface per phase):
+
+* Validate (admission): :class:`ReservedEnvs` (env names a plugin injects, so the TrainJob may
+  not set them; reported together as one error) and :class:`Validator` (any other rule);
+  :class:`RuntimeValidator` for the runtimes themselves;
+* Status (controller): :class:`StatusPlugin`, the TrainJob's status from its JobSet;
+* Watch (controller): :class:`WatchExtension`, the objects a plugin reads during its build
+  and how their events map back to TrainJobs (:mod:`trainer.runtime.watch`).
+
+A plugin implements only the phases it needs, each a small Protocol; the framework sorts
+plugins into phases once, keeping the order they were declared in (upstream iterates a Go map,
+so its order is unspecified; ours is not). Admission and the controller call the framework,
+never a plugin by name: adding a plugin is its module plus one line in the registry.
 """
 
 from __future__ import annotations
@@ -15,7 +26,9 @@ from typing import Any, Protocol, runtime_checkable
 from trainer.api.errors import FieldError
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import TrainJob, TrainJobStatus
-from trainer.runtime.info import BuildContext, Info
+from trainer.runtime.info import BuildContext, Info, Runtime
+from trainer.runtime.validation import ClusterView, Verdict, reserved_envs_error
+from trainer.runtime.watch import Watch, check_watches
 
 
 @runtime_checkable
@@ -51,10 +64,26 @@ class Builder(Plugin, Protocol):
 
 
 @runtime_checkable
+class ReservedEnvs(Plugin, Protocol):
+    def reserved_envs(self, info: Info) -> Sequence[str]:
+        """Env names ``spec.trainer.env`` may not set on this TrainJob (the ones the plugin
+        injects; none when its policy is not active)."""
+        ...
+
+
+@runtime_checkable
 class Validator(Plugin, Protocol):
-    def validate(self, info: Info, old: TrainJob | None) -> tuple[list[str], list[FieldError]]:
-        """Admission checks of the TrainJob in ``info`` (``old`` on update): warnings and
-        field errors. Runs on the Info before any other phase."""
+    def validate(self, info: Info, old: TrainJob | None, view: ClusterView) -> Verdict:
+        """Admission checks of the TrainJob in ``info`` (``old`` on update; ``view``: what the
+        caller read of the cluster). Runs on the Info before any other phase and must not
+        change it."""
+        ...
+
+
+@runtime_checkable
+class RuntimeValidator(Plugin, Protocol):
+    def validate_runtime(self, runtime: Runtime, old: Runtime | None) -> Verdict:
+        """Admission checks of a (Cluster)TrainingRuntime (``old`` on update)."""
         ...
 
 
@@ -63,6 +92,28 @@ class StatusPlugin(Plugin, Protocol):
     def status(self, trainjob: TrainJob, jobset: JobSet) -> TrainJobStatus | None:
         """The TrainJob's status derived from its JobSet, or None to leave it."""
         ...
+
+
+@runtime_checkable
+class WatchExtension(Plugin, Protocol):
+    def watches(self, ctx: BuildContext) -> Sequence[Watch]:
+        """The objects the plugin's build reads (:mod:`trainer.runtime.watch`)."""
+        ...
+
+
+PHASES: dict[str, type] = {
+    "EnforceMLPolicy": EnforceMLPolicy,
+    "EnforcePodGroupPolicy": EnforcePodGroupPolicy,
+    "EnforcePodSpec": EnforcePodSpec,
+    "PreBuild": PreBuild,
+    "Build": Builder,
+    "ReservedEnvs": ReservedEnvs,
+    "Validate": Validator,
+    "ValidateRuntime": RuntimeValidator,
+    "Status": StatusPlugin,
+    "Watch": WatchExtension,
+}
+"""Each phase's name and the Protocol a plugin implements to take part in it."""
 
 
 @dataclass
@@ -75,8 +126,11 @@ class Framework:
     _pod_spec: list[EnforcePodSpec] = field(init=False)
     _pre_build: list[PreBuild] = field(init=False)
     _builders: list[Builder] = field(init=False)
+    _reserved: list[ReservedEnvs] = field(init=False)
     _validators: list[Validator] = field(init=False)
+    _runtime_validators: list[RuntimeValidator] = field(init=False)
     _status: list[StatusPlugin] = field(init=False)
+    _watchers: list[WatchExtension] = field(init=False)
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.plugins]
@@ -87,8 +141,11 @@ class Framework:
         self._pod_spec = [p for p in self.plugins if isinstance(p, EnforcePodSpec)]
         self._pre_build = [p for p in self.plugins if isinstance(p, PreBuild)]
         self._builders = [p for p in self.plugins if isinstance(p, Builder)]
+        self._reserved = [p for p in self.plugins if isinstance(p, ReservedEnvs)]
         self._validators = [p for p in self.plugins if isinstance(p, Validator)]
+        self._runtime_validators = [p for p in self.plugins if isinstance(p, RuntimeValidator)]
         self._status = [p for p in self.plugins if isinstance(p, StatusPlugin)]
+        self._watchers = [p for p in self.plugins if isinstance(p, WatchExtension)]
 
     def phases(self) -> dict[str, list[str]]:
         """Plugin names per phase, in run order (for docs and tests)."""
@@ -98,8 +155,11 @@ class Framework:
             "EnforcePodSpec": [p.name for p in self._pod_spec],
             "PreBuild": [p.name for p in self._pre_build],
             "Build": [p.name for p in self._builders],
+            "ReservedEnvs": [p.name for p in self._reserved],
             "Validate": [p.name for p in self._validators],
+            "ValidateRuntime": [p.name for p in self._runtime_validators],
             "Status": [p.name for p in self._status],
+            "Watch": [p.name for p in self._watchers],
         }
 
     def run(self, info: Info, ctx: BuildContext) -> list[dict[str, Any]]:
@@ -116,19 +176,37 @@ class Framework:
             objects.extend(builder.build(info, ctx))
         return objects
 
-    def validate(self, info: Info, old: TrainJob | None) -> tuple[list[str], list[FieldError]]:
-        """Every validator's warnings and errors, all collected (not just the first)."""
+    def validate(self, info: Info, old: TrainJob | None, view: ClusterView) -> Verdict:
+        """The Validate phase: one error for every reserved env name the TrainJob sets, then
+        every validator's warnings and errors, all collected (not just the first)."""
+        reserved = [name for p in self._reserved for name in p.reserved_envs(info)]
+        warnings: list[str] = []
+        errors = reserved_envs_error(info, reserved)
+        for v in self._validators:
+            verdict = v.validate(info, old, view)
+            warnings += verdict.warnings
+            errors += verdict.errors
+        return Verdict(warnings, errors)
+
+    def validate_runtime(self, runtime: Runtime, old: Runtime | None) -> Verdict:
+        """The runtime validators' warnings and errors, all collected."""
         warnings: list[str] = []
         errors: list[FieldError] = []
-        for v in self._validators:
-            w, e = v.validate(info, old)
-            warnings.extend(w)
-            errors.extend(e)
-        return warnings, errors
+        for v in self._runtime_validators:
+            verdict = v.validate_runtime(runtime, old)
+            warnings += verdict.warnings
+            errors += verdict.errors
+        return Verdict(warnings, errors)
 
     def status(self, trainjob: TrainJob, jobset: JobSet) -> TrainJobStatus | None:
-        """The status from the last status plugin that has one."""
+        """The Status phase: each status plugin sees the TrainJob with the status the ones
+        before it made; None when no plugin had one."""
         result: TrainJobStatus | None = None
         for plugin in self._status:
-            result = plugin.status(trainjob, jobset) or result
+            current = trainjob if result is None else trainjob.model_copy(update={"status": result})
+            result = plugin.status(current, jobset) or result
         return result
+
+    def watches(self, ctx: BuildContext) -> list[Watch]:
+        """The Watch phase: every plugin's declarations, duplicates removed."""
+        return check_watches([w for p in self._watchers for w in p.watches(ctx)])

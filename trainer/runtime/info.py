@@ -56,6 +56,9 @@ class Observed:
     status_server_secret: Mapping[str, Any] | None = None
     """The webhook certificate Secret of the operator namespace (TrainJobStatus gate): its
     ``ca.crt`` goes into the ``<job>-tls-config`` ConfigMap. None: it does not exist."""
+    watched: Mapping[str, Any] = field(default_factory=dict)
+    """What each declared watch without an ``into`` field collected, by watch name
+    (:mod:`trainer.runtime.watch`)."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,9 @@ class BuildContext:
     """Base URL of the TrainJob status server (TrainJobStatus gate), ``https://host:port``
     with no path; None: upstream's ``https://<webhookService>.<namespace>.svc:10443``."""
     status_server_secret_name: str = c.DEFAULT_WEBHOOK_SECRET_NAME
-    """Name of the webhook certificate Secret (only for error messages)."""
+    """Name of the webhook certificate Secret (error messages, and the watch on it)."""
+    status_server_secret_namespace: str = c.DEFAULT_OPERATOR_NAMESPACE
+    """Namespace of the webhook certificate Secret (the watch on it)."""
     objects: bool = True
     """False: builders still make every change to the Info and raise every error, but may
     return no objects. Admission renders only to check the JobSet spec (names, build errors)
