@@ -1,6 +1,6 @@
 """The admission webhook as a FastAPI app: AdmissionReview v1 in, AdmissionReview v1 out.
 
-Routes (spec 3.1):
+Routes (upstream's paths, registered by ``manifests/base/webhook``):
 
 * ``POST /validate-trainer-kubeflow-org-v1alpha1-trainjob``: :func:`validate_trainjob` on a
   :class:`~trainer.admission.types.ClusterView` read through a :class:`ClusterLookup`;

@@ -1,5 +1,5 @@
 """Webhook serving certificates: generation, rotation decisions, files and a reloadable TLS
-context (spec 6.3).
+context (docs/certificates.md).
 
 Upstream uses open-policy-agent's cert-controller: a self-signed CA ``kubeflow-trainer-ca``
 (organisation ``kubeflow-trainer``, 10 years), a serving certificate for

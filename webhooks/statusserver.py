@@ -1,4 +1,4 @@
-"""The TrainJob status server (spec 2.13; feature gate ``TrainJobStatus``).
+"""The TrainJob status server (docs/status-server.md; feature gate ``TrainJobStatus``).
 
 Training code reports progress to ``POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/
 trainjobs/{name}/status`` with a body ``{"trainerStatus": {...}}`` (at most 64 KiB) and its

@@ -1,5 +1,5 @@
 """Conformance of the embedded API server, driven with kubernetes_asyncio as a controller
-would (spec/apiserver.md section 6, plus issue 5). Also runs against a real cluster when
+would, expecting what kube-apiserver answers. Also runs against a real cluster when
 KUBECONFIG is set; tests that need the embedded server's hooks skip there."""
 
 from __future__ import annotations

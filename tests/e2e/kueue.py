@@ -1,4 +1,4 @@
-"""A test-only emulation of what Kueue v0.17+ does to a TrainJob (jobset-kueue section C), run
+"""A test-only emulation of what Kueue v0.17+ does to a TrainJob (docs/kueue.md), run
 against the local control plane through the API only, as Kueue would against a cluster.
 
 It is not shipped in the package: it exists to prove the queueing contract end to end with the
@@ -6,29 +6,29 @@ real controller, webhook and executor.
 
 What it does:
 
-- **Mutating webhook** (C.2), served over HTTPS and registered through a
+- **Mutating webhook**, served over HTTPS and registered through a
   MutatingWebhookConfiguration (``kueue-mutating-webhook-configuration``, which sorts after
   ``defaulter.trainer.kubeflow.org``, as on a cluster): on create, a TrainJob with a
   ``kueue.x-k8s.io/queue-name`` label is set ``suspend: true``, gets ``managedBy:
   kueue.x-k8s.io/multikueue`` when its LocalQueue is a MultiKueue one (and managedBy is unset or
   Trainer's), and has Kueue's empty runtimePatch (manager ``kueue.x-k8s.io/manager``) appended.
 - **Workloads** (kept in memory; there is no Workload CRD here): PodSets computed from the
-  TrainJob and its *live* runtime the way Kueue does (C.4), by rendering the JobSet with this
+  TrainJob and its *live* runtime the way Kueue does, by rendering the JobSet with this
   project's render engine (Kueue links Trainer's runtime packages for the same purpose): one
   PodSet per replicated job, in order, ``count = replicas x min(parallelism, completions)``,
   per-pod requests as the API server will admit the pods (a limit counts as the request).
-- **Admission** (C.5), BestEffortFIFO in creation order: each PodSet takes the first flavor,
+- **Admission**, BestEffortFIFO in creation order: each PodSet takes the first flavor,
   in ClusterQueue order, whose remaining quota fits it (only resources a flavor has quota for
   are counted). Admitting writes the flavor's nodeSelector, tolerations, the
   ``kueue.x-k8s.io/podset`` label and optional scheduling gates into Kueue's runtimePatch
   entry with an Update while still suspended, then flips ``suspend`` to false in a second
   write. Pods that carry the emulator's gates are ungated once created (Kueue's TAS ungater).
-- **Stop / preemption** (C.6): ``suspend: true``, wait until every ``jobsStatus[].active`` is 0,
+- **Stop / preemption**: ``suspend: true``, wait until every ``jobsStatus[].active`` is 0,
   then clear the entry's ``replicatedJobs`` and release the quota; the Workload is pending again.
   A TrainJob unsuspended without admission is suspended again (``NotAdmitted``).
-- **Finished** (C.7) from the ``Complete`` / ``Failed`` conditions (quota released), and
+- **Finished** from the ``Complete`` / ``Failed`` conditions (quota released), and
   ``pods_ready`` from ``jobsStatus`` (ready + succeeded == sum of replicas).
-- **MultiKueue** (C.9): :meth:`KueueEmulator.dispatch` copies a manager TrainJob to a worker
+- **MultiKueue**: :meth:`KueueEmulator.dispatch` copies a manager TrainJob to a worker
   namespace (standing in for the worker cluster) without managedBy and without Kueue's patch;
   :meth:`KueueEmulator.sync_status` copies the worker's status onto the manager object.
 """
@@ -116,7 +116,7 @@ class Workload:
 
 
 def pod_sets_of(trainjob: dict[str, Any], runtime: dict[str, Any]) -> list[PodSet]:
-    """Kueue's PodSets for ``trainjob`` on ``runtime`` (C.4)."""
+    """Kueue's PodSets for ``trainjob`` on ``runtime``."""
     objects = render(TrainJob.from_wire(trainjob), _runtime_model(runtime))
     jobset = next(o for o in objects if o["kind"] == c.KIND_JOBSET)
     return pod_sets_of_jobset(jobset)
@@ -445,7 +445,7 @@ class KueueEmulator:
             await self._set_suspend(fresh, False)
 
     def _pod_set_infos(self, wl: Workload, assignment: dict[str, str]) -> list[dict[str, Any]]:
-        """Kueue's entry: per replicated job, the flavor's placement (C.5)."""
+        """Kueue's entry: per replicated job, the flavor's placement."""
         out = []
         for ps in wl.pod_sets:
             flavor = self.flavors[assignment[ps.name]]
@@ -532,7 +532,7 @@ class KueueEmulator:
             self._enqueue(key)
 
     async def dispatch(self, manager_key: str, worker_namespace: str) -> str:
-        """MultiKueue: create the worker copy of a manager TrainJob (C.9); returns its key."""
+        """MultiKueue: create the worker copy of a manager TrainJob; returns its key."""
         obj = await self.kube.get(r.TRAINJOBS, *manager_key.split("/"))
         assert obj is not None
         meta = obj["metadata"]

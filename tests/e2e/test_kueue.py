@@ -1,4 +1,4 @@
-"""The Kueue queueing contract end to end (jobset-kueue B.3 and C), on the local control plane:
+"""The Kueue queueing contract end to end (docs/kueue.md), on the local control plane:
 the real API server, admission webhook, controller and executor (pods are local processes),
 with :mod:`tests.e2e.kueue` doing what Kueue v0.17+ does to a TrainJob.
 
@@ -279,7 +279,7 @@ async def test_preempted_job_is_readmitted_without_stale_placement(env: Env) -> 
     )
     first_jobset_uid = (env.jobset("victim") or {})["metadata"]["uid"]
 
-    # While a replicated job is active, runtimePatches cannot change (webhook, B.3).
+    # While a replicated job is active, runtimePatches cannot change (the TrainJob webhook).
     live = await env.kube.get(r.TRAINJOBS, "default", "victim")
     assert live is not None
     kueue_entry(live)["trainingRuntimeSpec"] = {"template": {"spec": {}}}

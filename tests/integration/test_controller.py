@@ -1,4 +1,4 @@
-"""The controller against the embedded API server: every flow of spec section 2 that does not
+"""The controller against the embedded API server: every controller flow that does not
 need pods to run (the JobSet's status is written here the way JobSet would write it)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The per-plugin TrainJob admission rules (spec 2.5-2.9, this project's data cache): for each
+"""The per-plugin TrainJob admission rules (the Validate phase, this project's data cache): for each
 rule an accepted and a rejected case, asserting the exact path, type and message a user sees."""
 
 from __future__ import annotations

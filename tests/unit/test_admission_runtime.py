@@ -1,4 +1,4 @@
-"""Admission of TrainingRuntimes and ClusterTrainingRuntimes (spec 3.4, users.md #13): the
+"""Admission of TrainingRuntimes and ClusterTrainingRuntimes (kubeflow/trainer#3686): the
 replicated-job rules on create and update for both kinds, the deprecation warning, and this
 project's warnings for data-cache success policies and MPI runLauncherAsNode."""
 

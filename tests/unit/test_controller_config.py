@@ -1,4 +1,5 @@
-"""The controller manager Configuration (spec 6.1): defaults, strict decoding, validation."""
+"""The controller manager Configuration (docs/configuration.md): defaults, strict decoding,
+validation."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from trainer.controller.config import (
 
 HEAD = f"apiVersion: {API_VERSION}\nkind: Configuration\n"
 
-# manifests/base/manager/controller_manager_config.yaml as spec 6.1 describes it.
+# manifests/base/manager/controller_manager_config.yaml as docs/configuration.md describes it.
 SHIPPED = HEAD + textwrap.dedent(
     """\
     health:

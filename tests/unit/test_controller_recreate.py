@@ -1,6 +1,6 @@
 """When the controller recreates a JobSet instead of applying to it: a change JobSet forbids on
-an existing object (A.7), or, while suspended, a pod-template field taken away that JobSet's
-resume would leave on the Jobs it already made (A.5)."""
+an existing object (its webhook), or, while suspended, a pod-template field taken away that
+JobSet's resume would leave on the Jobs it already made."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Flux plugin (spec 2.8 "Flux", 2.12) and Z85 (ZeroMQ RFC 32), as a user sees them in the
+"""The Flux plugin and Z85 (ZeroMQ RFC 32), as a user sees them in the
 rendered JobSet, ConfigMap ``<job>-flux-entrypoint`` and Secret ``<job>-flux-curve``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The MPI plugin (spec 2.7, users.md #29/#30): counts, slots, SSH/hostfile volumes, launcher
+"""The MPI plugin (kubeflow/trainer#3262, #3712): counts, slots, SSH/hostfile volumes, launcher
 env, the SSH Secret and the hostfile ConfigMap, as a user sees them in the rendered objects."""
 
 from __future__ import annotations
@@ -396,7 +396,7 @@ def test_launcher_env_follows_trainjob_env() -> None:
     ]
 
 
-# --- Implementations (users.md #30) -------------------------------------------------------------
+# --- Implementations (kubeflow/trainer#3712) -----------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -135,7 +135,7 @@ COSCHED = {"coscheduling": {"scheduleTimeoutSeconds": 100}}
 VOLCANO: dict[str, Any] = {"volcano": {}}
 
 
-# --- The spec's integration example ------------------------------------------------------------
+# --- 100 nodes and 2 initializers in one gang ----------------------------------------------------
 
 
 def test_coscheduling_100_nodes_and_2_initializers() -> None:
@@ -377,7 +377,7 @@ def test_podgroup_reapplied_only_when_absent_or_suspended(
 
 
 def test_should_apply_ignores_jobset_suspension() -> None:
-    """Only the TrainJob's suspend matters for the PodGroup (spec 2.11)."""
+    """Only the TrainJob's suspend matters for the PodGroup."""
     info = new_info(make_trainjob(), make_runtime(COSCHED), Observed(pod_group=EXISTING_PG))
     assert not podgroup.should_apply(info)
     info = new_info(

@@ -1,4 +1,4 @@
-"""The TrainJobStatus plugin (spec 2.13): registered only with the gate; env, projected
+"""The TrainJobStatus plugin (docs/status-server.md): registered only with the gate; env, projected
 volume and mount on the trainer containers only; the tls-config ConfigMap and its errors."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Every built-in runtime loads, passes the CRD checks and has the shape the spec states."""
+"""Every built-in runtime loads, passes the CRD checks and has the ML policy and the
+steps its name promises."""
 
 from __future__ import annotations
 

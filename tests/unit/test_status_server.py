@@ -1,5 +1,5 @@
-"""The status server's answers (spec 2.13): auth by TokenReview, the 64 KiB limit, payload
-validation, SSA as ``trainer-status`` and every status code. The API is a fake whose
+"""The status server's answers (docs/status-server.md): auth by TokenReview, the 64 KiB limit,
+payload validation, SSA as ``trainer-status`` and every status code. The API is a fake whose
 TokenReview is the local API server's real token issuer, so expiry, audiences and
 signatures are checked as a cluster would."""
 

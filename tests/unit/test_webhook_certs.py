@@ -1,5 +1,5 @@
 """Webhook certificates: what is generated, when it is rotated, how it is stored and reloaded
-(spec 6.3 and its corrections: CA 10 years, serving certificate 1 year, rotate 90 days early)."""
+(docs/certificates.md: CA 10 years, serving certificate 1 year, rotate 90 days early)."""
 
 from __future__ import annotations
 

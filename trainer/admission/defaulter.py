@@ -1,4 +1,4 @@
-"""The TrainJob defaulter (mutating webhook, spec 3.2): it only stamps ``runtimePatches[].time``.
+"""The TrainJob defaulter (mutating webhook): it only stamps ``runtimePatches[].time``.
 
 The time tells readers (Kueue, people) when a manager last changed its patch:
 

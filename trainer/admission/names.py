@@ -1,5 +1,5 @@
-"""Beyond upstream: the name budget of the JobSet a TrainJob will get (users.md 10, trainer#2735;
-jobset-kueue A.6).
+"""Beyond upstream: the name budget of the JobSet a TrainJob will get (kubeflow/trainer#2735;
+the rule is JobSet's: trainer.runtime.naming).
 
 Upstream admits any RFC-1035 TrainJob name of up to 63 characters, and the TrainJob then fails
 inside JobSet's webhook when a generated Job or Pod name is longer than 63

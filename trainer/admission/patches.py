@@ -1,4 +1,6 @@
-"""Admission rules for ``spec.runtimePatches`` (spec 3.3, 2.11; jobset-kueue B.3).
+"""Admission rules for ``spec.runtimePatches`` (upstream:
+https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/webhooks/trainjob_webhook.go;
+how Kueue uses them: docs/kueue.md).
 
 Content rules, on create and update:
 
@@ -256,7 +258,7 @@ def first_active_job(jobset: JobSet | None) -> str | None:
 
 
 def validate_patch_update(new: TrainJob, old: TrainJob, jobset: JobSet | None) -> list[FieldError]:
-    """The mutability rule (spec 2.11): a changed patch list needs ``suspend: true`` on the old
+    """The mutability rule: a changed patch list needs ``suspend: true`` on the old
     or the new object (so Kueue can patch and unsuspend, or restore and suspend, in one update)
     and, if that holds, an existing JobSet with no active replicated job."""
     if not patches_changed(new, old):

@@ -1,4 +1,6 @@
-"""Admission of TrainingRuntimes and ClusterTrainingRuntimes (spec 3.4, users.md #13).
+"""Admission of TrainingRuntimes and ClusterTrainingRuntimes (upstream:
+https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/webhooks/trainingruntime_webhook.go;
+here also on update, which upstream skips for TrainingRuntimes: kubeflow/trainer#3686).
 
 Errors (upstream's, exact paths and messages), for each replicated job whose ancestor label is
 a known step (``dataset-initializer``, ``model-initializer``, ``trainer``, and this project's

@@ -1,4 +1,5 @@
-"""The TrainJob validator (validating webhook, spec 3.3), create and update.
+"""The TrainJob validator (validating webhook), create and update. Upstream:
+https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/webhooks/trainjob_webhook.go
 
 In order, collecting every error:
 

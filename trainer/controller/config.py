@@ -1,4 +1,5 @@
-"""The controller manager's Configuration file (spec 6.1): ``--config`` and ``--feature-gates``.
+"""The controller manager's Configuration file (docs/configuration.md): ``--config`` and
+``--feature-gates``.
 
 Upstream decodes ``config.trainer.kubeflow.org/v1alpha1`` ``Configuration`` strictly (unknown
 fields, wrong types and a wrong apiVersion/kind are errors), fills Go defaults, then validates

@@ -97,7 +97,7 @@ class FeatureSpec:
 FEATURE_GATES: dict[str, FeatureSpec] = {
     "TrainJobStatus": FeatureSpec(default=False, stage="Alpha"),
 }
-"""Every feature gate of v2.3 (spec 6.1: only ``TrainJobStatus``)."""
+"""Every feature gate of v2.3: only ``TrainJobStatus`` (docs/configuration.md)."""
 
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _FALSE = {"0", "f", "F", "FALSE", "false", "False"}

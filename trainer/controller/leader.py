@@ -1,7 +1,7 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease, as client-go's ``leaderelection``.
 
 Only the replica holding the Lease (``trainer.kubeflow.org`` by default) runs the controllers;
-the webhook, the cert rotator and the status server run everywhere (spec 6.2).
+the webhook, the cert rotator and the status server run everywhere (docs/high-availability.md).
 
 The algorithm is client-go's ``tryAcquireOrRenew``:
 

@@ -1,4 +1,4 @@
-"""One reconcile of a TrainJob (DESIGN section 3, spec 2.1):
+"""One reconcile of a TrainJob (docs/design.md, "One reconcile"):
 
 observe (watch caches) -> skip foreign managedBy and stop building once finished -> runtime
 from the snapshot (or the live runtime, snapshotted now) -> pure render -> server-side apply of
@@ -129,7 +129,7 @@ _MUTABLE_POD_SPEC = ("nodeSelector", "tolerations", "schedulingGates")
 
 
 def _without_mutable(spec: dict[str, Any]) -> dict[str, Any]:
-    """A JobSet spec without the fields JobSet lets change on an existing object (A.7)."""
+    """A JobSet spec without the fields JobSet's webhook lets change on an existing object."""
     out = {k: v for k, v in spec.items() if k not in ("suspend", "ttlSecondsAfterFinished")}
     jobs = []
     for original in spec.get("replicatedJobs") or []:
@@ -170,7 +170,7 @@ def drops_mutable(live: dict[str, Any], desired: dict[str, Any]) -> bool:
     toleration or scheduling gate the live one has.
 
     JobSet lets these change while suspended, but on resume it *merges* them into the Jobs it
-    already made (jobset-kueue A.5): what was taken away stays on those Jobs and reaches the
+    already made (its controller's resume): what was taken away stays on those Jobs and reaches the
     pods. That is how a preempted TrainJob re-admitted on another flavor would keep the old
     flavor's nodeSelector keys; recreating the JobSet while nothing runs avoids it."""
     live_pods = _pod_templates(live.get("spec") or {})

@@ -1,5 +1,5 @@
 """The TrainJob status the controller wants, derived purely from the TrainJob, its JobSet and
-the current time (spec 2.1, 2.10, 2.11, B.2), plus what this project adds beyond upstream:
+the current time (docs/design.md, "One reconcile"), plus what this project adds beyond upstream:
 
 * ``BuildFailed``: a TrainJob whose objects cannot be built or applied says so in its status,
   with a machine-readable reason and a truncated message, and the condition turns False once

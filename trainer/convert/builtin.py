@@ -8,8 +8,8 @@ API lets a user set:
 - ``spec.trainer``: ``image``, ``command``, ``args``, ``env`` and ``resourcesPerNode`` of the
   trainer step's ``node`` container (plus ``numNodes`` / ``numProcPerNode`` as converted);
 - one ``spec.runtimePatches`` entry (manager :data:`PATCH_MANAGER`) per replicated job with
-  the pod fields a patch may set (spec 1.3): ``nodeSelector``, ``affinity``, ``tolerations``,
-  ``volumes``, ``serviceAccountName``, ``imagePullSecrets``, ``securityContext``,
+  the pod fields a patch may set (``PodSpecPatch``'s): ``nodeSelector``, ``affinity``,
+  ``tolerations``, ``volumes``, ``serviceAccountName``, ``imagePullSecrets``, ``securityContext``,
   ``terminationGracePeriodSeconds``, ``schedulingGates``, pod template labels and
   annotations, and per container ``volumeMounts`` and ``securityContext`` (and ``env`` on
   containers other than ``node``, which admission reserves for ``spec.trainer.env``).

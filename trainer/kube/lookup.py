@@ -1,6 +1,7 @@
 """The webhook's view of the cluster, read through the Kubernetes API (webhooks.lookup's
 ClusterLookup protocol): a cache first when one is given, then a live read, so a runtime
-created a moment ago is never refused because a cache has not seen it yet (users.md 14)."""
+created a moment ago is never refused because a cache has not seen it yet (a client that
+creates a runtime and then a TrainJob must not have to retry)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Raw REST calls to the Kubernetes API with JSON dicts in and out.
 
 The typed kubernetes_asyncio APIs deserialise into models (slow, and lossy for custom
-resources) and have known traps (spec/apiserver.md section 5: a patch without
+resources) and have known traps (a patch without
 ``_content_type`` is sent as a JSON patch; server-side apply that creates answers 201, which
 the typed ``patch_*`` turns into ``None``). :class:`Kube` therefore goes through
 ``ApiClient.call_api`` with ``_preload_content=False``: it sets the content type itself, reads
@@ -398,7 +398,8 @@ class Kube:
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """PATCH with an explicit content type (merge patch by default; a list for a JSON
-        patch). The content type is always sent: see spec/apiserver.md section 5."""
+        patch). The content type is always sent: the typed client's guess is wrong for some
+        patches (see the module docstring)."""
         resource = gvr.resource + (f"/{subresource}" if subresource else "")
         return await self.request(
             "patch",

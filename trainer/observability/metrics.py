@@ -3,8 +3,8 @@
 All metrics live in a dedicated :class:`prometheus_client.CollectorRegistry` owned by a
 :class:`Metrics` instance, never the process-global registry: tests (and several controllers in
 one process, as ``trainer run`` does) each get their own, and nothing leaks between them.
-Names follow DESIGN.md section 6 and the Prometheus rules: a ``trainer_`` prefix, base units
-(seconds), ``_total`` on counters (prometheus-client appends it to the counter's name).
+Names follow the Prometheus naming rules (docs/metrics.md lists them): a ``trainer_`` prefix,
+base units (seconds), ``_total`` on counters (prometheus-client appends it to the counter's name).
 
 ===========================================  =========  ===================================
 name                                         type       labels

@@ -1,5 +1,6 @@
 """The CoScheduling plugin: gang scheduling with the scheduler-plugins coscheduling plugin
-(spec section 2.9), active when the runtime sets ``podGroupPolicy.coscheduling``.
+(upstream: https://github.com/kubeflow/trainer/tree/v2.3.0/pkg/runtime/framework/plugins/coscheduling),
+active when the runtime sets ``podGroupPolicy.coscheduling``.
 
 EnforcePodGroupPolicy labels every pod ``scheduling.x-k8s.io/pod-group: <trainjob>`` (the
 JobSet builder copies ``info.pod_labels`` onto every replicated job's pod template), so the

@@ -1,4 +1,5 @@
-"""This project's data cache (spec: "This project's data cache", after section 2.14).
+"""This project's data cache: a working redesign of the data cache runtime, which upstream
+v2.3 ships broken (README.md, "Status and parity with upstream").
 
 A runtime with a ``cache-initializer`` step (ancestor label ``cache-initializer``) runs an
 Arrow Flight cache before training; the trainer step depends on it with status Ready. The

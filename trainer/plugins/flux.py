@@ -1,5 +1,6 @@
 """The Flux plugin: runs the trainer command under a Flux instance spanning the trainer pods
-(spec 2.8 "Flux", 2.12), bootstrapped without SSH. Active iff ``mlPolicy.flux`` is set.
+(upstream: https://github.com/kubeflow/trainer/tree/v2.3.0/pkg/runtime/framework/plugins/flux),
+bootstrapped without SSH. Active iff ``mlPolicy.flux`` is set.
 
 EnforceMLPolicy (on the trainer step, i.e. the job labelled ``trainjob-ancestor-step:
 trainer``, else the job named ``node``):

@@ -1,4 +1,5 @@
-"""The JAX plugin (spec 2.8): multi-controller JAX env on the trainer step's ``node``
+"""The JAX plugin (upstream: https://github.com/kubeflow/trainer/tree/v2.3.0/pkg/runtime/framework/plugins/jax):
+multi-controller JAX env on the trainer step's ``node``
 container. GPUs do not change ``JAX_NUM_PROCESSES`` (one process per node)."""
 
 from __future__ import annotations

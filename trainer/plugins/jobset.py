@@ -1,4 +1,4 @@
-"""The JobSet plugin: turns the working JobSet spec into the JobSet (spec 2.4, B.1).
+"""The JobSet plugin: turns the working JobSet spec into the JobSet (upstream: https://github.com/kubeflow/trainer/tree/v2.3.0/pkg/runtime/framework/plugins/jobset).
 
 PreBuild sets ``parallelism = completions = pod-set count`` on every replicated job.
 Build forces ``replicas: 1`` on the initializer and trainer steps, adds the scheduler plugins'

@@ -1,5 +1,5 @@
-"""The MPI plugin (spec section 2.7): SSH keys, a hostfile and launcher env for
-``mlPolicy.mpi`` runtimes.
+"""The MPI plugin: SSH keys, a hostfile and launcher env for ``mlPolicy.mpi`` runtimes.
+Upstream: https://github.com/kubeflow/trainer/tree/v2.3.0/pkg/runtime/framework/plugins/mpi
 
 EnforceMLPolicy
   - the pod set **named** ``node`` gets ``trainer.numNodes`` pods (when the TrainJob sets it),
@@ -8,9 +8,9 @@ EnforceMLPolicy
   - slots per node: ``trainer.numProcPerNode``; else the GPU count when the runtime says 1 and
     a node has more than one GPU; else the runtime's ``numProcPerNode``;
   - pod sets ``node`` and ``launcher`` get the SSH Secret volume (``defaultMode`` 0400, per-file
-    modes so ssh and sshd accept the key, users.md #29) mounted at ``sshAuthMountPath`` in their
-    ``node`` container; the launcher also gets the hostfile ConfigMap at ``/etc/mpi`` and the
-    env that points its MPI implementation at it.
+    modes so ssh and sshd accept the key, kubeflow/trainer#3262) mounted at
+    ``sshAuthMountPath`` in their ``node`` container; the launcher also gets the hostfile
+    ConfigMap at ``/etc/mpi`` and the env that points its MPI implementation at it.
 
 Build
   - Secret ``<job>-mpi-ssh-auth`` (``kubernetes.io/ssh-auth``, immutable) only when none is
@@ -20,15 +20,15 @@ Build
     upstream): one line per pod of the ``node`` job (and of ``launcher`` with
     runLauncherAsNode), in runtime template order, addressed through ``network.subdomain``.
 
-Beyond upstream (users.md #30, kubeflow/trainer#3712): upstream writes OpenMPI only and its CRD
+Beyond upstream (kubeflow/trainer#3712): upstream writes OpenMPI only and its CRD
 enum rejects ``MPICH`` and ``Intel``. The CRD enum here stays upstream's, but the plugin fully
 supports both for objects that reach it without the CRD (``trainer render --no-strict``, a
 future CRD): mpi-operator's hostfile format ``<host>:<slots>`` and launcher env. ``""`` means
 OpenMPI. Anything else is a :class:`BuildError`.
 
 The launcher env is injected whether or not the TrainJob has ``spec.trainer``: upstream's MPI
-plugin does so unconditionally (the spec's correction about ``spec.trainer`` gating names the
-Torch, JAX and XGBoost env only).
+plugin does so unconditionally (only the Torch, JAX and XGBoost env is gated on
+``spec.trainer``).
 
 Admission (Validate phase)
   - reserved: the launcher env names (OpenMPI's, and the MPICH and Intel names this plugin
@@ -305,7 +305,7 @@ label)."""
 
 
 class MPIPlugin:
-    """SSH keys, hostfile and launcher env for ``mlPolicy.mpi`` runtimes (spec 2.7)."""
+    """SSH keys, hostfile and launcher env for ``mlPolicy.mpi`` runtimes."""
 
     name = "MPI"
 

@@ -1,6 +1,6 @@
 """What the two gang-scheduling plugins (CoScheduling, Volcano) share: the size of the gang
 (``minMember``), the resources it needs at once (``minResources``), when a PodGroup is
-(re)applied, and the PodGroup object itself (spec sections 2.3, 2.9, 2.11, 2.12).
+(re)applied, and the PodGroup object itself.
 
 Counting pods: one pod set is one replicated job, which JobSet turns into ``replicas`` Jobs of
 ``count`` pods each. Upstream sums ``count`` only, ignoring ``replicas``; that is exact for the

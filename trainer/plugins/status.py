@@ -1,4 +1,4 @@
-"""TrainJob status from its JobSet (spec 2.4 Status, B.2): pure.
+"""TrainJob status from its JobSet (the Status phase; docs/design.md, "One reconcile"): pure.
 
 ``Completed=True`` on the JobSet becomes ``Complete`` on the TrainJob and ``Failed=True``
 stays ``Failed`` (reason, message and lastTransitionTime kept); ``replicatedJobsStatus``

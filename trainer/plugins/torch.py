@@ -1,4 +1,4 @@
-"""The Torch plugin (spec 2.5) and its TorchTune mode (2.6).
+"""The Torch plugin and its TorchTune mode (upstream: https://github.com/kubeflow/trainer/tree/v2.3.0/pkg/runtime/framework/plugins/torch).
 
 For ``mlPolicy.torch`` runtimes: the trainer step's count comes from ``trainer.numNodes``;
 container ``node`` gets the torchrun rendezvous env (``PET_*``) and port 29500; envInjection

@@ -1,4 +1,6 @@
-"""TorchTune mode of the Torch plugin (spec 2.6): a TrainJob whose command is exactly
+"""TorchTune mode of the Torch plugin (upstream:
+https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/runtime/framework/plugins/torch/torchtune.go):
+a TrainJob whose command is exactly
 ``["tune", "run"]`` gets the full ``tune run`` command for its model, recipe and node shape,
 and is admitted only for a supported model, node shape and fine-tuning method
 (:func:`validate`)."""

@@ -1,4 +1,5 @@
-"""The TrainJobStatus plugin (spec 2.13; alpha, feature gate ``TrainJobStatus``, off by default).
+"""The TrainJobStatus plugin (docs/status-server.md; alpha, feature gate ``TrainJobStatus``, off
+by default).
 
 Registered only when the gate is on; it then acts on every TrainJob, whatever its mlPolicy.
 

@@ -1,5 +1,6 @@
-"""The Volcano plugin: gang scheduling with Volcano (spec section 2.9), active when the runtime
-sets ``podGroupPolicy.volcano``.
+"""The Volcano plugin: gang scheduling with Volcano, active when the runtime sets
+``podGroupPolicy.volcano`` (upstream's volcano plugin is one of
+https://github.com/kubeflow/trainer/tree/v2.3.0/pkg/runtime/framework/plugins).
 
 EnforcePodGroupPolicy annotates every pod ``scheduling.k8s.io/group-name: <trainjob>`` (the
 JobSet builder copies ``info.pod_annotations`` onto every replicated job's pod template).

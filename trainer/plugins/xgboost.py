@@ -1,4 +1,5 @@
-"""The XGBoost plugin (spec 2.8): Rabit/collective tracker env on the trainer step's ``node``
+"""The XGBoost plugin (upstream: https://github.com/kubeflow/trainer/tree/v2.3.0/pkg/runtime/framework/plugins/xgboost):
+Rabit/collective tracker env on the trainer step's ``node``
 container. The node count comes from PlainML, which runs first for XGBoost runtimes.
 
 Admission: each ``DMLC_*`` name the plugin injects is Forbidden in ``spec.trainer.env``, at

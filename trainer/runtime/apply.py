@@ -80,8 +80,8 @@ def upsert_port(container: Container, port: ContainerPort) -> None:
     """Add ``port`` unless an equal port (same number and protocol, or same name) exists.
 
     Upstream replaces the first *unnamed* port with an unnamed injected one; we never
-    clobber a port the runtime declared (spec: corrections to section 2). ``port`` goes in as
-    it is: pass a model made for this call.
+    clobber a port the runtime declared: replacing it would break whatever the runtime
+    meant that port for. ``port`` goes in as it is: pass a model made for this call.
     """
     ports = list(container.ports or [])
     for i, existing in enumerate(ports):

@@ -1,5 +1,5 @@
 """Merge a TrainJob onto its runtime: the :class:`~trainer.runtime.info.Info` every plugin
-starts from (spec section 2.3, plus the TrainJob-field steps of the JobSet builder, 2.4).
+starts from (the first step of every build: docs/design.md, "The path of one TrainJob").
 
 1. JobSet labels/annotations: the runtime template's, then each runtimePatch's, in order.
 2. runtimePatches strategic-merged onto the runtime's JobSet spec, in order; the runtime's

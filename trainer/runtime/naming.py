@@ -1,4 +1,5 @@
-"""The name budget of a rendered JobSet (jobset-kueue A.6).
+"""The name budget of a rendered JobSet (JobSet's webhook checks it:
+https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/webhooks/jobset_webhook.go).
 
 JobSet's webhook rejects a JobSet whose generated names are not DNS-1035 labels of at most 63
 characters: the longest Job name ``<jobset>-<rjob>-<replicas-1>``, the longest pod name

@@ -1,4 +1,5 @@
-"""The runtime snapshot ConfigMap ``<trainjob>-runtime-snapshot`` (spec 2.2).
+"""The runtime snapshot ConfigMap ``<trainjob>-runtime-snapshot`` (docs/design.md, "One
+reconcile").
 
 On its first reconcile a TrainJob's runtime is copied into this ConfigMap (data key
 ``runtime``: the runtime object as YAML); later reconciles build from the snapshot, so edits

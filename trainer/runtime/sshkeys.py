@@ -1,4 +1,4 @@
-"""The SSH key pair of an MPI job (spec section 2.7): what goes into ``<job>-mpi-ssh-auth``.
+"""The SSH key pair of an MPI job (trainer.plugins.mpi): what goes into ``<job>-mpi-ssh-auth``.
 
 :func:`generate_ssh_keypair` is the one place in the build layer that uses randomness, so the
 build never calls it itself: the caller (the controller, or ``trainer render``) hands it to the

@@ -1,5 +1,6 @@
-"""What JobSet's own validating webhook enforces (jobset-kueue A.6, A.7), built into the local
-API server so violations show up locally as they would on a cluster:
+"""What JobSet's own validating webhook enforces, built into the local API server so
+violations show up locally as they would on a cluster (upstream:
+https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/webhooks/jobset_webhook.go):
 
 * on create: every generated name (Job, pod with the 5-character suffix, hostname,
   subdomain) is a DNS-1035 label of at most 63 characters;

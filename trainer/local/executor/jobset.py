@@ -1,7 +1,8 @@
-"""The JobSet controller of the local executor (jobset-kueue A.1-A.5): Jobs per replicated job
-and replica with JobSet's names, labels and annotations, the headless Service, dependsOn,
-success and failure policies with restarts, suspend and resume, TTL, and the status JobSet
-writes (conditions and replicatedJobsStatus counted over Jobs).
+"""The JobSet controller of the local executor: Jobs per replicated job and replica with
+JobSet's names, labels and annotations, the headless Service, dependsOn, success and failure
+policies with restarts, suspend and resume, TTL, and the status JobSet writes (conditions and
+replicatedJobsStatus counted over Jobs). Upstream's:
+https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/controllers/jobset_controller.go
 """
 
 from __future__ import annotations
@@ -344,7 +345,7 @@ class JobSetController:
             return
         patch: dict[str, Any] = {"spec": {"suspend": suspended}}
         if not suspended:
-            # Resume merges the pod template's mutable fields into the Job (A.5).
+            # Resume merges the pod template's mutable fields into the Job, as JobSet does.
             tmpl = ((rjob.get("template") or {}).get("spec") or {}).get("template") or {}
             pod_meta = tmpl.get("metadata") or {}
             pod_spec = tmpl.get("spec") or {}
