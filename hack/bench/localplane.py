@@ -80,7 +80,7 @@ READY = "local control plane ready"
 START_TIMEOUT_S = 60.0
 KUBECTL_TIMEOUT_S = 30.0
 
-TARGET_JOBSETS_S = 5.0  # for 300 TrainJobs (issue 15, item 6)
+TARGET_JOBSETS_S = 5.0  # for 300 TrainJobs (docs/local-plane.md, "Throughput")
 TARGET_KUBECTL_P50_S = 1.0
 
 

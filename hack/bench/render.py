@@ -1,7 +1,7 @@
 """Benchmark the pure render: renders per second on one core, and how cost grows with nodes.
 
 Writes a JSON report (default hack/bench/reports/render.json) and prints a summary.
-Targets (issue 3): >= 2,000 renders/s for torch with 4 nodes on one core; cost growing
+Targets: >= 2,000 renders/s for torch with 4 nodes on one core; cost growing
 linearly (or better) with numNodes.
 
     python hack/bench/render.py [--seconds 2] [--out PATH]

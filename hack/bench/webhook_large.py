@@ -1,6 +1,6 @@
 """Benchmark large admission reviews against small ones on the same webhook, over HTTPS.
 
-Scenario (issue 15): four concurrent mutations of a ~2.3 MB TrainJob (48,000 env vars) while
+Scenario: four concurrent mutations of a ~2.3 MB TrainJob (48,000 env vars) while
 small TrainJob reviews (about 2 KB, the one hack/bench/webhook.py uses) arrive at a fixed rate
 on their own connections; then one review of an 80,000-env TrainJob alone, with the same
 stream of small ones. For each, the small reviews' latency (p50/p99/max, measured from each
@@ -10,7 +10,7 @@ variable, on the same app:
 * ``process`` (the webhook's design: :mod:`webhooks.offload`, worker processes at nice 10);
 * ``process-nice0``: the same at normal priority;
 * ``thread``: the same two steps in a thread of this process (``asyncio.to_thread``);
-* ``inline``: everything on the event loop (the webhook before issue 15).
+* ``inline``: everything on the event loop (the webhook before reviews were offloaded).
 
 The server runs in a separate process (so its event loop is the one measured), the load
 generator in this one. On a shared machine the figures move with the other tenants: run it

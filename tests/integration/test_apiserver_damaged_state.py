@@ -123,7 +123,7 @@ def wrong_name(path: Path) -> None:
 
 
 def refused_labels(path: Path) -> None:
-    """Stored by an older version that did not validate metadata (issue 15: labels "x")."""
+    """Stored by an older version that did not validate metadata (``labels: "x"``)."""
     meta = {"name": "cm-3", "namespace": "default", "uid": "u-3", "labels": "x"}
     set_body(path, json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}))
 

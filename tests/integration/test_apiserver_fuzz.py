@@ -16,8 +16,9 @@ list of pods answers 200, and a label-selector watch of pods does at the end of 
 The same file also sends query parameters, DeleteOptions and review bodies of any shape, and
 YAML values JSON lacks (dates, binary, NaN, non-string keys), which must never be stored.
 
-The bodies issue 15 reported (``labels: "x"``, ``finalizers: [{}]``, ``apiVersion:
-trainer.kubeflow.org/v9`` on the v1alpha1 path, integer names...) are kept as listed cases.
+The bodies an earlier version stored or answered 500 to (``labels: "x"``, ``finalizers: [{}]``,
+``apiVersion: trainer.kubeflow.org/v9`` on the v1alpha1 path, integer names...) are kept as
+listed cases.
 
 Hypothesis is derandomized (the same cases on every run) and bounded: 9 generated tests of
 60 cases each plus 34 listed cases, 1,988 requests in all (the last test prints the count per
@@ -618,7 +619,7 @@ def _pod(**meta: Any) -> dict[str, Any]:
     return {**KINDS[0].obj(fresh_name()), "metadata": {"name": fresh_name(), **meta}}
 
 
-# The shapes issue 15 reported as stored (201) or answered 500, with what kube-apiserver says.
+# Shapes an earlier version stored (201) or answered 500 to, with what kube-apiserver says.
 REPORTED: list[tuple[str, Kind, Any, int, str]] = [
     ("labels: x", KINDS[0], _pod(labels="x"), 400, "BadRequest"),
     ("labels: {a: 5}", KINDS[0], _pod(labels={"a": 5}), 400, "BadRequest"),

@@ -1,5 +1,5 @@
 """Large and concurrent admission reviews, through the local API server and straight to the
-webhook over HTTPS (issue 15, items 5 and 7).
+webhook over HTTPS (docs/local-plane.md, "Admission webhook limits").
 
 The webhook here is the real app on the real HTTPS server, registered with the embedded API
 server by URL and caBundle, as a kube-apiserver would call it. What is checked is what a user
