@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import typer
 from pydantic import BaseModel
 
@@ -78,3 +79,99 @@ def test_install_md_names_the_supported_versions() -> None:
     assert f"Kubernetes {MIN_KUBERNETES} or later" in text
     assert f"JobSet {JOBSET_VERSION}" in text
     assert f"releases/download/{JOBSET_VERSION}/manifests.yaml" in text
+
+
+# --- The repository explains itself ------------------------------------------------------------
+
+ROOT = DOCS.parent
+SCANNED_DIRS = ("trainer", "webhooks", "hack", "tests")
+SCANNED_FILES = ("Makefile", "pyproject.toml", "Dockerfile")
+# How a comment cites a document that is not in the repository: design notes, specs and issue
+# lists the project was written from, and the project's own issue tracker. Cite docs/, an
+# upstream link, or say the reason instead (docs/design.md).
+OUTSIDE_CITATION = re.compile(
+    r"\bDESIGN\b"
+    r"|\busers\.md\b|\bjobset-kueue\b|\btrainer-v2\.3\.md\b|\bapiserver\.md\b|/work/shared"
+    r"|\bspec/[\w.-]+\.md\b"
+    r"|\bspec (?:sections? )?\d+\.\d+|\bspec section \d"
+    r"|\([ABC]\.\d+[^)]*\)|\bsection [ABC]\b"
+    r"|(?<![\w/#])[Ii]ssue \d+\b"
+)
+THIS_FILE = Path(__file__).resolve()
+
+
+@pytest.mark.parametrize(
+    "comment",
+    [
+        '"""One reconcile of a TrainJob (DESIGN section 3, spec 2.1):',
+        "# Names follow DESIGN.md section 6",
+        "(spec section 2.7): what goes into",
+        "modes so ssh and sshd accept the key, users.md #29)",
+        "(jobset-kueue A.6, A.7)",
+        "# Resume merges the pod template's mutable fields into the Job (A.5).",
+        "see spec/apiserver.md section 5.",
+        "Targets (issue 3): >= 2,000 renders/s",
+        '(spec 2.8 "Flux", 2.12)',
+    ],
+)
+def test_the_citation_check_finds_each_form(comment: str) -> None:
+    assert OUTSIDE_CITATION.search(comment)
+
+
+@pytest.mark.parametrize(
+    "comment",
+    [
+        "(upstream: https://github.com/kubeflow/trainer/tree/v2.3.0/pkg/runtime/framework/plugins)",
+        '(docs/design.md, "One reconcile")',
+        "kubeflow/trainer#3712, issue #3686",
+        'spec = obj.get("spec") or {}',
+        "Python 3.11 (spec changes in /status are ignored)",
+    ],
+)
+def test_the_citation_check_leaves_what_is_in_the_repository(comment: str) -> None:
+    assert not OUTSIDE_CITATION.search(comment)
+
+
+def scanned_files() -> list[Path]:
+    files = [ROOT / name for name in SCANNED_FILES if (ROOT / name).exists()]
+    for top in SCANNED_DIRS:
+        files += sorted((ROOT / top).rglob("*.py"))
+    return [f for f in files if f.resolve() != THIS_FILE and "__pycache__" not in f.parts]
+
+
+def test_no_comment_cites_a_document_outside_the_repository() -> None:
+    found = []
+    for path in scanned_files():
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            match = OUTSIDE_CITATION.search(line)
+            if match:
+                found.append(f"{path.relative_to(ROOT)}:{number}: {match.group(0)!r}")
+    assert len(scanned_files()) > 300
+    assert found == [], "cite docs/, an upstream link or the reason instead:\n" + "\n".join(found)
+
+
+MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize(
+    "page", [ROOT / "README.md", *sorted(DOCS.glob("*.md"))], ids=lambda p: p.name
+)
+def test_every_relative_link_points_at_a_file(page: Path) -> None:
+    missing = []
+    for target in MARKDOWN_LINK.findall(page.read_text()):
+        if re.match(r"[a-z][a-z+.-]*:", target) or target.startswith("#"):
+            continue  # a URL or an anchor on the same page
+        path = target.split("#", 1)[0]
+        if not (page.parent / path).exists():
+            missing.append(target)
+    assert missing == [], f"{page.relative_to(ROOT)} links to missing files: {missing}"
+
+
+def test_design_md_names_every_import_contract() -> None:
+    import tomllib  # noqa: PLC0415
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    names = [c["name"] for c in config["tool"]["importlinter"]["contracts"]]
+    text = (DOCS / "design.md").read_text()
+    assert len(names) >= 10
+    assert [n for n in names if n not in text] == []
