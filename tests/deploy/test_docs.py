@@ -134,6 +134,7 @@ def test_the_citation_check_leaves_what_is_in_the_repository(comment: str) -> No
 
 def scanned_files() -> list[Path]:
     files = [ROOT / name for name in SCANNED_FILES if (ROOT / name).exists()]
+    files += [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
     for top in SCANNED_DIRS:
         files += sorted((ROOT / top).rglob("*.py"))
     return [f for f in files if f.resolve() != THIS_FILE and "__pycache__" not in f.parts]
