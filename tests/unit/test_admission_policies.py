@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import builders as b
 from trainer.admission.types import ClusterView, Verdict
 from trainer.api.errors import FORBIDDEN, INVALID
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
@@ -30,16 +31,14 @@ def runtime(text: str) -> ClusterTrainingRuntime:
 
 
 def trainjob(ref: str = "rt", trainer: dict[str, Any] | None = None, **spec: Any) -> TrainJob:
-    body: dict[str, Any] = {"runtimeRef": {"name": ref, "kind": "ClusterTrainingRuntime"}, **spec}
-    if trainer is not None:
-        body["trainer"] = trainer
-    return TrainJob.from_wire(
-        {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "TrainJob",
-            "metadata": {"name": "job", "namespace": "team", "uid": "uid-1"},
-            "spec": body,
-        }
+    """A TrainJob in ``team`` on the ClusterTrainingRuntime ``ref``."""
+    return b.trainjob_model(
+        namespace="team",
+        uid="uid-1",
+        runtime=ref,
+        runtime_kind="ClusterTrainingRuntime",
+        trainer=trainer,
+        **spec,
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests import builders as b
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
 from trainer.plugins.registry import default_framework, framework_for, render
 from trainer.plugins.trainjobstatus import token_audience
@@ -61,12 +62,7 @@ def runtime() -> ClusterTrainingRuntime:
 
 
 def trainjob() -> TrainJob:
-    return TrainJob.from_wire(
-        {
-            "metadata": {"name": "job", "namespace": "ns1", "uid": "u-1"},
-            "spec": {"runtimeRef": {"name": "rt"}},
-        }
-    )
+    return b.trainjob_model(namespace="ns1", uid="u-1", runtime="rt")
 
 
 def build(ctx: BuildContext, secret: Any = SECRET) -> list[dict[str, Any]]:

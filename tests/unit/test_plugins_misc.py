@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tests import builders as b
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
 from trainer.plugins.plainml import PlainMLPlugin
 from trainer.plugins.registry import default_framework, default_plugins, render
@@ -45,33 +46,12 @@ def test_plugin_names_are_unique() -> None:
 def runtime(
     policy: dict[str, Any], resources: dict[str, Any] | None = None
 ) -> ClusterTrainingRuntime:
-    container: dict[str, Any] = {"name": "node", "image": "img"}
-    if resources:
-        container["resources"] = resources
-    return ClusterTrainingRuntime.from_wire(
-        {
-            "metadata": {"name": "rt"},
-            "spec": {
-                "mlPolicy": {"numNodes": 1, **policy},
-                "template": {
-                    "spec": {
-                        "replicatedJobs": [
-                            {
-                                "name": "node",
-                                "template": {
-                                    "metadata": {
-                                        "labels": {
-                                            "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"
-                                        }
-                                    },
-                                    "spec": {"template": {"spec": {"containers": [container]}}},
-                                },
-                            }
-                        ]
-                    }
-                },
-            },
-        }
+    extra: dict[str, Any] = {"resources": resources} if resources else {}
+    node = b.container("node", **extra)
+    return b.cluster_runtime_model(
+        "rt",
+        ml_policy={"numNodes": 1, **policy},
+        replicated_jobs=[b.replicated_job(containers=[node])],
     )
 
 
