@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests import builders as b
-from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
+from trainer.api.v1alpha1 import ClusterTrainingRuntime
 from trainer.plugins.plainml import PlainMLPlugin
 from trainer.plugins.registry import default_framework, default_plugins, render
 from trainer.runtime.framework import PHASES, Framework
@@ -56,12 +56,7 @@ def runtime(
 
 
 def env_of(trainjob: dict[str, Any], rt: ClusterTrainingRuntime) -> dict[str, Any]:
-    job = TrainJob.from_wire(
-        {
-            "metadata": {"name": "j", "namespace": "ns"},
-            "spec": {"runtimeRef": {"name": "rt"}, **trainjob},
-        }
-    )
+    job = b.trainjob_model("j", namespace="ns", runtime="rt", **trainjob)
     jobset = render(job, rt)[-1]
     ctr = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][
         0
@@ -114,14 +109,11 @@ def test_an_invalid_quantity_is_a_build_error_not_a_crash() -> None:
     from trainer.runtime.info import BuildError  # noqa: PLC0415
 
     rt = runtime({"xgboost": {}})
-    job = TrainJob.from_wire(
-        {
-            "metadata": {"name": "j", "namespace": "ns"},
-            "spec": {
-                "runtimeRef": {"name": "rt"},
-                "trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "lots"}}},
-            },
-        }
+    job = b.trainjob_model(
+        "j",
+        namespace="ns",
+        runtime="rt",
+        trainer={"resourcesPerNode": {"limits": {"nvidia.com/gpu": "lots"}}},
     )
     with pytest.raises(BuildError, match="invalid resource quantity: 'lots' is not a quantity"):
         render(job, rt)
