@@ -28,36 +28,19 @@ NO_CA = "failed to find status server ca.crt in tls secret"
 
 def runtime() -> ClusterTrainingRuntime:
     def job(name: str, ancestor: str, containers: list[str]) -> dict[str, Any]:
-        return {
-            "name": name,
-            "template": {
-                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": ancestor}},
-                "spec": {
-                    "template": {
-                        "spec": {
-                            "initContainers": [{"name": "setup", "image": "busybox"}],
-                            "containers": [{"name": n, "image": "img"} for n in containers],
-                        }
-                    }
-                },
-            },
-        }
+        return b.replicated_job(
+            name,
+            ancestor=ancestor,
+            containers=[b.container(n) for n in containers],
+            init_containers=[b.container("setup", "busybox")],
+        )
 
-    return ClusterTrainingRuntime.from_wire(
-        {
-            "metadata": {"name": "rt"},
-            "spec": {
-                "mlPolicy": {"numNodes": 1},
-                "template": {
-                    "spec": {
-                        "replicatedJobs": [
-                            job("dataset-initializer", "dataset-initializer", ["dataset"]),
-                            job("node", "trainer", ["node", "sidecar"]),
-                        ]
-                    }
-                },
-            },
-        }
+    return b.cluster_runtime_model(
+        "rt",
+        replicated_jobs=[
+            job("dataset-initializer", "dataset-initializer", ["dataset"]),
+            job("node", "trainer", ["node", "sidecar"]),
+        ],
     )
 
 
