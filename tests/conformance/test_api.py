@@ -13,6 +13,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client, watch
 
+from tests import builders
 from tests.conformance.cluster import REAL, Cluster, body, cluster_fixture, install_crds
 
 __all__ = ["cluster_fixture"]  # the `cluster` fixture
@@ -51,19 +52,10 @@ async def raw(
         return status, text
 
 
-def trainjob(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainJob",
-        "metadata": {"name": name},
-        "spec": {"runtimeRef": {"name": "torch-distributed"}, **spec},
-    }
-
-
 async def create_tj(c: Cluster, name: str, **spec: Any) -> dict[str, Any]:
     await install_crds(c.api)
     out: dict[str, Any] = await c.custom.create_namespaced_custom_object(
-        GROUP, VERSION, c.namespace, "trainjobs", trainjob(name, **spec)
+        GROUP, VERSION, c.namespace, "trainjobs", builders.trainjob(name, namespace=None, **spec)
     )
     return out
 
@@ -416,7 +408,7 @@ async def test_server_side_apply_real_yaml_body(cluster: Cluster) -> None:
 
 async def test_reapplying_the_same_config_bumps_nothing(cluster: Cluster) -> None:
     await install_crds(cluster.api)
-    cfg = trainjob("same")
+    cfg = builders.trainjob("same", namespace=None)
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{cluster.namespace}/trainjobs/same"
     q = [("fieldManager", "trainer"), ("force", "true")]
     _, first = await raw(
@@ -1011,7 +1003,11 @@ async def test_trainjob_crd_rules_answer_422_with_upstream_messages(
     await install_crds(cluster.api)
     with pytest.raises(client.ApiException) as err:
         await cluster.custom.create_namespaced_custom_object(
-            GROUP, VERSION, cluster.namespace, "trainjobs", trainjob("bad", **spec)
+            GROUP,
+            VERSION,
+            cluster.namespace,
+            "trainjobs",
+            builders.trainjob("bad", namespace=None, **spec),
         )
     assert err.value.status == 422
     causes = body(err.value)["details"]["causes"]
@@ -1059,7 +1055,7 @@ async def test_unknown_fields_are_rejected_with_strict_field_validation(cluster:
         cluster,
         "POST",
         f"/apis/{GROUP}/{VERSION}/namespaces/{cluster.namespace}/trainjobs",
-        trainjob("unknown", trainer={"numNode": 2}),
+        builders.trainjob("unknown", namespace=None, trainer={"numNode": 2}),
         query=[("fieldValidation", "Strict")],
     )
     assert status == 400
@@ -1068,7 +1064,7 @@ async def test_unknown_fields_are_rejected_with_strict_field_validation(cluster:
         cluster,
         "POST",
         f"/apis/{GROUP}/{VERSION}/namespaces/{cluster.namespace}/trainjobs",
-        trainjob("pruned", trainer={"numNode": 2}),
+        builders.trainjob("pruned", namespace=None, trainer={"numNode": 2}),
         query=[("fieldValidation", "Ignore")],
     )
     assert status == 201 and pruned["spec"]["trainer"] == {}

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import builders as b
 from trainer.api import crds as crd_models
 from trainer.local.apiserver.patch import MERGE
 
@@ -38,17 +39,8 @@ def unique(prefix: str) -> str:
 
 
 def trainjob(name: str, nodes: int = 2, **trainer: Any) -> str:
-    return yaml.safe_dump(
-        {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "TrainJob",
-            "metadata": {"name": name},
-            "spec": {
-                "runtimeRef": {"name": "torch-distributed"},
-                "trainer": {"numNodes": nodes, **trainer},
-            },
-        }
-    )
+    """The YAML manifest of TrainJob ``name`` (no namespace: kubectl's ``-n`` decides)."""
+    return yaml.safe_dump(b.trainjob(name, namespace=None, num_nodes=nodes, trainer=trainer))
 
 
 def rows(output: str) -> list[list[str]]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests import builders as b
 from tests.e2e.kueue import Flavor, KueueEmulator, pod_sets_of_jobset
 from tests.e2e.test_run import condition, until
 from trainer.api import constants as c
@@ -102,20 +103,14 @@ class Env:
         return self.tmp / f"release-{name}"
 
     def trainjob_body(self, name: str, queue: str = "user-queue", **spec: Any) -> dict[str, Any]:
-        return {
-            "apiVersion": c.API_VERSION,
-            "kind": c.KIND_TRAINJOB,
-            "metadata": {
-                "name": name,
-                "namespace": spec.pop("namespace", "default"),
-                "labels": {c.LABEL_KUEUE_QUEUE_NAME: queue},
-            },
-            "spec": {
-                "runtimeRef": {"name": "queued"},
-                "trainer": {"env": [{"name": "RELEASE", "value": str(self.release(name))}]},
-                **spec,
-            },
-        }
+        trainer = {"env": [{"name": "RELEASE", "value": str(self.release(name))}]}
+        return b.trainjob(
+            name,
+            namespace=spec.pop("namespace", "default"),
+            runtime="queued",
+            labels={c.LABEL_KUEUE_QUEUE_NAME: queue},
+            **{"trainer": trainer, **spec},
+        )
 
     def get(self, name: str, namespace: str = "default") -> dict[str, Any]:
         return (

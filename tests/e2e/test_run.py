@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests import builders as b
 from trainer.api import constants as c
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.kube import resources as r
@@ -92,16 +93,8 @@ async def until(plane: LocalPlane, check: Any, timeout: float = 60.0) -> Any:
 
 
 def trainjob(name: str, command: list[str], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND_TRAINJOB,
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "runtimeRef": {"name": spec.pop("runtime", "torch-local-cpu")},
-            "trainer": {"command": command},
-            **spec,
-        },
-    }
+    runtime = spec.pop("runtime", "torch-local-cpu")
+    return b.trainjob(name, runtime=runtime, trainer={"command": command}, **spec)
 
 
 def state(plane: LocalPlane, name: str) -> dict[str, str]:

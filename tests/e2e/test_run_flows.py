@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import builders as b
 from tests.e2e.test_run import condition, trainjob, until
 from trainer.api import constants as c
 from trainer.cli.localplane import LocalPlane, start_local_plane
@@ -83,27 +84,6 @@ def replicated_job(
     return out
 
 
-def runtime(
-    name: str,
-    replicated_jobs: list[dict[str, Any]],
-    *,
-    kind: str = c.KIND_CLUSTER_TRAINING_RUNTIME,
-    **jobset_spec: Any,
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name}
-    if kind == c.KIND_TRAINING_RUNTIME:
-        meta["namespace"] = "default"
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": kind,
-        "metadata": meta,
-        "spec": {
-            "mlPolicy": {"numNodes": 1},
-            "template": {"spec": {"replicatedJobs": replicated_jobs, **jobset_spec}},
-        },
-    }
-
-
 def jobset(plane: LocalPlane, name: str) -> dict[str, Any]:
     return plane.server.get_object("jobset.x-k8s.io/v1alpha2", "jobsets", "default", name) or {}
 
@@ -130,9 +110,9 @@ async def test_failure_policy_max_restarts_restarts_the_whole_job(
         "print('first attempt fails' if first else 'second attempt succeeds'); "
         "sys.exit(1 if first else 0)"
     )
-    rt = runtime(
+    rt = b.runtime(
         "restart-once",
-        [replicated_job("node", c.ANCESTOR_TRAINER, [PY, "-c", script])],
+        replicated_jobs=[replicated_job("node", c.ANCESTOR_TRAINER, [PY, "-c", script])],
         failurePolicy={"maxRestarts": 1},
     )
     await plane.kube.create(rt, gvr=r.CLUSTER_TRAINING_RUNTIMES)
@@ -162,9 +142,9 @@ async def test_depends_on_runs_the_initializer_to_completion_before_the_trainer(
         "open(os.path.join(d, 'node.txt'), 'w').write(repr(start)); "
         "print('initializer ended', start - ended, 's before the trainer started')"
     )
-    rt = runtime(
+    rt = b.runtime(
         "with-initializer",
-        [
+        replicated_jobs=[
             replicated_job(
                 c.ANCESTOR_DATASET_INITIALIZER,
                 c.ANCESTOR_DATASET_INITIALIZER,

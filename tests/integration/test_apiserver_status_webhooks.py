@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests import builders as b
 from trainer.api import crds
 from trainer.kube import resources as r
 from trainer.kube.client import new_api_client
@@ -71,14 +72,7 @@ async def server() -> AsyncIterator[APIServer]:
         srv.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     api, kube = await client_of(srv)
     try:
-        await kube.create(
-            {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "TrainJob",
-                "metadata": {"name": "job", "namespace": "default"},
-                "spec": {"runtimeRef": {"name": "torch-distributed"}},
-            }
-        )
+        await kube.create(b.trainjob())
     finally:
         await api.close()
     try:

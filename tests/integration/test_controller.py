@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.builders import trainjob
 from tests.integration.harness import GROUP, VERSION, Plane, local_plane
 from trainer.controller.manager import Controller
 from trainer.kube import resources as r
@@ -37,15 +38,6 @@ async def env() -> AsyncIterator[tuple[Plane, Controller, Clock]]:
             yield plane, controller, clock
         finally:
             await controller.stop()
-
-
-def trainjob(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"runtimeRef": {"name": "torch-distributed"}, **spec},
-    }
 
 
 def state_of(obj: dict[str, Any] | None) -> str | None:

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.builders import trainjob
 from tests.integration.harness import Plane, local_plane
-from tests.integration.test_controller import KEYS, conditions, trainjob
+from tests.integration.test_controller import KEYS, conditions
 from trainer.controller.manager import Controller
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer

@@ -14,7 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.integration.harness import GROUP, VERSION, Plane, local_plane
+from tests.builders import trainjob
+from tests.integration.harness import Plane, local_plane
 from tests.integration.test_webhook_cluster import configurations
 from trainer.cli.process import ProcessOptions, ProcessState, run_controller
 from trainer.controller.config import parse_config
@@ -48,15 +49,6 @@ leaderElection:
   retryPeriod: 200ms
 """
     return parse_config(text)
-
-
-def trainjob(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"runtimeRef": {"name": "torch-distributed"}, **spec},
-    }
 
 
 class Replica:

@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
+from tests.builders import trainjob
 from tests.integration.harness import GROUP, VERSION, Plane, local_plane
-from tests.integration.test_controller import conditions, trainjob
+from tests.integration.test_controller import conditions
 from tests.integration.test_controller_flows import new_controller, running, until
 from trainer.kube import resources as r
 from trainer.kube.client import new_api_client

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tests.builders import trainjob
 from trainer.api import crds
 from trainer.kube import resources as r
 from trainer.kube.client import new_api_client
@@ -53,15 +54,6 @@ def configmap(name: str, data: dict[str, str], **labels: str) -> dict[str, Any]:
     if labels:
         meta["labels"] = labels
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
-
-
-def trainjob(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"runtimeRef": {"name": "torch-distributed"}},
-    }
 
 
 @pytest.mark.parametrize(

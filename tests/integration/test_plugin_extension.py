@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from tests.builders import trainjob
 from tests.integration.harness import Plane, local_plane
-from tests.integration.test_controller import KEYS, conditions, trainjob
+from tests.integration.test_controller import KEYS, conditions
 from tests.integration.test_controller_flows import Observer, container, running
 from tests.plugins.tuning import ANNOTATION_LEVEL, LABEL_PROFILE_FOR, TuningPlugin
 from trainer.admission.trainjob import validate_trainjob

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import builders as b
 from tests.integration.harness import Plane, local_plane
 from tests.integration.test_controller_flows import gang_runtime, install_podgroup_crds
 from tests.integration.test_controller_process import config, free_port
@@ -159,12 +160,7 @@ def requested(record: RequestRecord) -> list[tuple[str, str, str, str, str]]:
 
 
 def trainjob(name: str, runtime: str, kind: str = "ClusterTrainingRuntime", **spec: Any) -> Any:
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"runtimeRef": {"name": runtime, "kind": kind}, **spec},
-    }
+    return b.trainjob(name, runtime=runtime, runtime_kind=kind, **spec)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from tests import builders
 from trainer.api import crds
 from trainer.kube.client import new_api_client
 from trainer.local.apiserver import APIServer
@@ -139,15 +140,6 @@ async def env() -> AsyncIterator[Env]:
             await server.stop()
 
 
-def trainjob(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainJob",
-        "metadata": {"name": name},
-        "spec": {"runtimeRef": {"name": "torch-distributed"}, **spec},
-    }
-
-
 async def test_certificates_are_stored_and_the_ca_bundle_injected(env: Env) -> None:
     secret = env.server.get_object(
         "v1", "secrets", "kubeflow-system", "kubeflow-trainer-webhook-cert"
@@ -163,7 +155,9 @@ async def test_certificates_are_stored_and_the_ca_bundle_injected(env: Env) -> N
 
 
 async def test_an_invalid_trainjob_is_denied_with_403_listing_every_error(env: Env) -> None:
-    bad = trainjob("bad", trainer={"env": [{"name": "PET_NNODES", "value": "2"}]})
+    bad = builders.trainjob(
+        "bad", namespace=None, trainer={"env": [{"name": "PET_NNODES", "value": "2"}]}
+    )
     bad["spec"]["runtimePatches"] = [{"manager": "kueue.k8s.io/"}]
     with pytest.raises(client.ApiException) as err:
         await env.custom.create_namespaced_custom_object(
@@ -178,7 +172,7 @@ async def test_an_invalid_trainjob_is_denied_with_403_listing_every_error(env: E
 
 
 async def test_a_missing_runtime_is_denied(env: Env) -> None:
-    missing = trainjob("orphan")
+    missing = builders.trainjob("orphan", namespace=None)
     missing["spec"]["runtimeRef"]["name"] = "no-such-runtime"
     with pytest.raises(client.ApiException) as err:
         await env.custom.create_namespaced_custom_object(
@@ -197,7 +191,7 @@ async def test_a_just_created_runtime_is_accepted_at_once(env: Env) -> None:
     await env.custom.create_cluster_custom_object(
         GROUP, VERSION, "clustertrainingruntimes", runtime
     )
-    job = trainjob("on-new-runtime")
+    job = builders.trainjob("on-new-runtime", namespace=None)
     job["spec"]["runtimeRef"]["name"] = "brand-new"
     created = await env.custom.create_namespaced_custom_object(
         GROUP, VERSION, "default", "trainjobs", job
@@ -206,7 +200,7 @@ async def test_a_just_created_runtime_is_accepted_at_once(env: Env) -> None:
 
 
 async def test_the_defaulter_stamps_runtime_patch_times(env: Env) -> None:
-    job = trainjob("patched")
+    job = builders.trainjob("patched", namespace=None)
     job["spec"]["runtimePatches"] = [{"manager": "example.com/team", "trainingRuntimeSpec": {}}]
     created = await env.custom.create_namespaced_custom_object(
         GROUP, VERSION, "default", "trainjobs", job
@@ -243,7 +237,7 @@ async def test_webhook_down_fails_closed(env: Env) -> None:
     await admission.replace_validating_webhook_configuration(config["metadata"]["name"], config)
     with pytest.raises(client.ApiException) as err:
         await env.custom.create_namespaced_custom_object(
-            GROUP, VERSION, "default", "trainjobs", trainjob("x")
+            GROUP, VERSION, "default", "trainjobs", builders.trainjob("x", namespace=None)
         )
     assert err.value.status == 500
     assert (

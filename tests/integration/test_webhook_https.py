@@ -19,6 +19,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from tests import builders as b
 from trainer.api.jobset import JobSet
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime
@@ -75,12 +76,8 @@ def _runtimes() -> list[Runtime]:
 
 
 def trainjob(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": "job", "namespace": "team"},
-        "spec": {"runtimeRef": {"name": "torch"}, "trainer": {"numNodes": 2}, **spec},
-    }
+    """TrainJob ``team/job`` on ``torch`` with two nodes; ``spec`` entries replace."""
+    return b.trainjob(namespace="team", runtime="torch", **{"trainer": {"numNodes": 2}, **spec})
 
 
 def review(obj: dict[str, Any], uid: str = "uid-1", operation: str = "CREATE") -> dict[str, Any]:

@@ -33,6 +33,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from tests import builders as b
 from trainer.api import crds
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime
@@ -99,16 +100,7 @@ def trainjob(name: str, size: int, entries: int = 100) -> dict[str, Any]:
     env = [
         {"name": f"LARGE_{i:06d}", "value": f"{i:06d}".ljust(value, "v")} for i in range(entries)
     ]
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainJob",
-        "metadata": {"name": name},
-        "spec": {
-            "runtimeRef": {"name": "torch-distributed"},
-            "suspend": True,
-            "trainer": {"env": env},
-        },
-    }
+    return b.trainjob(name, namespace=None, suspend=True, trainer={"env": env})
 
 
 def wire_size(obj: Any) -> int:

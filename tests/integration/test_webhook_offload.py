@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import builders as b
 from trainer.api.jobset import JobSet
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime
@@ -73,16 +74,9 @@ def lookup() -> StaticLookup:
 
 
 def trainjob(env: int = 2, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": GROUP_VERSION,
-        "kind": "TrainJob",
-        "metadata": {"name": "job", "namespace": "team"},
-        "spec": {
-            "runtimeRef": {"name": "torch-distributed"},
-            "trainer": {"env": [{"name": f"E{i}", "value": "v"} for i in range(env)]},
-            **spec,
-        },
-    }
+    """TrainJob ``team/job`` whose trainer sets ``env`` variables; ``spec`` entries replace."""
+    trainer = {"env": [{"name": f"E{i}", "value": "v"} for i in range(env)]}
+    return b.trainjob(namespace="team", **{"trainer": trainer, **spec})
 
 
 def review(obj: Any, operation: str = "CREATE", old: Any = None, uid: str = "uid-1") -> bytes:

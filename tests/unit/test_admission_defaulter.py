@@ -3,12 +3,16 @@ create and on change, keeps the old stamp for unchanged patches, and never mutat
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
 
+from tests import builders as b
 from trainer.admission.defaulter import default_trainjob
 from trainer.api.v1alpha1 import TrainJob
+
+trainjob = partial(b.trainjob_model, namespace="ns", suspend=False)
 
 NOW = "2026-11-22T10:00:00Z"
 OLD = "2026-01-01T00:00:00Z"
@@ -36,13 +40,6 @@ def patch(manager: str, pool: str = "a", time: str | None = None) -> dict[str, A
     if time is not None:
         out["time"] = time
     return out
-
-
-def trainjob(runtime_patches: list[dict[str, Any]] | None, suspend: bool = False) -> TrainJob:
-    spec: dict[str, Any] = {"runtimeRef": {"name": "torch-distributed"}, "suspend": suspend}
-    if runtime_patches is not None:
-        spec["runtimePatches"] = runtime_patches
-    return TrainJob.from_wire({"metadata": {"name": "job", "namespace": "ns"}, "spec": spec})
 
 
 def times(tj: TrainJob) -> dict[str, str | None]:
@@ -73,7 +70,7 @@ def times(tj: TrainJob) -> dict[str, str | None]:
     ],
 )
 def test_create(new: list[dict[str, Any]], expected: dict[str, str]) -> None:
-    assert times(default_trainjob(trainjob(new), None, NOW)) == expected
+    assert times(default_trainjob(trainjob(runtime_patches=new), None, NOW)) == expected
 
 
 @pytest.mark.parametrize(
@@ -134,21 +131,25 @@ def test_create(new: list[dict[str, Any]], expected: dict[str, str]) -> None:
 def test_update(
     old: list[dict[str, Any]] | None, new: list[dict[str, Any]] | None, expected: dict[str, str]
 ) -> None:
-    out = default_trainjob(trainjob(new, suspend=True), trainjob(old, suspend=True), NOW)
+    out = default_trainjob(
+        trainjob(runtime_patches=new, suspend=True),
+        trainjob(runtime_patches=old, suspend=True),
+        NOW,
+    )
     assert times(out) == expected
 
 
 def test_unsuspend_only_keeps_every_time() -> None:
-    old = trainjob([patch("kueue.x-k8s.io/manager", time=OLD)], suspend=True)
-    new = trainjob([patch("kueue.x-k8s.io/manager", time=OLD)], suspend=False)
+    old = trainjob(runtime_patches=[patch("kueue.x-k8s.io/manager", time=OLD)], suspend=True)
+    new = trainjob(runtime_patches=[patch("kueue.x-k8s.io/manager", time=OLD)], suspend=False)
     out = default_trainjob(new, old, NOW)
     assert times(out) == {"kueue.x-k8s.io/manager": OLD}
     assert out.to_wire() == new.to_wire()
 
 
 def test_inputs_are_not_mutated_and_the_rest_is_kept() -> None:
-    new = trainjob([patch("a.io/x"), patch("b.io/y", pool="b")])
-    old = trainjob([patch("a.io/x", time=OLD)])
+    new = trainjob(runtime_patches=[patch("a.io/x"), patch("b.io/y", pool="b")])
+    old = trainjob(runtime_patches=[patch("a.io/x", time=OLD)])
     new_before, old_before = new.to_wire(), old.to_wire()
     out = default_trainjob(new, old, NOW)
     assert new.to_wire() == new_before
@@ -162,7 +163,7 @@ def test_inputs_are_not_mutated_and_the_rest_is_kept() -> None:
 
 
 def test_no_patches_returns_an_equal_copy() -> None:
-    new = trainjob(None)
+    new = trainjob(runtime_patches=None)
     out = default_trainjob(new, None, NOW)
     assert out is not new
     assert out.to_wire() == new.to_wire()

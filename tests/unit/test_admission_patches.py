@@ -4,15 +4,19 @@ containers, and the suspend / active-JobSet mutability rule."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
 import yaml
 
+from tests import builders as b
 from trainer.admission import patches
 from trainer.api.errors import FORBIDDEN, INVALID, REQUIRED, FieldError
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
+
+trainjob = partial(b.trainjob_model, namespace="ns", runtime="rt")
 
 RUNTIME = ClusterTrainingRuntime.from_wire(
     yaml.safe_load(
@@ -50,17 +54,6 @@ spec:
 
 P0 = "spec.runtimePatches[0]"
 JOBS = f"{P0}.trainingRuntimeSpec.template.spec.replicatedJobs"
-
-
-def trainjob(
-    runtime_patches: list[dict[str, Any]] | None = None, suspend: bool | None = None
-) -> TrainJob:
-    spec: dict[str, Any] = {"runtimeRef": {"name": "rt"}}
-    if runtime_patches is not None:
-        spec["runtimePatches"] = runtime_patches
-    if suspend is not None:
-        spec["suspend"] = suspend
-    return TrainJob.from_wire({"metadata": {"name": "job", "namespace": "ns"}, "spec": spec})
 
 
 def job_patch(name: str, pod: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -126,7 +119,7 @@ def test_too_long_domain_reports_length_and_format() -> None:
 
 
 def test_manager_error_is_reported_at_the_patch_index() -> None:
-    tj = trainjob([patch("acme.io/ok"), patch("kueue.k8s.io/")])
+    tj = trainjob(runtime_patches=[patch("acme.io/ok"), patch("kueue.k8s.io/")])
     errors = patches.validate_patch_content(tj, RUNTIME)
     assert brief(errors) == [
         ("spec.runtimePatches[1].manager", INVALID, NOT_DOMAIN_PREFIXED),
@@ -288,13 +281,15 @@ CONTENT_CASES: list[tuple[str, list[dict[str, Any]], list[tuple[str, str, str]]]
 def test_patch_content(
     runtime_patches: list[dict[str, Any]], expected: list[tuple[str, str, str]]
 ) -> None:
-    errors = patches.validate_patch_content(trainjob(runtime_patches), RUNTIME)
+    errors = patches.validate_patch_content(trainjob(runtime_patches=runtime_patches), RUNTIME)
     assert brief(errors) == expected
 
 
 def test_patch_content_error_values_name_the_offender() -> None:
     tj = trainjob(
-        [patch(jobs=[job_patch("ghost"), job_patch("node", {"containers": [{"name": "x"}]})])]
+        runtime_patches=[
+            patch(jobs=[job_patch("ghost"), job_patch("node", {"containers": [{"name": "x"}]})])
+        ]
     )
     errors = patches.validate_patch_content(tj, RUNTIME)
     assert [e.value for e in errors] == ["ghost", "x"]
@@ -321,7 +316,10 @@ def test_no_patches_no_errors() -> None:
 def test_patches_changed(
     old: list[dict[str, Any]] | None, new: list[dict[str, Any]] | None, changed: bool
 ) -> None:
-    assert patches.patches_changed(trainjob(new), trainjob(old)) is changed
+    assert (
+        patches.patches_changed(trainjob(runtime_patches=new), trainjob(runtime_patches=old))
+        is changed
+    )
 
 
 # --- mutability on update ------------------------------------------------------------------------
@@ -329,32 +327,15 @@ SELECTOR_A = [patch(jobs=[job_patch("node", {"nodeSelector": {"pool": "a"}})])]
 SELECTOR_B = [patch(jobs=[job_patch("node", {"nodeSelector": {"pool": "b"}})])]
 
 
-def jobset(active: dict[str, int]) -> JobSet:
-    return JobSet.from_wire(
-        {
-            "metadata": {"name": "job"},
-            "status": {
-                "replicatedJobsStatus": [
-                    {
-                        "name": n,
-                        "ready": 0,
-                        "succeeded": 0,
-                        "failed": 0,
-                        "active": a,
-                        "suspended": 0,
-                    }
-                    for n, a in active.items()
-                ]
-            },
-        }
-    )
-
-
 ACTIVE_MSG = "RuntimePatches cannot be modified when the JobSet's ReplicatedJob {} is still active"
 
 
 def tj(runtime_patches: list[dict[str, Any]] | None, suspend: bool) -> TrainJob:
-    return trainjob(runtime_patches, suspend=suspend)
+    return trainjob(runtime_patches=runtime_patches, suspend=suspend)
+
+
+def jobset(active: dict[str, int]) -> JobSet:
+    return b.jobset_model(namespace=None, active=active)
 
 
 TIMED_A = [{**SELECTOR_A[0], "time": "2030-01-01T00:00:00Z"}]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import builders as b
 from trainer.admission.types import ClusterView, Verdict
 from trainer.api.errors import FORBIDDEN, INVALID
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
@@ -30,16 +31,14 @@ def runtime(text: str) -> ClusterTrainingRuntime:
 
 
 def trainjob(ref: str = "rt", trainer: dict[str, Any] | None = None, **spec: Any) -> TrainJob:
-    body: dict[str, Any] = {"runtimeRef": {"name": ref, "kind": "ClusterTrainingRuntime"}, **spec}
-    if trainer is not None:
-        body["trainer"] = trainer
-    return TrainJob.from_wire(
-        {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "TrainJob",
-            "metadata": {"name": "job", "namespace": "team", "uid": "uid-1"},
-            "spec": body,
-        }
+    """A TrainJob in ``team`` on the ClusterTrainingRuntime ``ref``."""
+    return b.trainjob_model(
+        namespace="team",
+        uid="uid-1",
+        runtime=ref,
+        runtime_kind="ClusterTrainingRuntime",
+        trainer=trainer,
+        **spec,
     )
 
 
@@ -138,29 +137,21 @@ def env_injection(targets: list[dict[str, Any]]) -> ClusterTrainingRuntime:
 
 def mpi_runtime(jobs: tuple[str, ...], run_launcher_as_node: bool) -> ClusterTrainingRuntime:
     """An MPI runtime with the given jobs; the first one is the trainer step."""
-    replicated = []
-    for i, name in enumerate(jobs):
-        template: dict[str, Any] = {
-            "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "mpi"}]}}}
-        }
-        if i == 0:
-            template["metadata"] = {
-                "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
-            }
-        replicated.append({"name": name, "template": template})
-    return ClusterTrainingRuntime.from_wire(
-        {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "ClusterTrainingRuntime",
-            "metadata": {"name": "rt"},
-            "spec": {
-                "mlPolicy": {
-                    "numNodes": 1,
-                    "mpi": {"numProcPerNode": 1, "runLauncherAsNode": run_launcher_as_node},
-                },
-                "template": {"spec": {"replicatedJobs": replicated}},
-            },
-        }
+    replicated = [
+        b.replicated_job(
+            name,
+            ancestor="trainer" if i == 0 else None,
+            containers=[b.container("node", "mpi")],
+        )
+        for i, name in enumerate(jobs)
+    ]
+    return b.cluster_runtime_model(
+        "rt",
+        ml_policy={
+            "numNodes": 1,
+            "mpi": {"numProcPerNode": 1, "runLauncherAsNode": run_launcher_as_node},
+        },
+        replicated_jobs=replicated,
     )
 
 

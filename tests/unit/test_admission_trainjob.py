@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import builders as b
 from trainer.admission import patches, trainjob
 from trainer.admission.trainjob import validate_trainjob
 from trainer.admission.types import ClusterView, Verdict
 from trainer.api import constants as c
 from trainer.api.errors import FORBIDDEN, INVALID, FieldError
 from trainer.api.jobset import JobSet
-from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
 from trainer.runtime.assemble import PatchMergeError
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import BuildError, Info, Runtime
@@ -25,30 +26,6 @@ NAME = "metadata.name"
 
 
 # --- builders ------------------------------------------------------------------------------------
-def rjob(
-    name: str,
-    ancestor: str | None,
-    containers: list[dict[str, Any]],
-    *,
-    init_containers: list[dict[str, Any]] | None = None,
-    replicas: int | None = None,
-    parallelism: int | None = None,
-) -> dict[str, Any]:
-    pod: dict[str, Any] = {"containers": containers}
-    if init_containers is not None:
-        pod["initContainers"] = init_containers
-    job_spec: dict[str, Any] = {"template": {"spec": pod}}
-    if parallelism is not None:
-        job_spec["parallelism"] = parallelism
-    tmpl: dict[str, Any] = {"spec": job_spec}
-    if ancestor is not None:
-        tmpl["metadata"] = {"labels": {c.LABEL_ANCESTOR: ancestor}}
-    out: dict[str, Any] = {"name": name, "template": tmpl}
-    if replicas is not None:
-        out["replicas"] = replicas
-    return out
-
-
 def ctr(name: str, *mounts: str) -> dict[str, Any]:
     out: dict[str, Any] = {"name": name, "image": f"{name}-image"}
     if mounts:
@@ -56,16 +33,22 @@ def ctr(name: str, *mounts: str) -> dict[str, Any]:
     return out
 
 
-NODE_JOB = rjob("node", c.ANCESTOR_TRAINER, [ctr("node")])
-DATASET_JOB = rjob(
+NODE_JOB = b.replicated_job("node", ancestor=c.ANCESTOR_TRAINER, containers=[ctr("node")])
+DATASET_JOB = b.replicated_job(
     "dataset-initializer",
-    c.ANCESTOR_DATASET_INITIALIZER,
-    [ctr("dataset-initializer", "initializer")],
+    ancestor=c.ANCESTOR_DATASET_INITIALIZER,
+    containers=[ctr("dataset-initializer", "initializer")],
 )
-MODEL_JOB = rjob(
-    "model-initializer", c.ANCESTOR_MODEL_INITIALIZER, [ctr("model-initializer", "initializer")]
+MODEL_JOB = b.replicated_job(
+    "model-initializer",
+    ancestor=c.ANCESTOR_MODEL_INITIALIZER,
+    containers=[ctr("model-initializer", "initializer")],
 )
-CACHE_JOB = rjob("cache-initializer", c.ANCESTOR_CACHE_INITIALIZER, [ctr("cache-initializer")])
+CACHE_JOB = b.replicated_job(
+    "cache-initializer",
+    ancestor=c.ANCESTOR_CACHE_INITIALIZER,
+    containers=[ctr("cache-initializer")],
+)
 
 
 def runtime(
@@ -76,32 +59,22 @@ def runtime(
     labels: dict[str, str] | None = None,
     ml_policy: dict[str, Any] | None = None,
 ) -> Runtime:
-    meta: dict[str, Any] = {"name": name}
-    if kind == c.KIND_TRAINING_RUNTIME:
-        meta["namespace"] = "ns"
-    if labels:
-        meta["labels"] = labels
-    data = {
-        "apiVersion": c.API_VERSION,
-        "kind": kind,
-        "metadata": meta,
-        "spec": {
-            "mlPolicy": ml_policy if ml_policy is not None else {"numNodes": 1, "torch": {}},
-            "template": {"spec": {"replicatedJobs": jobs if jobs is not None else [NODE_JOB]}},
-        },
-    }
-    if kind == c.KIND_TRAINING_RUNTIME:
-        return TrainingRuntime.from_wire(data)
-    return ClusterTrainingRuntime.from_wire(data)
+    """The runtime ``name`` (in ``ns`` when namespaced): a torch policy over ``jobs``."""
+    return b.runtime_model(
+        name,
+        kind=kind,
+        namespace="ns",
+        labels=labels or None,
+        ml_policy=ml_policy if ml_policy is not None else {"numNodes": 1, "torch": {}},
+        replicated_jobs=jobs if jobs is not None else [NODE_JOB],
+    )
 
 
 def job(spec_yaml: str = "", *, name: str = "job", **spec: Any) -> TrainJob:
     """A TrainJob ``name`` in namespace ``ns`` on ClusterTrainingRuntime ``torch`` unless the
     YAML says otherwise."""
-    body: dict[str, Any] = {"runtimeRef": {"name": "torch"}}
-    body.update(yaml.safe_load(spec_yaml) or {})
-    body.update(spec)
-    return TrainJob.from_wire({"metadata": {"name": name, "namespace": "ns"}, "spec": body})
+    fields = {**(yaml.safe_load(spec_yaml) or {}), **spec}
+    return b.trainjob_model(name, namespace="ns", runtime="torch", **fields)
 
 
 def brief(verdict: Verdict) -> list[tuple[str, str, str]]:
@@ -233,8 +206,10 @@ INITIALIZER_CASES: list[tuple[str, str, list[dict[str, Any]], list[str]]] = [
         "dataset job without its container",
         DATASET,
         [
-            rjob(
-                "dataset-initializer", c.ANCESTOR_DATASET_INITIALIZER, [ctr("other", "initializer")]
+            b.replicated_job(
+                "dataset-initializer",
+                ancestor=c.ANCESTOR_DATASET_INITIALIZER,
+                containers=[ctr("other", "initializer")],
             ),
             NODE_JOB,
         ],
@@ -243,17 +218,24 @@ INITIALIZER_CASES: list[tuple[str, str, list[dict[str, Any]], list[str]]] = [
     (
         "model job without its container",
         MODEL,
-        [rjob("model-initializer", c.ANCESTOR_MODEL_INITIALIZER, [ctr("other")]), NODE_JOB],
+        [
+            b.replicated_job(
+                "model-initializer",
+                ancestor=c.ANCESTOR_MODEL_INITIALIZER,
+                containers=[ctr("other")],
+            ),
+            NODE_JOB,
+        ],
         [NO_MODEL_CTR],
     ),
     (
         "dataset container without the initializer mount",
         DATASET,
         [
-            rjob(
+            b.replicated_job(
                 "dataset-initializer",
-                c.ANCESTOR_DATASET_INITIALIZER,
-                [ctr("dataset-initializer", "data")],
+                ancestor=c.ANCESTOR_DATASET_INITIALIZER,
+                containers=[ctr("dataset-initializer", "data")],
             ),
             NODE_JOB,
         ],
@@ -263,7 +245,11 @@ INITIALIZER_CASES: list[tuple[str, str, list[dict[str, Any]], list[str]]] = [
         "model container without the initializer mount",
         MODEL,
         [
-            rjob("model-initializer", c.ANCESTOR_MODEL_INITIALIZER, [ctr("model-initializer")]),
+            b.replicated_job(
+                "model-initializer",
+                ancestor=c.ANCESTOR_MODEL_INITIALIZER,
+                containers=[ctr("model-initializer")],
+            ),
             NODE_JOB,
         ],
         [NO_MODEL_MOUNT],
@@ -272,10 +258,10 @@ INITIALIZER_CASES: list[tuple[str, str, list[dict[str, Any]], list[str]]] = [
         "the job is found by name, not ancestor (as upstream)",
         DATASET,
         [
-            rjob(
+            b.replicated_job(
                 "prepare",
-                c.ANCESTOR_DATASET_INITIALIZER,
-                [ctr("dataset-initializer", "initializer")],
+                ancestor=c.ANCESTOR_DATASET_INITIALIZER,
+                containers=[ctr("dataset-initializer", "initializer")],
             ),
             NODE_JOB,
         ],
@@ -285,10 +271,10 @@ INITIALIZER_CASES: list[tuple[str, str, list[dict[str, Any]], list[str]]] = [
         "an init container of that name counts (as upstream)",
         DATASET,
         [
-            rjob(
+            b.replicated_job(
                 "dataset-initializer",
-                c.ANCESTOR_DATASET_INITIALIZER,
-                [ctr("sidecar")],
+                ancestor=c.ANCESTOR_DATASET_INITIALIZER,
+                containers=[ctr("sidecar")],
                 init_containers=[ctr("dataset-initializer", "initializer")],
             ),
             NODE_JOB,
@@ -308,7 +294,11 @@ def test_initializer_rules(spec: str, jobs: list[dict[str, Any]], messages: list
 
 
 def test_initializer_mount_added_by_a_patch_counts() -> None:
-    bare = rjob("dataset-initializer", c.ANCESTOR_DATASET_INITIALIZER, [ctr("dataset-initializer")])
+    bare = b.replicated_job(
+        "dataset-initializer",
+        ancestor=c.ANCESTOR_DATASET_INITIALIZER,
+        containers=[ctr("dataset-initializer")],
+    )
     mount = {"name": "initializer", "mountPath": "/workspace"}
     tj = job(
         DATASET,
@@ -369,10 +359,10 @@ CACHE_CASES: list[tuple[str, str, list[dict[str, Any]], list[str]]] = [
         "cache job with a cache of three pods",
         CACHE_URI,
         [
-            rjob(
+            b.replicated_job(
                 "cache-initializer",
-                c.ANCESTOR_CACHE_INITIALIZER,
-                [ctr("cache-initializer")],
+                ancestor=c.ANCESTOR_CACHE_INITIALIZER,
+                containers=[ctr("cache-initializer")],
                 parallelism=3,
             ),
             NODE_JOB,
@@ -382,17 +372,24 @@ CACHE_CASES: list[tuple[str, str, list[dict[str, Any]], list[str]]] = [
     (
         "cache job without its container",
         CACHE_URI,
-        [rjob("cache-initializer", c.ANCESTOR_CACHE_INITIALIZER, [ctr("flight")]), NODE_JOB],
+        [
+            b.replicated_job(
+                "cache-initializer",
+                ancestor=c.ANCESTOR_CACHE_INITIALIZER,
+                containers=[ctr("flight")],
+            ),
+            NODE_JOB,
+        ],
         [CACHE_CTR_MISSING],
     ),
     (
         "cache container only as an init container",
         CACHE_URI,
         [
-            rjob(
+            b.replicated_job(
                 "cache-initializer",
-                c.ANCESTOR_CACHE_INITIALIZER,
-                [ctr("flight")],
+                ancestor=c.ANCESTOR_CACHE_INITIALIZER,
+                containers=[ctr("flight")],
                 init_containers=[ctr("cache-initializer")],
             ),
             NODE_JOB,
@@ -403,10 +400,10 @@ CACHE_CASES: list[tuple[str, str, list[dict[str, Any]], list[str]]] = [
         "cache job with two replicas",
         CACHE_URI,
         [
-            rjob(
+            b.replicated_job(
                 "cache-initializer",
-                c.ANCESTOR_CACHE_INITIALIZER,
-                [ctr("cache-initializer")],
+                ancestor=c.ANCESTOR_CACHE_INITIALIZER,
+                containers=[ctr("cache-initializer")],
                 replicas=2,
             ),
             NODE_JOB,
@@ -416,7 +413,14 @@ CACHE_CASES: list[tuple[str, str, list[dict[str, Any]], list[str]]] = [
     (
         "cache ancestor on a job with another name",
         CACHE_URI,
-        [rjob("cache", c.ANCESTOR_CACHE_INITIALIZER, [ctr("cache-initializer")]), NODE_JOB],
+        [
+            b.replicated_job(
+                "cache",
+                ancestor=c.ANCESTOR_CACHE_INITIALIZER,
+                containers=[ctr("cache-initializer")],
+            ),
+            NODE_JOB,
+        ],
         [CACHE_JOB_MISSING],
     ),
     (
@@ -536,7 +540,7 @@ def test_patch_rules_report_precise_paths() -> None:
 
 
 def test_patch_adding_a_job_with_a_template_is_rejected_once() -> None:
-    extra = rjob("extra", None, [ctr("extra")])
+    extra = b.replicated_job("extra", ancestor=None, containers=[ctr("extra")])
     tj = job(
         runtimePatches=[
             {
@@ -580,24 +584,7 @@ def test_valid_patch_is_accepted() -> None:
 
 # --- update: runtimePatches mutability -----------------------------------------------------------
 def jobset(active: int) -> JobSet:
-    return JobSet.from_wire(
-        {
-            "metadata": {"name": "job", "namespace": "ns"},
-            "spec": {"suspend": active == 0},
-            "status": {
-                "replicatedJobsStatus": [
-                    {
-                        "name": "node",
-                        "ready": 0,
-                        "succeeded": 0,
-                        "failed": 0,
-                        "active": active,
-                        "suspended": 0,
-                    }
-                ]
-            },
-        }
-    )
+    return b.jobset_model(namespace="ns", suspend=active == 0, active={"node": active})
 
 
 PATCHED = [KUEUE_EMPTY_PATCH | {"time": "2026-01-01T00:00:00Z"}]
@@ -770,8 +757,8 @@ def test_name_budget_is_not_checked_on_update() -> None:
 
 def test_name_budget_with_mpi_uses_a_dummy_key() -> None:
     jobs = [
-        rjob("launcher", c.ANCESTOR_TRAINER, [ctr("node")]),
-        rjob("node", None, [ctr("node")]),
+        b.replicated_job("launcher", ancestor=c.ANCESTOR_TRAINER, containers=[ctr("node")]),
+        b.replicated_job("node", ancestor=None, containers=[ctr("node")]),
     ]
     rt = runtime(jobs, ml_policy={"numNodes": 1, "mpi": {"numProcPerNode": 1}})
     assert check(job("trainer: {numNodes: 2}", name="a" * 44), rt).allowed

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import builders as b
 from trainer.api import crds
 from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.core import crd
@@ -44,13 +45,9 @@ def names(tbl: dict[str, Any]) -> list[str]:
 
 
 def trainjob(name: str, **status: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": "ml", "creationTimestamp": ago(minutes=5)},
-        "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 3}},
-        "status": status,
-    }
+    data = b.trainjob(name, namespace="ml", num_nodes=3, status=status)
+    data["metadata"]["creationTimestamp"] = ago(minutes=5)
+    return data
 
 
 # --- custom resources ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests import builders as b
 from trainer.api import constants as c
 from trainer.api.load import check_object, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
@@ -223,15 +224,7 @@ def check_tf_config(raw: str, *, type_: str, index: int) -> None:
 
 
 def test_two_worker_tensorflow_job_tf_config_is_what_mwms_accepts() -> None:
-    job = TrainJob.from_wire(
-        {
-            "metadata": {"name": "tf2", "namespace": "default"},
-            "spec": {
-                "runtimeRef": {"name": "tensorflow-distributed"},
-                "trainer": {"numNodes": 2},
-            },
-        }
-    )
+    job = b.trainjob_model("tf2", runtime="tensorflow-distributed", num_nodes=2)
     got = pods(jobset_of(job, builtin_runtimes()["tensorflow-distributed"]))
     assert sorted(got) == [("node", 0), ("node", 1)]
     hosts = ["tf2-node-0-0.tf2:29500", "tf2-node-0-1.tf2:29500"]
@@ -263,7 +256,7 @@ spec:
 """
         )
     )
-    job = TrainJob.from_wire({"metadata": {"name": "t"}, "spec": {"runtimeRef": {"name": "tf"}}})
+    job = b.trainjob_model("t", namespace=None, runtime="tf")
     got = pods(jobset_of(job, runtime))
     expected = [("worker", i) for i in range(3)] + [("ps", 0), ("ps", 1), ("evaluator", 0)]
     assert sorted(got) == sorted(expected)
@@ -290,7 +283,7 @@ spec:
 """
         )
     )
-    job = TrainJob.from_wire({"metadata": {"name": "t"}, "spec": {"runtimeRef": {"name": "tf"}}})
+    job = b.trainjob_model("t", namespace=None, runtime="tf")
     with pytest.raises(BuildError, match="replicatedJob 'ps' has 2 replicas of 2 pods"):
         jobset_of(job, runtime)
 

@@ -11,6 +11,7 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_private_key, load_ssh_public_key
 
+from tests import builders as b
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
 from trainer.plugins.jobset import JobSetPlugin
 from trainer.plugins.mpi import MPIPlugin
@@ -139,19 +140,14 @@ def runtime(text: str, **mpi: Any) -> ClusterTrainingRuntime:
 
 
 def trainjob(name: str = "alpha", trainer: dict[str, Any] | None = None, **spec: Any) -> TrainJob:
-    body: dict[str, Any] = {
-        "runtimeRef": {"name": "rt", "kind": "ClusterTrainingRuntime"},
+    return b.trainjob_model(
+        name,
+        namespace="team",
+        uid="uid-1",
+        runtime="rt",
+        runtime_kind="ClusterTrainingRuntime",
+        trainer=trainer,
         **spec,
-    }
-    if trainer is not None:
-        body["trainer"] = trainer
-    return TrainJob.from_wire(
-        {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "TrainJob",
-            "metadata": {"name": name, "namespace": "team", "uid": "uid-1"},
-            "spec": body,
-        }
     )
 
 

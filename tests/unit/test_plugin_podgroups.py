@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
 
+from tests import builders as b
 from trainer.api import constants as c
 from trainer.api.errors import INVALID, FieldError
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
@@ -76,35 +76,18 @@ def make_runtime(
     jobs: list[dict[str, Any]] | None = None,
     annotations: dict[str, str] | None = None,
 ) -> ClusterTrainingRuntime:
-    template: dict[str, Any] = {
-        "spec": {"replicatedJobs": jobs if jobs is not None else standard_jobs()}
-    }
-    if annotations is not None:
-        template["metadata"] = {"annotations": annotations}
-    spec: dict[str, Any] = {"mlPolicy": {"numNodes": 1}, "template": template}
-    if pod_group_policy is not None:
-        spec["podGroupPolicy"] = pod_group_policy
-    return ClusterTrainingRuntime.from_wire(
-        {
-            "apiVersion": c.API_VERSION,
-            "kind": c.KIND_CLUSTER_TRAINING_RUNTIME,
-            "metadata": {"name": "rt"},
-            "spec": spec,
-        }
+    return b.cluster_runtime_model(
+        "rt",
+        replicated_jobs=jobs if jobs is not None else standard_jobs(),
+        template_annotations=annotations,
+        pod_group_policy=pod_group_policy,
     )
 
 
 def make_trainjob(num_nodes: int = 100, suspend: bool = False) -> TrainJob:
-    text = f"""
-apiVersion: trainer.kubeflow.org/v1alpha1
-kind: TrainJob
-metadata: {{name: job, namespace: ns, uid: uid-1}}
-spec:
-  runtimeRef: {{name: rt}}
-  suspend: {str(suspend).lower()}
-  trainer: {{numNodes: {num_nodes}}}
-"""
-    return TrainJob.from_wire(yaml.safe_load(text))
+    return b.trainjob_model(
+        namespace="ns", uid="uid-1", runtime="rt", suspend=suspend, num_nodes=num_nodes
+    )
 
 
 def framework(*plugins: Any) -> Framework:

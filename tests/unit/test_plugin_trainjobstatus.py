@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests import builders as b
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
 from trainer.plugins.registry import default_framework, framework_for, render
 from trainer.plugins.trainjobstatus import token_audience
@@ -27,46 +28,24 @@ NO_CA = "failed to find status server ca.crt in tls secret"
 
 def runtime() -> ClusterTrainingRuntime:
     def job(name: str, ancestor: str, containers: list[str]) -> dict[str, Any]:
-        return {
-            "name": name,
-            "template": {
-                "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": ancestor}},
-                "spec": {
-                    "template": {
-                        "spec": {
-                            "initContainers": [{"name": "setup", "image": "busybox"}],
-                            "containers": [{"name": n, "image": "img"} for n in containers],
-                        }
-                    }
-                },
-            },
-        }
+        return b.replicated_job(
+            name,
+            ancestor=ancestor,
+            containers=[b.container(n) for n in containers],
+            init_containers=[b.container("setup", "busybox")],
+        )
 
-    return ClusterTrainingRuntime.from_wire(
-        {
-            "metadata": {"name": "rt"},
-            "spec": {
-                "mlPolicy": {"numNodes": 1},
-                "template": {
-                    "spec": {
-                        "replicatedJobs": [
-                            job("dataset-initializer", "dataset-initializer", ["dataset"]),
-                            job("node", "trainer", ["node", "sidecar"]),
-                        ]
-                    }
-                },
-            },
-        }
+    return b.cluster_runtime_model(
+        "rt",
+        replicated_jobs=[
+            job("dataset-initializer", "dataset-initializer", ["dataset"]),
+            job("node", "trainer", ["node", "sidecar"]),
+        ],
     )
 
 
 def trainjob() -> TrainJob:
-    return TrainJob.from_wire(
-        {
-            "metadata": {"name": "job", "namespace": "ns1", "uid": "u-1"},
-            "spec": {"runtimeRef": {"name": "rt"}},
-        }
-    )
+    return b.trainjob_model(namespace="ns1", uid="u-1", runtime="rt")
 
 
 def build(ctx: BuildContext, secret: Any = SECRET) -> list[dict[str, Any]]:

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
+from tests import builders as b
+from trainer.api.v1alpha1 import ClusterTrainingRuntime
 from trainer.plugins.plainml import PlainMLPlugin
 from trainer.plugins.registry import default_framework, default_plugins, render
 from trainer.runtime.framework import PHASES, Framework
@@ -45,43 +46,17 @@ def test_plugin_names_are_unique() -> None:
 def runtime(
     policy: dict[str, Any], resources: dict[str, Any] | None = None
 ) -> ClusterTrainingRuntime:
-    container: dict[str, Any] = {"name": "node", "image": "img"}
-    if resources:
-        container["resources"] = resources
-    return ClusterTrainingRuntime.from_wire(
-        {
-            "metadata": {"name": "rt"},
-            "spec": {
-                "mlPolicy": {"numNodes": 1, **policy},
-                "template": {
-                    "spec": {
-                        "replicatedJobs": [
-                            {
-                                "name": "node",
-                                "template": {
-                                    "metadata": {
-                                        "labels": {
-                                            "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"
-                                        }
-                                    },
-                                    "spec": {"template": {"spec": {"containers": [container]}}},
-                                },
-                            }
-                        ]
-                    }
-                },
-            },
-        }
+    extra: dict[str, Any] = {"resources": resources} if resources else {}
+    node = b.container("node", **extra)
+    return b.cluster_runtime_model(
+        "rt",
+        ml_policy={"numNodes": 1, **policy},
+        replicated_jobs=[b.replicated_job(containers=[node])],
     )
 
 
 def env_of(trainjob: dict[str, Any], rt: ClusterTrainingRuntime) -> dict[str, Any]:
-    job = TrainJob.from_wire(
-        {
-            "metadata": {"name": "j", "namespace": "ns"},
-            "spec": {"runtimeRef": {"name": "rt"}, **trainjob},
-        }
-    )
+    job = b.trainjob_model("j", namespace="ns", runtime="rt", **trainjob)
     jobset = render(job, rt)[-1]
     ctr = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][
         0
@@ -134,14 +109,11 @@ def test_an_invalid_quantity_is_a_build_error_not_a_crash() -> None:
     from trainer.runtime.info import BuildError  # noqa: PLC0415
 
     rt = runtime({"xgboost": {}})
-    job = TrainJob.from_wire(
-        {
-            "metadata": {"name": "j", "namespace": "ns"},
-            "spec": {
-                "runtimeRef": {"name": "rt"},
-                "trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "lots"}}},
-            },
-        }
+    job = b.trainjob_model(
+        "j",
+        namespace="ns",
+        runtime="rt",
+        trainer={"resourcesPerNode": {"limits": {"nvidia.com/gpu": "lots"}}},
     )
     with pytest.raises(BuildError, match="invalid resource quantity: 'lots' is not a quantity"):
         render(job, rt)

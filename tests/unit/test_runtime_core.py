@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import builders as b
 from trainer.api.core import ResourceRequirements
 from trainer.api.jobset import JobSet, JobSetSpec
 from trainer.api.load import parse_object
@@ -190,12 +191,7 @@ spec:
 
 
 def job(**spec: Any) -> TrainJob:
-    return TrainJob.from_wire(
-        {
-            "metadata": {"name": "demo", "namespace": "ns", "uid": "u-1"},
-            "spec": {"runtimeRef": {"name": "rt"}, **spec},
-        }
-    )
+    return b.trainjob_model("demo", namespace="ns", uid="u-1", runtime="rt", **spec)
 
 
 def test_pod_set_counts_before_plugins() -> None:

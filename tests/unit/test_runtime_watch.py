@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests import builders as b
 from trainer.api.v1alpha1 import TrainJob
 from trainer.builtin import builtin_runtimes
 from trainer.controller.handlers import handler_for
@@ -25,9 +26,7 @@ from trainer.runtime.watch import (
     observe,
 )
 
-JOB = TrainJob.from_wire(
-    {"metadata": {"name": "job", "namespace": "ns"}, "spec": {"runtimeRef": {"name": "rt"}}}
-)
+JOB = b.trainjob_model(namespace="ns", runtime="rt")
 RUNTIME = builtin_runtimes()["torch-distributed"]
 
 

@@ -207,6 +207,19 @@ def without_trainer_status(status: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in status.items() if k != "trainerStatus"}
 
 
+def status_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any] | None:
+    """The merge patch for ``/status`` that takes ``current`` to ``desired``, or None when
+    nothing the controller owns differs.
+
+    ``trainerStatus`` belongs to the status server (SSA manager ``trainer-status``): it is
+    left out of both the comparison and the patch, so a merge patch built from a cached copy
+    never puts back an older trainerStatus than the one the server just wrote."""
+    status = without_trainer_status(desired)
+    if without_trainer_status(current) == status:
+        return None
+    return {"status": status}
+
+
 def any_active(jobset: dict[str, Any]) -> str | None:
     for status in (jobset.get("status") or {}).get("replicatedJobsStatus") or []:
         if status.get("active", 0) > 0:
@@ -465,13 +478,10 @@ class Reconciler:
     ) -> bool:
         """Merge-patch ``/status`` when it changed. False when the TrainJob no longer exists
         (deleted since the cache saw it: not an error, its DELETED event is on the way).
-
-        ``trainerStatus`` belongs to the status server (SSA manager ``trainer-status``): it
-        is left out of both the comparison and the patch, so a merge patch built from a cached
-        copy never puts back an older trainerStatus than the one the server just wrote."""
+        What is sent, and when, is :func:`status_patch`."""
         current = without_trainer_status(data.get("status") or {})
-        status = without_trainer_status(status)
-        if current == status:
+        patch = status_patch(current, status)
+        if patch is None:
             return True
         assert job.metadata is not None
         try:
@@ -479,7 +489,7 @@ class Reconciler:
                 r.TRAINJOBS,
                 job.metadata.namespace or "default",
                 job.metadata.name or "",
-                {"status": status},
+                patch,
             )
         except APIError as exc:
             if exc.is_not_found:
@@ -487,7 +497,7 @@ class Reconciler:
                 return False
             raise
         self.caches.trainjobs.record_write(patched)
-        await self._transition_events(data, current, status)
+        await self._transition_events(data, current, patch["status"])
         return True
 
     async def _delete_written(self, written: list[dict[str, Any]]) -> None:
