@@ -24,6 +24,7 @@ from trainer.api import constants as c
 from trainer.api.conditions import is_true
 from trainer.api.jobset import JobSet
 from trainer.api.load import ObjectError, parse_object
+from trainer.api.times import format_time
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob, TrainJobStatus
 from trainer.controller import events as ev
 from trainer.controller.queue import Result
@@ -31,7 +32,6 @@ from trainer.controller.status import (
     BuildFailure,
     deadline_remaining,
     desired_status,
-    format_time,
     is_finished,
 )
 from trainer.kube import resources as r

@@ -24,6 +24,7 @@ from trainer.api import constants as c
 from trainer.api.conditions import find_condition, is_true, set_condition
 from trainer.api.core import Condition
 from trainer.api.jobset import JobSet
+from trainer.api.times import format_time
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
 from trainer.plugins.registry import default_framework
 from trainer.runtime.framework import Framework
@@ -51,10 +52,6 @@ def parse_time(value: str | None) -> dt.datetime | None:
     if not value:
         return None
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def format_time(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def truncate(message: str, limit: int = MAX_MESSAGE) -> str:

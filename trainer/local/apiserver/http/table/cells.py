@@ -7,6 +7,8 @@ import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from trainer.api.times import format_time
+
 if TYPE_CHECKING:
     pass
 
@@ -102,7 +104,7 @@ def since(value: Any, now: dt.datetime) -> str:
 
 def rfc3339(value: Any) -> str:
     when = parse_time(value)
-    return "<unknown>" if when is None else when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return "<unknown>" if when is None else format_time(when)
 
 
 # --- built-in printers -----------------------------------------------------------------------
