@@ -25,6 +25,7 @@ from trainer.api.conditions import is_true
 from trainer.api.jobset import JobSet
 from trainer.api.jobset_mutable import mask_pod_templates
 from trainer.api.load import ObjectError, parse_object
+from trainer.api.messages import truncate
 from trainer.api.times import format_time
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob, TrainJobStatus
 from trainer.controller import events as ev
@@ -355,7 +356,7 @@ class Reconciler:
                 ev.WARNING,
                 c.EVENT_RESOURCES_CREATION_FAILED,
                 c.EVENT_ACTION_RECONCILING,
-                "TrainJob resources reconciliation failed: " + ev.truncate(failure.message, 950),
+                "TrainJob resources reconciliation failed: " + truncate(failure.message, 950),
             )
         if error is not None:
             return Result(error=error)

@@ -24,6 +24,7 @@ from trainer.api import constants as c
 from trainer.api.conditions import find_condition, is_true, set_condition
 from trainer.api.core import Condition
 from trainer.api.jobset import JobSet
+from trainer.api.messages import truncate
 from trainer.api.times import format_time
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
 from trainer.plugins.registry import default_framework
@@ -54,10 +55,6 @@ def parse_time(value: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def truncate(message: str, limit: int = MAX_MESSAGE) -> str:
-    return message if len(message) <= limit else message[: limit - 4] + " ..."
-
-
 def is_finished(trainjob: TrainJob) -> bool:
     conds = trainjob.status.conditions if trainjob.status else None
     return is_true(conds, c.COND_COMPLETE) or is_true(conds, c.COND_FAILED)
@@ -68,7 +65,7 @@ def _cond(type_: str, status: bool, reason: str, message: str, now: str) -> Cond
         type=type_,
         status="True" if status else "False",
         reason=reason,
-        message=truncate(message),
+        message=truncate(message, MAX_MESSAGE),
         last_transition_time=now,
     )
 
