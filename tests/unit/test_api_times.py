@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+import pytest
+
 from trainer.api import times
 
 EPOCH = 1714557600.123456  # 2024-05-01T10:00:00.123456Z
@@ -33,3 +35,19 @@ def test_now_is_a_time_close_to_the_clock() -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp)
     parsed = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     assert before <= parsed <= after
+
+
+def test_parse_reads_both_shapes_back() -> None:
+    assert times.parse_time("2024-05-01T10:00:00Z") == dt.datetime(2024, 5, 1, 10, tzinfo=dt.UTC)
+    micro = times.parse_time(times.format_micro_time(EPOCH))
+    assert micro is not None and micro.timestamp() == EPOCH
+
+
+def test_parse_without_value_or_offset() -> None:
+    assert times.parse_time(None) is None and times.parse_time("") is None
+    assert times.parse_time("2024-05-01T10:00:00") == dt.datetime(2024, 5, 1, 10, tzinfo=dt.UTC)
+
+
+def test_parse_rejects_text_that_is_not_a_time() -> None:
+    with pytest.raises(ValueError):
+        times.parse_time("yesterday")

@@ -10,8 +10,8 @@ The API carries two forms of time, both RFC 3339 in UTC with a ``Z`` suffix:
 Go's encoders always write these exact shapes, and clients compare some of them as strings
 (a condition whose ``lastTransitionTime`` changes is a new transition), so every layer that
 stamps a time (the controller, the webhooks, the local API server and kubelet, the logs) formats
-it here rather than with its own ``strftime``. Reading times is left to the callers: what a
-malformed value means differs (a decode error, an ``<unknown>`` age).
+it here rather than with its own ``strftime``. :func:`parse_time` reads them back; what a
+malformed value means is the caller's to say (a decode error, an ``<unknown>`` age).
 """
 
 from __future__ import annotations
@@ -42,3 +42,13 @@ def format_micro_time(epoch: float) -> str:
 def now() -> str:
     """The current time as a ``metav1.Time``."""
     return dt.datetime.now(dt.UTC).strftime(TIME_FORMAT)
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    """A ``metav1.Time`` or ``MicroTime`` read back as an aware datetime; ``None`` for no
+    value. :class:`ValueError` for text that is not an ISO 8601 time (the caller decides
+    what that means); a time without an offset is taken as UTC."""
+    if not value:
+        return None
+    when = dt.datetime.fromisoformat(value)
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)

@@ -25,7 +25,7 @@ from trainer.api.conditions import find_condition, is_true, set_condition
 from trainer.api.core import Condition
 from trainer.api.jobset import JobSet
 from trainer.api.messages import truncate
-from trainer.api.times import format_time
+from trainer.api.times import format_time, parse_time
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
 from trainer.plugins.registry import default_framework
 from trainer.runtime.framework import Framework
@@ -47,12 +47,6 @@ class BuildFailure:
 
     reason: str  # CamelCase, e.g. RuntimeNotFound, BuildError, ApplyFailed
     message: str
-
-
-def parse_time(value: str | None) -> dt.datetime | None:
-    if not value:
-        return None
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def is_finished(trainjob: TrainJob) -> bool:
