@@ -32,13 +32,13 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from trainer.admission.types import ClusterView
+from trainer.api import times
 from webhooks.body import (
     DEFAULT_MAX_BODY_BYTES,
     HEAD_BYTES,
@@ -93,7 +93,7 @@ _JSON = "application/json"
 
 def utc_now() -> str:
     """The current time as RFC 3339 (seconds, ``Z``): what the defaulter stamps."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return times.now()
 
 
 # ---------------------------------------------------------------------------------------------

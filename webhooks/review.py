@@ -43,6 +43,7 @@ from trainer.api import constants as c
 from trainer.api.base import K8sModel
 from trainer.api.errors import format_errors
 from trainer.api.load import ObjectError, parse_object
+from trainer.api.status import failure
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from trainer.runtime.info import BuildError
 from trainer.runtime.quantity import QuantityError
@@ -130,16 +131,7 @@ def dump(data: Mapping[str, Any]) -> bytes:
 
 
 def problem_body(problem: HTTPProblem) -> bytes:
-    return dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Status",
-            "status": "Failure",
-            "code": problem.status,
-            "reason": problem.reason,
-            "message": problem.message,
-        }
-    )
+    return dump(failure(problem.status, problem.reason, problem.message))
 
 
 @dataclass

@@ -41,6 +41,7 @@ from trainer.api.crds import schema_for_kind
 from trainer.api.errors import FORBIDDEN, INVALID, FieldError, format_errors
 from trainer.api.openapi.defaults import prune
 from trainer.api.openapi.validate import validate
+from trainer.api.status import failure, reason_for
 from trainer.kube import resources as r
 from trainer.kube.authn import TokenReviewer, bearer_token
 from trainer.kube.ratelimit import RateLimiter
@@ -62,24 +63,7 @@ def audience(namespace: str, name: str) -> str:
 
 def status_body(code: int, message: str, reason: str = "") -> dict[str, Any]:
     """A ``metav1.Status`` failure."""
-    reasons = {
-        403: "Forbidden",
-        404: "NotFound",
-        405: "MethodNotAllowed",
-        413: "RequestEntityTooLarge",
-        422: "Invalid",
-        429: "TooManyRequests",
-        500: "InternalError",
-    }
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason or reasons.get(code, ""),
-        "code": code,
-    }
+    return failure(code, reason or reason_for(code, ""), message)
 
 
 def _json(body: Any, code: int = 200, headers: dict[str, str] | None = None) -> Response:

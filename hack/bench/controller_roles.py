@@ -39,13 +39,14 @@ from controller_workload import KEYS, RUNTIME, UID_PLACEHOLDER, trainjob_body
 
 from trainer.api import constants as c
 from trainer.api.jobset import JobSet
+from trainer.api.times import format_time
 from trainer.api.v1alpha1 import TrainJob
 from trainer.builtin import builtin_runtimes
 from trainer.cli.process import ProcessOptions, ProcessState, run_controller
 from trainer.controller import events as ev
 from trainer.controller.config import load_config
 from trainer.controller.reconcile import FIELD_MANAGER, stamp_config_hash
-from trainer.controller.status import desired_status, format_time
+from trainer.controller.status import desired_status
 from trainer.kube import resources as r
 from trainer.kube.client import new_api_client
 from trainer.kube.rest import APIError, Kube

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.api_client import ApiClient
 
-from trainer.controller.leader import LeaderElector, format_micro_time, new_identity
+from trainer.api.times import format_micro_time
+from trainer.controller.leader import LeaderElector, new_identity
 from trainer.kube.client import new_api_client
 from trainer.kube.leases import KubeLeaseClient, LeaseConflict
 from trainer.local.apiserver import APIServer

@@ -32,6 +32,7 @@ from typing import Any
 from trainer.api import constants as c
 from trainer.api.errors import FORBIDDEN, INVALID, REQUIRED, FieldError, join_path
 from trainer.api.jobset import JobSet, ReplicatedJob
+from trainer.api.nulls import drop_nulls
 from trainer.api.v1alpha1 import ContainerPatch, ReplicatedJobPatch, RuntimePatch, TrainJob
 from trainer.runtime.info import Runtime
 
@@ -216,18 +217,10 @@ def validate_patch_content(trainjob: TrainJob, runtime: Runtime) -> list[FieldEr
     return errors
 
 
-def _drop_none(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_none(v) for v in value]
-    return value
-
-
 def patch_content(patch: RuntimePatch) -> dict[str, Any]:
     """A patch as wire data without its ``time`` (and without explicit nulls): two patches
     with equal content are the same change, whenever they were stamped."""
-    data = _drop_none(patch.to_wire())
+    data = drop_nulls(patch.to_wire())
     data.pop("time", None)
     return dict(data)
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api.messages import truncate
 from trainer.kube import resources as r
 from trainer.kube.rest import APIError, Kube
 
@@ -18,10 +19,6 @@ MAX_MESSAGE = 1000
 
 NORMAL = "Normal"
 WARNING = "Warning"
-
-
-def truncate(message: str, limit: int = MAX_MESSAGE) -> str:
-    return message if len(message) <= limit else message[: limit - 4] + " ..."
 
 
 class EventRecorder:
@@ -55,7 +52,7 @@ class EventRecorder:
             "type": type_,
             "reason": reason,
             "action": action,
-            "message": truncate(message),
+            "message": truncate(message, MAX_MESSAGE),
             "source": {"component": REPORTING_COMPONENT},
             "reportingComponent": REPORTING_COMPONENT,
             "reportingInstance": REPORTING_COMPONENT,

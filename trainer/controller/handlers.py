@@ -20,10 +20,18 @@ Obj = dict[str, Any]
 Add = Callable[[str], None]
 
 
-def key_of(obj: Obj) -> str:
-    """``namespace/name`` of ``obj`` (the queue's key of a TrainJob)."""
+def queue_key(namespace: str | None, name: object) -> str:
+    """The work queue's key of a TrainJob: ``namespace/name``, ``default`` for no namespace.
+
+    A string, unlike the informer cache's ``(namespace, name)`` key
+    (:func:`trainer.kube.informer.key_of`): the queue keys only namespaced TrainJobs."""
+    return f"{namespace or 'default'}/{name}"
+
+
+def trainjob_key(obj: Obj) -> str:
+    """The queue's key of the TrainJob ``obj``."""
     meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+    return queue_key(meta.get("namespace"), meta.get("name"))
 
 
 def owner_key(obj: Obj) -> str | None:
@@ -35,7 +43,7 @@ def owner_key(obj: Obj) -> str | None:
             and ref.get("kind") == c.KIND_TRAINJOB
             and (str(ref.get("apiVersion", "")).startswith(c.GROUP + "/"))
         ):
-            return f"{meta.get('namespace') or 'default'}/{ref.get('name')}"
+            return queue_key(meta.get("namespace"), ref.get("name"))
     return None
 
 
@@ -43,7 +51,7 @@ def enqueue_self(add: Add) -> Handler:
     """The object is a TrainJob: its own key."""
 
     def handle(_type: str, obj: Obj, _old: Obj | None) -> None:
-        add(key_of(obj))
+        add(trainjob_key(obj))
 
     return handle
 
@@ -66,7 +74,7 @@ def enqueue_labelled(add: Add, label: str) -> Handler:
         meta = obj.get("metadata") or {}
         name = (meta.get("labels") or {}).get(label)
         if name:
-            add(f"{meta.get('namespace') or 'default'}/{name}")
+            add(queue_key(meta.get("namespace"), name))
 
     return handle
 
@@ -94,7 +102,7 @@ def enqueue_matching(
         namespace = (obj.get("metadata") or {}).get("namespace") if rule.same_namespace else None
         for job in trainjobs.list(namespace):
             if rule.predicate(obj, job, runtime_of(job)):
-                add(key_of(job))
+                add(trainjob_key(job))
 
     return handle
 
@@ -114,7 +122,7 @@ def enqueue_runtime_users(add: Add, trainjobs: Informer) -> Handler:
                 ref.get("name") == meta.get("name")
                 and ref.get("kind", c.KIND_CLUSTER_TRAINING_RUNTIME) == kind
             ):
-                add(key_of(job))
+                add(trainjob_key(job))
 
     return handle
 

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime as dt
 import enum
 import logging
 import math
@@ -58,6 +57,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from trainer.api.times import format_micro_time
 from trainer.kube.leases import LeaseConflict
 
 log = logging.getLogger("trainer.controller.leader")
@@ -93,11 +93,6 @@ def new_identity(hostname: str | None = None) -> str:
     """``<hostname>_<uuid4>``: unique per process, readable in ``kubectl get lease``
     (controller-runtime's form)."""
     return f"{hostname or socket.gethostname()}_{uuid.uuid4()}"
-
-
-def format_micro_time(epoch: float) -> str:
-    """A metav1.MicroTime: RFC 3339 with microseconds, UTC (``2024-05-01T10:00:00.123456Z``)."""
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True)

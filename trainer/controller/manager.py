@@ -24,9 +24,9 @@ from trainer.controller.handlers import (
     enqueue_runtime_users,
     enqueue_self,
     handler_for,
-    key_of,
     live_runtime,
     owner_key,
+    trainjob_key,
 )
 from trainer.controller.queue import QueueMetrics, ReconcileMetrics, WorkQueue, run_workers
 from trainer.controller.reconcile import Caches, Reconciler, build_context
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 OWNED_SELECTOR = c.LABEL_TRAINJOB_NAME  # side objects carry it (trainer.runtime.objects)
 
-__all__ = ["Controller", "key_of", "owner_key"]
+__all__ = ["Controller", "owner_key", "trainjob_key"]
 
 
 def _gvr(watch: Watch) -> r.GVR:
@@ -165,7 +165,7 @@ class Controller:
                 name="trainjob-workers",
             )
             for job in self.caches.trainjobs.list():
-                self.queue.add(key_of(job))
+                self.queue.add(trainjob_key(job))
 
     async def stop(self) -> None:
         self.queue.shutdown()

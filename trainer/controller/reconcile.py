@@ -23,7 +23,10 @@ from typing import Any
 from trainer.api import constants as c
 from trainer.api.conditions import is_true
 from trainer.api.jobset import JobSet
+from trainer.api.jobset_mutable import mask_pod_templates
 from trainer.api.load import ObjectError, parse_object
+from trainer.api.messages import truncate
+from trainer.api.times import format_time
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob, TrainJobStatus
 from trainer.controller import events as ev
 from trainer.controller.queue import Result
@@ -31,7 +34,6 @@ from trainer.controller.status import (
     BuildFailure,
     deadline_remaining,
     desired_status,
-    format_time,
     is_finished,
 )
 from trainer.kube import resources as r
@@ -124,30 +126,10 @@ def covers(live: Any, desired: Any) -> bool:
     return bool(live == desired)
 
 
-_MUTABLE_POD_META = ("labels", "annotations")
-_MUTABLE_POD_SPEC = ("nodeSelector", "tolerations", "schedulingGates")
-
-
 def _without_mutable(spec: dict[str, Any]) -> dict[str, Any]:
     """A JobSet spec without the fields JobSet's webhook lets change on an existing object."""
     out = {k: v for k, v in spec.items() if k not in ("suspend", "ttlSecondsAfterFinished")}
-    jobs = []
-    for original in spec.get("replicatedJobs") or []:
-        job = dict(original)
-        tmpl = dict(job.get("template") or {})
-        jspec = dict(tmpl.get("spec") or {})
-        pod = dict(jspec.get("template") or {})
-        pod["metadata"] = {
-            k: v for k, v in (pod.get("metadata") or {}).items() if k not in _MUTABLE_POD_META
-        }
-        pod["spec"] = {
-            k: v for k, v in (pod.get("spec") or {}).items() if k not in _MUTABLE_POD_SPEC
-        }
-        jspec["template"] = pod
-        tmpl["spec"] = jspec
-        job["template"] = tmpl
-        jobs.append(job)
-    out["replicatedJobs"] = jobs
+    out["replicatedJobs"] = mask_pod_templates(spec.get("replicatedJobs") or [])
     return out
 
 
@@ -387,7 +369,7 @@ class Reconciler:
                 ev.WARNING,
                 c.EVENT_RESOURCES_CREATION_FAILED,
                 c.EVENT_ACTION_RECONCILING,
-                "TrainJob resources reconciliation failed: " + ev.truncate(failure.message, 950),
+                "TrainJob resources reconciliation failed: " + truncate(failure.message, 950),
             )
         if error is not None:
             return Result(error=error)

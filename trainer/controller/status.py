@@ -24,6 +24,8 @@ from trainer.api import constants as c
 from trainer.api.conditions import find_condition, is_true, set_condition
 from trainer.api.core import Condition
 from trainer.api.jobset import JobSet
+from trainer.api.messages import truncate
+from trainer.api.times import format_time, parse_time
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
 from trainer.plugins.registry import default_framework
 from trainer.runtime.framework import Framework
@@ -47,20 +49,6 @@ class BuildFailure:
     message: str
 
 
-def parse_time(value: str | None) -> dt.datetime | None:
-    if not value:
-        return None
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def format_time(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def truncate(message: str, limit: int = MAX_MESSAGE) -> str:
-    return message if len(message) <= limit else message[: limit - 4] + " ..."
-
-
 def is_finished(trainjob: TrainJob) -> bool:
     conds = trainjob.status.conditions if trainjob.status else None
     return is_true(conds, c.COND_COMPLETE) or is_true(conds, c.COND_FAILED)
@@ -71,7 +59,7 @@ def _cond(type_: str, status: bool, reason: str, message: str, now: str) -> Cond
         type=type_,
         status="True" if status else "False",
         reason=reason,
-        message=truncate(message),
+        message=truncate(message, MAX_MESSAGE),
         last_transition_time=now,
     )
 

@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio.client.api_client import ApiClient
 
+from trainer.api.status import reason_for
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.resources import GVR, gvr_of
 
@@ -43,21 +44,6 @@ APPLY_PATCH = "application/apply-patch+yaml"
 
 DEFAULT_TIMEOUT = 30.0
 WATCH_GRACE = 30.0  # client-side slack past the server's timeoutSeconds before giving up
-_REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    405: "MethodNotAllowed",
-    409: "Conflict",
-    410: "Expired",
-    415: "UnsupportedMediaType",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
 
 
 class APIError(Exception):
@@ -107,7 +93,7 @@ def error_from(status: int, data: bytes) -> APIError:
     """The :class:`APIError` (or :class:`Expired`) for a non-2xx answer with body ``data``."""
     text = data.decode("utf-8", "replace")
     body: dict[str, Any] | str = text
-    reason = _REASONS.get(status, "Unknown")
+    reason = reason_for(status)
     message = text.strip() or reason
     try:
         parsed = json.loads(text)
@@ -124,7 +110,7 @@ def error_from(status: int, data: bytes) -> APIError:
 def _status_error(status: dict[str, Any]) -> APIError:
     """The error an ERROR watch event carries (a metav1.Status)."""
     code = int(status.get("code") or 500)
-    reason = str(status.get("reason") or _REASONS.get(code, "Unknown"))
+    reason = str(status.get("reason") or reason_for(code))
     message = str(status.get("message") or reason)
     cls = Expired if code == 410 else APIError
     return cls(code, reason, message, status)

@@ -18,7 +18,6 @@ tracebacks are escaped, so one event is always one line.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import re
@@ -26,6 +25,8 @@ import sys
 import traceback
 from collections.abc import Mapping, MutableMapping
 from typing import IO, Any, Literal
+
+from trainer.api.times import format_micro_time
 
 Format = Literal["text", "json"]
 FORMATS: tuple[Format, ...] = ("text", "json")
@@ -114,17 +115,12 @@ def redact(value: Any, name: str = "") -> Any:
     return value
 
 
-def _timestamp(created: float) -> str:
-    stamp = dt.datetime.fromtimestamp(created, dt.UTC).isoformat(timespec="microseconds")
-    return stamp.replace("+00:00", "Z")
-
-
 def record_fields(record: logging.LogRecord) -> dict[str, Any]:
     """The structured content of ``record``, in output order: ``ts``, ``level``, ``logger``,
     ``msg``, the record's extra fields, then ``error``/``stacktrace`` for an exception. All
     values are redacted."""
     fields: dict[str, Any] = {
-        "ts": _timestamp(record.created),
+        "ts": format_micro_time(record.created),
         "level": record.levelname.lower(),
         "logger": record.name,
         "msg": redact_text(record.getMessage()),

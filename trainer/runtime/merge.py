@@ -2,7 +2,8 @@
 types a runtime template holds.
 
 Kubernetes' strategic merge reads merge keys from Go struct tags; the fields that matter in a
-JobSet spec are few and unambiguous by name, so they are listed here:
+JobSet spec are few and unambiguous by name, so they are listed by name
+(:data:`trainer.api.merge_keys.JOBSET_MERGE_KEYS`, shared with the local API server):
 
 * merged by ``name``: ``replicatedJobs``, ``containers``, ``initContainers``, ``volumes``,
   ``env``, ``imagePullSecrets``, ``schedulingGates``, ``resourceClaims``, ``claims``;
@@ -25,20 +26,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-MERGE_KEYS: dict[str, str] = {
-    "replicatedJobs": "name",
-    "containers": "name",
-    "initContainers": "name",
-    "ephemeralContainers": "name",
-    "volumes": "name",
-    "env": "name",
-    "imagePullSecrets": "name",
-    "schedulingGates": "name",
-    "resourceClaims": "name",
-    "claims": "name",
-    "volumeMounts": "mountPath",
-    "ports": "containerPort",
-}
+from trainer.api.merge_keys import JOBSET_MERGE_KEYS
 
 PATCH = "$patch"
 
@@ -61,7 +49,7 @@ def _merge_value(original: Any, patch: Any, field: str) -> Any:
             return _clean(patch)
         return _merge_map(original, patch)
     if isinstance(patch, list):
-        key = MERGE_KEYS.get(field)
+        key = JOBSET_MERGE_KEYS.get(field)
         if key is None or not isinstance(original, list):
             return [_clean(p) for p in patch]
         return _merge_list(original, patch, key)

@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from trainer.api import objectmeta
 from trainer.api.errors import join_path
 
 Schema = Mapping[str, Any]
@@ -31,25 +32,7 @@ ABSENT: Final = _Absent.ABSENT
 
 # The fields of ObjectMeta: what survives pruning in ``metadata`` of a resource root or of an
 # embedded resource. Kubernetes decodes metadata into ObjectMeta, which drops anything else.
-OBJECT_META_FIELDS: Final = frozenset(
-    {
-        "name",
-        "generateName",
-        "namespace",
-        "selfLink",
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "labels",
-        "annotations",
-        "ownerReferences",
-        "finalizers",
-        "managedFields",
-    }
-)
+OBJECT_META_FIELDS: Final = frozenset(objectmeta.OBJECT_META_FIELDS)
 EMBEDDED_FIELDS: Final = ("apiVersion", "kind", "metadata")
 
 

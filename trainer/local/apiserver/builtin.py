@@ -7,25 +7,8 @@ from typing import Any
 
 from trainer.api import names
 from trainer.api.errors import INVALID, REQUIRED, TOO_LONG, FieldError
+from trainer.api.merge_keys import CORE_MERGE_KEYS
 from trainer.local.apiserver.resources import Registry, ResourceType
-
-# Strategic-merge list keys of the core types (by field name: unambiguous in these kinds).
-CORE_MERGE_KEYS = {
-    "containers": "name",
-    "initContainers": "name",
-    "ephemeralContainers": "name",
-    "volumes": "name",
-    "env": "name",
-    "imagePullSecrets": "name",
-    "schedulingGates": "name",
-    "resourceClaims": "name",
-    "volumeMounts": "mountPath",
-    "ports": "containerPort",
-    "ownerReferences": "uid",
-    "conditions": "type",
-    "webhooks": "name",
-    "finalizers": "",  # a set of strings
-}
 
 
 def builtin_types() -> list[ResourceType]:

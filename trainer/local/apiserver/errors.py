@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.api.errors import FieldError
+from trainer.api.status import failure
 
 
 @dataclass
@@ -21,18 +22,7 @@ class APIError(Exception):
         return f"{self.code} {self.reason}: {self.message}"
 
     def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
-        if self.details:
-            out["details"] = self.details
-        return out
+        return failure(self.code, self.reason, self.message, self.details)
 
 
 def _details(kind: str, group: str, name: str) -> dict[str, Any]:

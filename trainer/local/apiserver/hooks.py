@@ -6,6 +6,8 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from trainer.api.times import format_time
+
 
 @dataclass(frozen=True)
 class RequestRecord:
@@ -68,7 +70,7 @@ class Clock:
         self._fixed = when
 
     def timestamp(self) -> str:
-        return self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        return format_time(self.now())
 
 
 LOG_LIMIT = 50_000

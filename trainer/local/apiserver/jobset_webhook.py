@@ -16,11 +16,10 @@ from typing import Any
 
 from trainer.api.errors import FORBIDDEN, INVALID, FieldError
 from trainer.api.jobset import JobSetSpec
+from trainer.api.jobset_mutable import mask_pod_templates
 from trainer.runtime import naming
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-MUTABLE_POD_META = ("labels", "annotations")
-MUTABLE_POD_SPEC = ("nodeSelector", "tolerations", "schedulingGates")
 
 
 def validate_create(obj: dict[str, Any]) -> list[FieldError]:
@@ -51,26 +50,6 @@ def validate_create(obj: dict[str, Any]) -> list[FieldError]:
     return errors
 
 
-def _mask(rjobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for rjob in rjobs:
-        job = dict(rjob)
-        tmpl = dict(job.get("template") or {})
-        jspec = dict(tmpl.get("spec") or {})
-        pod = dict(jspec.get("template") or {})
-        pod["metadata"] = {
-            k: v for k, v in (pod.get("metadata") or {}).items() if k not in MUTABLE_POD_META
-        }
-        pod["spec"] = {
-            k: v for k, v in (pod.get("spec") or {}).items() if k not in MUTABLE_POD_SPEC
-        }
-        jspec["template"] = pod
-        tmpl["spec"] = jspec
-        job["template"] = tmpl
-        out.append(job)
-    return out
-
-
 def validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
     spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
     errors = []
@@ -82,7 +61,7 @@ def validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[FieldError
     if new_jobs == old_jobs:
         return errors
     suspended = bool(spec.get("suspend")) or bool(old_spec.get("suspend"))
-    if not suspended or _mask(new_jobs) != _mask(old_jobs):
+    if not suspended or mask_pod_templates(new_jobs) != mask_pod_templates(old_jobs):
         errors.append(
             FieldError(
                 "spec.replicatedJobs",

@@ -11,10 +11,10 @@ form for the kinds those commands create; other kinds answer 415 Unsupported Med
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import json
 from typing import Any
 
+from trainer.api.times import time_from_epoch
 from trainer.local.apiserver.errors import bad_request, unsupported_media_type
 
 CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
@@ -198,8 +198,7 @@ def _time(data: bytes) -> str | None:
             seconds = _signed(value)
     if seconds == ZERO_TIME:
         return None
-    when = dt.datetime.fromtimestamp(seconds, dt.UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time_from_epoch(seconds)
 
 
 def _entry(data: bytes) -> tuple[str, bytes]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,7 @@ class ResourceType:
     """additionalPrinterColumns for Table responses."""
     crd_name: str | None = None
     storage_version: str | None = None
-    merge_keys: dict[str, str] = field(default_factory=dict)
+    merge_keys: Mapping[str, str] = field(default_factory=dict)
     """Strategic-merge / SSA list-map keys by field name, for built-in kinds."""
     verbs: tuple[str, ...] = ALL_VERBS
     """What discovery says the resource supports (``create`` only for a review)."""

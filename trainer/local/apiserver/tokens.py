@@ -15,7 +15,6 @@ pod-bound token, that the pod does.
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import hashlib
 import json
 import uuid
@@ -30,6 +29,8 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
     encode_dss_signature,
 )
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from trainer.api.times import time_from_epoch
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 API_AUDIENCES = (ISSUER,)
@@ -167,7 +168,7 @@ class TokenIssuer:
             "apiVersion": "authentication.k8s.io/v1",
             "metadata": {"name": name, "namespace": namespace, "creationTimestamp": None},
             "spec": spec,
-            "status": {"token": self.sign(claims), "expirationTimestamp": _rfc3339(exp)},
+            "status": {"token": self.sign(claims), "expirationTimestamp": time_from_epoch(exp)},
         }
 
     # --- TokenReview --------------------------------------------------------------------------
@@ -252,7 +253,3 @@ class TokenIssuer:
             },
             "audiences": common,
         }
-
-
-def _rfc3339(epoch: int) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -21,10 +21,10 @@ import os
 import signal
 from typing import Any
 
+from trainer.api.times import now
 from trainer.local.executor import podenv
 from trainer.local.executor.events import NORMAL, WARNING
 from trainer.local.executor.logsink import read_lines
-from trainer.local.executor.pod_status import now
 from trainer.local.executor.podhost import (
     BACKOFF_CAP,
     BACKOFF_START,

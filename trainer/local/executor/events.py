@@ -9,12 +9,12 @@ work that caused it. Messages are cut under 1 KiB."""
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import logging
 import os
 from typing import Any
 
+from trainer.api.times import now
 from trainer.local.executor.client import LocalClient
 
 log = logging.getLogger(__name__)
@@ -24,10 +24,6 @@ MAX_MESSAGE = 1000
 HOST = "local"
 
 _serial = itertools.count(1)
-
-
-def _stamp() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _truncate(message: str) -> str:
@@ -48,7 +44,7 @@ class Recorder:
         meta = obj.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         name = str(meta.get("name") or "")
-        stamp = _stamp()
+        stamp = now()
         event = {
             "apiVersion": "v1",
             "kind": "Event",

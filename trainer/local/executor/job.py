@@ -5,11 +5,11 @@ completions, backoffLimit, suspend, and Job status as the Kubernetes Job control
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import logging
 import secrets
 from typing import Any
 
+from trainer.api.times import now
 from trainer.local.executor.cache import Cache
 from trainer.local.executor.client import ClientError, LocalClient
 from trainer.local.executor.events import NORMAL, WARNING, Recorder
@@ -20,10 +20,6 @@ INDEX = "batch.kubernetes.io/job-completion-index"
 JOB_NAME = "batch.kubernetes.io/job-name"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
-
-
-def now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def pod_index(pod: dict[str, Any]) -> int:

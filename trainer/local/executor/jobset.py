@@ -13,10 +13,11 @@ import json
 import logging
 from typing import Any
 
+from trainer.api.times import now
 from trainer.local.executor.cache import Cache
 from trainer.local.executor.client import ClientError, LocalClient
 from trainer.local.executor.events import NORMAL, WARNING, Recorder
-from trainer.local.executor.job import job_condition, job_finished, now
+from trainer.local.executor.job import job_condition, job_finished
 from trainer.local.executor.podfields import LOCAL_PORTS
 from trainer.local.executor.ports import PortAllocator
 

@@ -76,12 +76,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainer.api.times import now
 from trainer.local.executor import volumes
 from trainer.local.executor.client import TRANSIENT, ClientError, LocalClient
 from trainer.local.executor.events import NORMAL, Recorder
 from trainer.local.executor.logsink import LogCallback
 from trainer.local.executor.pod import LocalPod
-from trainer.local.executor.pod_status import now, scheduling_gated_status
+from trainer.local.executor.pod_status import scheduling_gated_status
 from trainer.local.executor.podfields import NODE_NAME, Node
 from trainer.local.executor.podhost import BACKOFF_CAP, BACKOFF_START, GRACE_CAP, killpg
 

@@ -26,13 +26,14 @@ import logging
 import signal
 from typing import Any
 
+from trainer.api.times import now
 from trainer.local.executor import podenv, podfields
 from trainer.local.executor.client import API_TIMEOUT, TRANSIENT, ClientError
 from trainer.local.executor.client import path as client_path
 from trainer.local.executor.containers import run_container
 from trainer.local.executor.events import NORMAL
 from trainer.local.executor.logsink import LogSink
-from trainer.local.executor.pod_status import PodState, final_phase, now, pod_status
+from trainer.local.executor.pod_status import PodState, final_phase, pod_status
 from trainer.local.executor.podfields import ConfigError, Sources
 from trainer.local.executor.podhost import (
     BACKOFF_CAP,

@@ -15,7 +15,6 @@ condition's status changes.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,11 +23,6 @@ from trainer.local.executor.podfields import LOOPBACK
 
 OWN_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
 """The conditions this kubelet writes; any other condition type belongs to another writer."""
-
-
-def now() -> str:
-    """The current time as a Kubernetes timestamp (RFC 3339, seconds, UTC)."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

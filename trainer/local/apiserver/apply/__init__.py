@@ -41,6 +41,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from trainer.api.nulls import drop_nulls
 from trainer.local.apiserver.apply.common import APPLY, BEFORE_FIRST_APPLY, SYSTEM_META, Path
 from trainer.local.apiserver.apply.fieldsets import field_set, path_string, without
 from trainer.local.apiserver.apply.managers import (
@@ -86,14 +87,6 @@ def _without_managed_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _drop_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_nulls(v) for v in value]
-    return value
-
-
 def _bad_request(message: str) -> APIError:
     return APIError(400, "BadRequest", message)
 
@@ -115,7 +108,7 @@ def _check_config(rt: ResourceType, config: Any) -> None:
 def _applied_config(rt: ResourceType, config: dict[str, Any], subresource: str) -> dict[str, Any]:
     """The part of the configuration this endpoint applies: status only through ``/status``,
     everything but status through the main resource of a kind with a status subresource."""
-    cfg: dict[str, Any] = _drop_nulls(copy.deepcopy(config))
+    cfg: dict[str, Any] = drop_nulls(config)  # a fresh copy
     if subresource == "status":
         meta = cfg.get("metadata") or {}
         out: dict[str, Any] = {k: cfg[k] for k in ("apiVersion", "kind") if k in cfg}

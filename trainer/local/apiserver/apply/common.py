@@ -16,25 +16,6 @@ BEFORE_FIRST_APPLY: Final = "before-first-apply"
 CURRENT_OPERATION: Final = "\x00current-operation"
 """Identity of an Update in progress; it never matches a stored manager."""
 
-_META_STRIPPED: Final = (
-    "name",
-    "namespace",
-    "creationTimestamp",
-    "selfLink",
-    "uid",
-    "clusterName",
-    "generation",
-    "managedFields",
-    "resourceVersion",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-)
-STRIPPED: Final[frozenset[Path]] = frozenset(
-    {("f:apiVersion",), ("f:kind",), ("f:metadata",)}
-    | {("f:metadata", f"f:{key}") for key in _META_STRIPPED}
-)
-"""Paths nobody owns: identity and server-managed metadata (exact paths, not subtrees)."""
-
 SYSTEM_META: Final = (
     "name",
     "namespace",
@@ -46,6 +27,14 @@ SYSTEM_META: Final = (
     "deletionGracePeriodSeconds",
     "selfLink",
 )
+"""Identity and server-set metadata: kept from the live object when a configuration leaves
+them out."""
+
+STRIPPED: Final[frozenset[Path]] = frozenset(
+    {("f:apiVersion",), ("f:kind",), ("f:metadata",)}
+    | {("f:metadata", f"f:{key}") for key in (*SYSTEM_META, "clusterName", "managedFields")}
+)
+"""Paths nobody owns: identity and server-managed metadata (exact paths, not subtrees)."""
 
 
 class _Missing:

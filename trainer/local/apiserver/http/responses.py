@@ -20,25 +20,6 @@ from trainer.local.apiserver import protobuf
 from trainer.local.apiserver.errors import APIError, bad_request, too_large
 from trainer.local.apiserver.patch import APPLY
 
-REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    409: "Conflict",
-    410: "Expired",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
-
-
-def reason_for(code: int) -> str:
-    """The Status reason of an HTTP code (an injected fault carries only the code)."""
-    return REASONS.get(code, "Unknown")
-
 
 def manager_from_agent(agent: str) -> str:
     """Kubernetes defaults the field manager to the user agent's program name."""

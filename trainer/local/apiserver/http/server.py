@@ -34,13 +34,14 @@ from urllib.parse import parse_qs
 import yaml
 from aiohttp import web
 
+from trainer.api.status import reason_for
 from trainer.local.apiserver import authn
 from trainer.local.apiserver.core.storage import Storage
 from trainer.local.apiserver.errors import APIError, internal, method_not_allowed, too_large
 from trainer.local.apiserver.hooks import RequestRecord
 from trainer.local.apiserver.http import discovery, handlers, routing
 from trainer.local.apiserver.http.logs import PodLogs
-from trainer.local.apiserver.http.responses import json_response, reason_for, status_response
+from trainer.local.apiserver.http.responses import json_response, status_response
 from trainer.local.apiserver.http.routing import Route
 from trainer.local.apiserver.http.webhook_client import WebhookClient
 from trainer.local.apiserver.tls import ServingTLS

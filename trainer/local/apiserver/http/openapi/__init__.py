@@ -42,6 +42,7 @@ from typing import Any
 
 from aiohttp import web
 
+from trainer.api.status import failure
 from trainer.local.apiserver.http.openapi.common import (
     PROTOBUF_V2,
     PROTOBUF_V2_RESPONSE,
@@ -87,15 +88,11 @@ def _accepts_json(accept: str) -> bool:
 
 
 def _not_acceptable(accept: str) -> web.Response:
-    status = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": f"OpenAPI v2 is served as application/json or {PROTOBUF_V2_TYPE}, not {accept}",
-        "reason": "NotAcceptable",
-        "code": 406,
-    }
+    status = failure(
+        406,
+        "NotAcceptable",
+        f"OpenAPI v2 is served as application/json or {PROTOBUF_V2_TYPE}, not {accept}",
+    )
     return web.Response(
         body=json.dumps(status).encode(), status=406, content_type="application/json"
     )

@@ -7,6 +7,9 @@ import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from trainer.api import times
+from trainer.api.times import format_time
+
 if TYPE_CHECKING:
     pass
 
@@ -52,13 +55,13 @@ AGE_COLUMN = column("Age", "string", AGE_DESCRIPTION)
 
 
 def parse_time(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str) or not value:
+    """A timestamp cell's time; None when there is none or it cannot be read."""
+    if not isinstance(value, str):
         return None
     try:
-        when = dt.datetime.fromisoformat(value)
+        return times.parse_time(value)
     except ValueError:
         return None
-    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
 def human_duration(delta: dt.timedelta) -> str:
@@ -102,7 +105,7 @@ def since(value: Any, now: dt.datetime) -> str:
 
 def rfc3339(value: Any) -> str:
     when = parse_time(value)
-    return "<unknown>" if when is None else when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return "<unknown>" if when is None else format_time(when)
 
 
 # --- built-in printers -----------------------------------------------------------------------

@@ -1,0 +1,55 @@
+"""trainer.api.jobset_mutable: one mask of the JobSet fields that stay mutable while
+suspended, used by the local API server's JobSet webhook and by the controller."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from trainer.api.jobset_mutable import mask_pod_templates
+from trainer.local.apiserver.jobset_webhook import validate_update
+
+
+def _rjob(pod_meta: dict[str, Any], pod_spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": "node",
+        "replicas": 1,
+        "template": {"spec": {"template": {"metadata": pod_meta, "spec": pod_spec}}},
+    }
+
+
+def _jobset(suspend: bool, rjob: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": "j"}, "spec": {"suspend": suspend, "replicatedJobs": [rjob]}}
+
+
+BASE = _rjob({"labels": {"a": "1"}}, {"containers": [{"name": "c", "image": "i"}]})
+KUEUE = _rjob(
+    {"labels": {"a": "2"}, "annotations": {"x": "y"}},
+    {
+        "containers": [{"name": "c", "image": "i"}],
+        "nodeSelector": {"flavor": "f"},
+        "tolerations": [{"key": "k"}],
+        "schedulingGates": [{"name": "g"}],
+    },
+)
+IMAGE = _rjob({"labels": {"a": "1"}}, {"containers": [{"name": "c", "image": "other"}]})
+
+
+def test_mask_hides_only_the_mutable_fields() -> None:
+    assert mask_pod_templates([BASE]) == mask_pod_templates([KUEUE])
+    assert mask_pod_templates([BASE]) != mask_pod_templates([IMAGE])
+
+
+def test_mask_leaves_its_input_alone() -> None:
+    before = copy.deepcopy(KUEUE)
+    mask_pod_templates([KUEUE])
+    assert before == KUEUE
+
+
+def test_webhook_allows_mutable_changes_only_while_suspended() -> None:
+    assert validate_update(_jobset(True, KUEUE), _jobset(True, BASE)) == []
+    assert validate_update(_jobset(False, KUEUE), _jobset(True, BASE)) == []
+    [running] = validate_update(_jobset(False, KUEUE), _jobset(False, BASE))
+    assert running.path == "spec.replicatedJobs"
+    [image] = validate_update(_jobset(True, IMAGE), _jobset(True, BASE))
+    assert image.path == "spec.replicatedJobs"
