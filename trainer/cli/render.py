@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -33,8 +34,27 @@ class _Dumper(yaml.SafeDumper):
     """Block style for multi-line strings (scripts, hostfiles, snapshots)."""
 
 
+# Plain scalars that a YAML 1.1 reader such as kubectl's (go-yaml v2) resolves to a boolean or
+# a number although PyYAML reads them back as strings: the short booleans (y, n, ...), numbers
+# with an exponent but no dot (1e3) and YAML 1.2 octals (0o17). PyYAML already quotes what its
+# own resolver would not read back as a string; these it leaves plain, so they are quoted here.
+_YAML11_NON_STRINGS = re.compile(
+    r"""^(?:
+        [yYnN]
+      | [-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+
+      | 0o[0-7_]+
+    )$""",
+    re.VERBOSE,
+)
+
+
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
+    if "\n" in value:
+        style: str | None = "|"
+    elif _YAML11_NON_STRINGS.match(value):
+        style = "'"
+    else:
+        style = None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
