@@ -258,16 +258,7 @@ class GarbageCollector:
                     new["metadata"]["ownerReferences"] = [
                         r for r in refs if r.get("uid") != owner_uid
                     ]
-                    await self.server.commit_update(
-                        rt,
-                        obj,
-                        new,
-                        subresource="",
-                        manager="garbage-collector",
-                        dry_run=False,
-                        field_validation="Ignore",
-                        warnings=[],
-                    )
+                    await self._write(rt, obj, new)
                 else:
                     await self.server.delete(rt, ns, name, policy="Background")
 
@@ -291,16 +282,7 @@ class GarbageCollector:
                 return
             new = copy.deepcopy(obj)
             new["metadata"]["ownerReferences"] = solid
-            await self.server.commit_update(
-                rt,
-                obj,
-                new,
-                subresource="",
-                manager="garbage-collector",
-                dry_run=False,
-                field_validation="Ignore",
-                warnings=[],
-            )
+            await self._write(rt, obj, new)
 
     def _kind_served(self, ref: dict[str, Any]) -> bool:
         group = ref.get("apiVersion", "").rpartition("/")[0]
@@ -359,17 +341,21 @@ class GarbageCollector:
             if not new["metadata"]["ownerReferences"]:
                 del new["metadata"]["ownerReferences"]
             with _unless_unavailable():
-                await self.server.commit_update(
-                    rt,
-                    dep,
-                    new,
-                    subresource="",
-                    manager="garbage-collector",
-                    dry_run=False,
-                    field_validation="Ignore",
-                    warnings=[],
-                )
+                await self._write(rt, dep, new)
         await self._drop_finalizer(key, ns, name, "orphan")
+
+    async def _write(self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> None:
+        """The collector's own update of ``old`` to ``new`` (no admission field checks)."""
+        await self.server.commit_update(
+            rt,
+            old,
+            new,
+            subresource="",
+            manager="garbage-collector",
+            dry_run=False,
+            field_validation="Ignore",
+            warnings=[],
+        )
 
     async def _drop_finalizer(
         self, key: tuple[str, str], ns: str, name: str, finalizer: str
@@ -383,16 +369,7 @@ class GarbageCollector:
             f for f in obj["metadata"].get("finalizers") or [] if f != finalizer
         ]
         with _unless_unavailable():
-            await self.server.commit_update(
-                rt,
-                obj,
-                new,
-                subresource="",
-                manager="garbage-collector",
-                dry_run=False,
-                field_validation="Ignore",
-                warnings=[],
-            )
+            await self._write(rt, obj, new)
 
     async def _namespace(self, name: str) -> None:
         """Delete everything in a terminating namespace, then the namespace itself."""
