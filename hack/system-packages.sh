@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the end-to-end tests run for real (see docs/install.md,
+# "Developing"): OpenSSH's server and client for MPI pods on the local plane, and Chromium
+# for the dashboard's browser tests. Called by `make install`; safe to run again (packages
+# already present are skipped). Without root or apt-get it prints what is missing and
+# returns 0: the tests that need a missing program are then skipped with the reason printed.
+set -euo pipefail
+
+# command-on-PATH -> Debian package that provides it
+declare -A NEEDED=(
+    [/usr/sbin/sshd]=openssh-server
+    [/usr/bin/ssh]=openssh-client
+    [/usr/bin/chromium]=chromium
+)
+
+missing=()
+for path in "${!NEEDED[@]}"; do
+    [[ -x "$path" ]] || missing+=("${NEEDED[$path]}")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+    exit 0
+fi
+if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null; then
+    echo "system-packages: not installing ${missing[*]} (needs root and apt-get);" \
+        "the tests that use them will be skipped" >&2
+    exit 0
+fi
+echo "system-packages: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
