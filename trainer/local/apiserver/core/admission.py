@@ -170,18 +170,19 @@ class Admission:
             if errors:
                 raise invalid(rt.kind, rt.group, name, errors)
         if rt.group == "jobset.x-k8s.io" and rt.kind == "JobSet":
-            # JobSet's own validating webhook (vjobset.kb.io), built in.
-            denied = (
-                jobset_webhook.validate_create(obj)
-                if old is None
-                else jobset_webhook.validate_update(obj, old)
-            )
+            # JobSet's own validating webhook (vjobset.kb.io), built in. Its create check
+            # joins its errors one per line (Go's errors.Join), its update check aggregates.
+            if old is None:
+                denied = jobset_webhook.validate_create(obj)
+                reason = "\n".join(str(e) for e in denied)
+            else:
+                denied = jobset_webhook.validate_update(obj, old)
+                reason = format_errors(denied)
             if denied:
                 raise APIError(
                     403,
                     "Forbidden",
-                    'admission webhook "vjobset.kb.io" denied the request: '
-                    + format_errors(denied),
+                    'admission webhook "vjobset.kb.io" denied the request: ' + reason,
                 )
         await self._webhooks(
             rt,
