@@ -1,0 +1,136 @@
+"""Verdicts that follow from our CRDs having upstream's shape (Trainer v2.3.0, JobSet v0.12.0)
+outside pod specs: what ``trainer validate`` (and the API server, which checks the same
+schemas) accepts, refuses, prunes and defaults."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+
+from trainer.api.load import UNKNOWN_FIELD, check_object
+
+RUNTIME = yaml.safe_load(
+    """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata: {name: rt}
+spec:
+  mlPolicy: {numNodes: 1, torch: {}}
+"""
+)
+
+JOB = yaml.safe_load(
+    """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: demo, namespace: default}
+spec:
+  runtimeRef: {name: torch-distributed}
+  trainer:
+    env:
+    - name: CPUS
+      valueFrom: {resourceFieldRef: {containerName: node, resource: limits.cpu, divisor: 1}}
+    - name: TOKEN
+      valueFrom: {secretKeyRef: {key: token}}
+    - name: FROM_FILE
+      valueFrom: {fileKeyRef: {volumeName: env, path: vars.env, key: TOKEN}}
+"""
+)
+
+
+def errors(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(e.path, e.type) for e in check_object(obj).errors]
+
+
+def test_a_runtime_without_a_template_is_valid_as_upstream() -> None:
+    assert errors(RUNTIME) == []
+    empty = copy.deepcopy(RUNTIME)
+    empty["spec"]["template"] = {}
+    assert [str(e) for e in check_object(empty).errors] == [
+        'spec.template: Invalid value: "object": should have at least 1 properties'
+    ]
+
+
+def test_env_sources_are_typed_whole() -> None:
+    result = check_object(JOB)
+    assert result.ok, result.errors
+    env = result.stored["spec"]["trainer"]["env"]
+    assert env[1]["valueFrom"]["secretKeyRef"] == {"key": "token", "name": ""}  # CRD default
+
+    missing = copy.deepcopy(JOB)
+    del missing["spec"]["trainer"]["env"][0]["valueFrom"]["resourceFieldRef"]["resource"]
+    assert errors(missing) == [
+        ("spec.trainer.env[0].valueFrom.resourceFieldRef.resource", "Required value")
+    ]
+    misspelt = copy.deepcopy(JOB)
+    misspelt["spec"]["trainer"]["env"][1]["valueFrom"]["secretKeyRef"]["optinal"] = True
+    assert errors(misspelt) == [
+        ("spec.trainer.env[1].valueFrom.secretKeyRef.optinal", UNKNOWN_FIELD)
+    ]
+    lenient = check_object(misspelt, strict_fields=False)
+    assert lenient.ok
+    assert "optinal" not in lenient.stored["spec"]["trainer"]["env"][1]["valueFrom"]["secretKeyRef"]
+
+
+def patch(**meta: Any) -> dict[str, Any]:
+    """A runtime patch setting ``meta`` on the JobSet, Job and pod templates, and changing a
+    container whose name is 200 characters long."""
+    pod = {"metadata": meta, "spec": {"containers": [{"name": "c" * 200}]}}
+    job = {"name": "node", "template": {"metadata": meta, "spec": {"template": pod}}}
+    return {
+        "manager": "example.com/me",
+        "trainingRuntimeSpec": {"template": {"metadata": meta, "spec": {"replicatedJobs": [job]}}},
+    }
+
+
+def test_runtime_patch_metadata_has_the_five_embedded_fields() -> None:
+    job = copy.deepcopy(JOB)
+    job["spec"]["runtimePatches"] = [
+        patch(name="n", namespace="ns", finalizers=["example.com/f"], labels={"a": "b"})
+    ]
+    assert errors(job) == []
+    job["spec"]["runtimePatches"] = [patch(finalizer=["example.com/f"])]
+    assert [kind for _, kind in errors(job)] == [UNKNOWN_FIELD] * 3
+
+
+@pytest.mark.parametrize(("length", "ok"), [(253, True), (254, False)])
+def test_trainjob_status_job_names_allow_253_characters(length: int, ok: bool) -> None:
+    job = copy.deepcopy(JOB)
+    counts = {"ready": 0, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}
+    job["status"] = {"jobsStatus": [{"name": "j" * length, **counts}]}
+    assert (errors(job) == []) is ok
+
+
+JOBSET = yaml.safe_load(
+    """
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: js, namespace: default}
+spec:
+  failurePolicy: {maxRestarts: 3}
+  volumeClaimPolicies:
+  - templates: [{metadata: {name: data}, spec: {accessModes: [ReadWriteOnce]}}]
+    retentionPolicy: {}
+status:
+  currentInPlaceRestartAttempt: 2
+  previousInPlaceRestartAttempt: 1
+  replicatedJobsStatus:
+  - {name: node, ready: 1, succeeded: 0, failed: 0, active: 1, suspended: 0,
+     jobRestarts: [0, 2], jobRestartsCountTowardsMax: [0, 1]}
+"""
+)
+
+
+def test_jobset_crd_defaults_and_in_place_restart_status() -> None:
+    result = check_object(JOBSET)
+    assert result.ok, result.errors
+    spec = result.stored["spec"]
+    assert spec["failurePolicy"]["restartStrategy"] == "Recreate"
+    assert spec["volumeClaimPolicies"][0]["retentionPolicy"] == {"whenDeleted": "Delete"}
+    assert result.stored["status"]["replicatedJobsStatus"][0]["jobRestarts"] == [0, 2]
+    bad = copy.deepcopy(JOBSET)
+    bad["status"]["currentInPlaceRestartAttempt"] = -1
+    assert errors(bad) == [("status.currentInPlaceRestartAttempt", "Invalid value")]
