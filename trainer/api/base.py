@@ -86,11 +86,9 @@ class Schema:
 class K8sModel(BaseModel):
     """Base of every API object and sub-object.
 
-    Subclasses may set ``crd_rules`` (object-level CEL rules), ``crd_min_properties``,
+    Subclasses may set ``crd_rules`` (object-level CEL rules), ``crd_min_properties`` and
     ``crd_preserve_unknown`` (keep unknown fields in the CRD: used for core Kubernetes types of
-    which we model only the part the controller reads) and ``crd_map_type`` (``atomic`` for
-    the structs Kubernetes marks ``+structType=atomic``, such as references and selectors:
-    server-side apply then replaces them whole instead of merging field by field).
+    which we model only the part the controller reads).
     """
 
     model_config = ConfigDict(
@@ -106,7 +104,6 @@ class K8sModel(BaseModel):
     crd_rules: ClassVar[tuple[Rule, ...]] = ()
     crd_min_properties: ClassVar[int | None] = None
     crd_preserve_unknown: ClassVar[bool] = False
-    crd_map_type: ClassVar[str | None] = None
 
     def to_wire(self) -> dict[str, Any]:
         """The object as JSON-ready data with wire names, holding exactly what was set."""

@@ -1,11 +1,8 @@
 """The core Kubernetes types the Trainer and JobSet APIs embed.
 
-The small types a TrainJob embeds directly (environment variables and their sources,
-references, resource requirements) are modelled whole, as upstream's CRDs type them (required
-fields, ``x-kubernetes-map-type: atomic`` on references and selectors). Of the pod-level types
-only the part the controller reads or writes is modelled; everything else on them (probes,
-affinity, security contexts, every volume source, future fields) is kept verbatim as an extra
-field and survives a load/dump round trip, and in the generated CRDs they carry
+Only the part the controller reads or writes is modelled; everything else on these objects
+(probes, affinity, security contexts, every volume source, future fields) is kept verbatim as
+an extra field and survives a load/dump round trip. In the generated CRDs these types carry
 ``x-kubernetes-preserve-unknown-fields`` so the API server keeps those fields too.
 """
 
@@ -73,7 +70,7 @@ class ObjectMeta(K8sModel):
 class ObjectFieldSelector(K8sModel):
     """Selects a field of the pod (``metadata.annotations['...']``)."""
 
-    crd_map_type: ClassVar[str | None] = "atomic"
+    crd_preserve_unknown: ClassVar[bool] = True
 
     api_version: str | None = None
     field_path: Annotated[str, Schema(required=True)]
@@ -82,46 +79,28 @@ class ObjectFieldSelector(K8sModel):
 class KeySelector(K8sModel):
     """Selects a key of a ConfigMap or Secret."""
 
-    crd_map_type: ClassVar[str | None] = "atomic"
+    crd_preserve_unknown: ClassVar[bool] = True
 
-    name: str = ""
+    name: str | None = None
     key: Annotated[str, Schema(required=True)]
     optional: bool | None = None
-
-
-class ResourceFieldSelector(K8sModel):
-    """Selects a resource limit or request of a container (``limits.cpu``)."""
-
-    crd_map_type: ClassVar[str | None] = "atomic"
-
-    container_name: str | None = None
-    divisor: Quantity | None = None
-    resource: Annotated[str, Schema(required=True)]
-
-
-class FileKeySelector(K8sModel):
-    """Selects a key of an env file in a volume (Kubernetes 1.34, EnvFiles)."""
-
-    crd_map_type: ClassVar[str | None] = "atomic"
-
-    volume_name: Annotated[str, Schema(required=True)]
-    path: Annotated[str, Schema(required=True)]
-    key: Annotated[str, Schema(required=True)]
-    optional: bool = False
 
 
 class EnvVarSource(K8sModel):
     """Where an environment variable's value comes from."""
 
+    crd_preserve_unknown: ClassVar[bool] = True
+
     field_ref: ObjectFieldSelector | None = None
-    resource_field_ref: ResourceFieldSelector | None = None
     config_map_key_ref: KeySelector | None = None
     secret_key_ref: KeySelector | None = None
-    file_key_ref: FileKeySelector | None = None
+    resource_field_ref: dict[str, Any] | None = None
 
 
 class EnvVar(K8sModel):
     """An environment variable of a container."""
+
+    crd_preserve_unknown: ClassVar[bool] = True
 
     name: Annotated[str, Schema(required=True)]
     value: str | None = None
@@ -131,7 +110,7 @@ class EnvVar(K8sModel):
 class LocalObjectReference(K8sModel):
     """A reference to an object in the same namespace, by name."""
 
-    crd_map_type: ClassVar[str | None] = "atomic"
+    crd_preserve_unknown: ClassVar[bool] = True
 
     name: str = ""
 
@@ -172,12 +151,16 @@ class VolumeMount(K8sModel):
 class ResourceClaim(K8sModel):
     """A DRA resource claim used by a container."""
 
+    crd_preserve_unknown: ClassVar[bool] = True
+
     name: Annotated[str, Schema(required=True)]
     request: str | None = None
 
 
 class ResourceRequirements(K8sModel):
     """Compute resources of a container."""
+
+    crd_preserve_unknown: ClassVar[bool] = True
 
     limits: dict[str, Quantity] | None = None
     requests: dict[str, Quantity] | None = None

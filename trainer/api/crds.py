@@ -227,8 +227,6 @@ class Generator:
                 node["minProperties"] = cls.crd_min_properties
             if cls.crd_rules:
                 node["x-kubernetes-validations"] = [r.to_schema() for r in cls.crd_rules]
-            if cls.crd_map_type is not None:
-                node["x-kubernetes-map-type"] = cls.crd_map_type
         return node
 
     def root_schema(self, cls: type[BaseModel]) -> dict[str, Any]:
