@@ -12,9 +12,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from trainer.admission.jobset_rules import GROUP_NAME_TOO_LONG
 from trainer.api import crds
 from trainer.local.apiserver import APIServer
-from trainer.local.apiserver.jobset_webhook import GROUP_NAME_TOO_LONG
 
 URL = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
 DENIED = 'admission webhook "vjobset.kb.io" denied the request: '

@@ -1,16 +1,20 @@
 """Verdicts that follow from our CRDs having upstream's shape (Trainer v2.3.0, JobSet v0.12.0)
 outside pod specs: what ``trainer validate`` (and the API server, which checks the same
-schemas) accepts, refuses, prunes and defaults."""
+schemas) accepts, refuses and defaults, and its warning for a runtime whose JobSets JobSet's
+webhook would refuse."""
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from trainer.api.load import UNKNOWN_FIELD, check_object
+from trainer.cli.main import app
 
 RUNTIME = yaml.safe_load(
     """
@@ -120,3 +124,43 @@ def test_jobset_claim_templates_may_not_set_a_namespace() -> None:
         'spec.volumeClaimPolicies[0]: Invalid value: "object": namespace cannot be set for '
         "VolumeClaimPolicies templates"
     ]
+
+
+BAD_RULES_RUNTIME = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata: {name: bad-rules}
+spec:
+  mlPolicy: {numNodes: 1, torch: {}}
+  template:
+    spec:
+      failurePolicy:
+        rules:
+        - {name: 1st, action: FailJobSet, onJobFailureReasons: [OOMKilled]}
+      replicatedJobs:
+      - name: node
+        template:
+          metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
+          spec:
+            template:
+              spec:
+                containers: [{name: node, image: busybox}]
+"""
+
+
+def test_validate_warns_about_a_runtime_jobsets_webhook_would_refuse(tmp_path: Path) -> None:
+    """Upstream's CRD and runtime webhook accept these rules (JobSet checks them in its own
+    webhook), so the runtime is valid; but every JobSet built from it would be refused."""
+    path = tmp_path / "runtime.yaml"
+    path.write_text(BAD_RULES_RUNTIME)
+    result = CliRunner().invoke(app, ["validate", "-f", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "1 valid, 0 invalid" in result.stdout
+    refused = (
+        "spec.template.spec: JobSet's webhook will refuse every JobSet built from this runtime"
+    )
+    assert f"{refused}: invalid failure policy rule name '1st', a failure policy" in result.stderr
+    assert (
+        f"{refused}: invalid job failure reason 'OOMKilled' in failure policy is not a "
+        "recognized job failure reason"
+    ) in result.stderr

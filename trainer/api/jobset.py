@@ -7,7 +7,7 @@ ones JobSet's mutating webhook applies on create (successPolicy All, startupPoli
 Indexed completion, network DNS hostnames) are not CRD defaults and are not applied here.
 What JobSet checks in its validating webhook rather than its CRD (failure-policy rule names,
 job failure reasons, ``managedBy`` and ``groupName`` lengths) is checked by the local plane's
-JobSet webhook, ``trainer/local/apiserver/jobset_webhook.py``.
+JobSet webhook (``trainer/admission/jobset_rules.py``).
 """
 
 from __future__ import annotations
