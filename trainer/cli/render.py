@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
-import yaml
 
 from trainer.api import constants as c
+from trainer.api import yamlout
 from trainer.api.errors import format_errors
 from trainer.api.load import check_object, parse_object
 from trainer.api.safeload import CONFIG_LIMITS, InputError, read_bytes
@@ -30,39 +29,9 @@ class Output(StrEnum):
     json = "json"
 
 
-class _Dumper(yaml.SafeDumper):
-    """Block style for multi-line strings (scripts, hostfiles, snapshots)."""
-
-
-# Plain scalars that a YAML 1.1 reader such as kubectl's (go-yaml v2) resolves to a boolean or
-# a number although PyYAML reads them back as strings: the short booleans (y, n, ...), numbers
-# with an exponent but no dot (1e3) and YAML 1.2 octals (0o17). PyYAML already quotes what its
-# own resolver would not read back as a string; these it leaves plain, so they are quoted here.
-_YAML11_NON_STRINGS = re.compile(
-    r"""^(?:
-        [yYnN]
-      | [-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+
-      | 0o[0-7_]+
-    )$""",
-    re.VERBOSE,
-)
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    if "\n" in value:
-        style: str | None = "|"
-    elif _YAML11_NON_STRINGS.match(value):
-        style = "'"
-    else:
-        style = None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def to_yaml_stream(objects: list[dict[str, Any]]) -> str:
-    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=100)
+    """The objects as a YAML stream kubectl reads back as written (:mod:`trainer.api.yamlout`)."""
+    return yamlout.dump_all(objects)
 
 
 def fail(message: str) -> typer.Exit:
