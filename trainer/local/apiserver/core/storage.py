@@ -284,6 +284,7 @@ class Storage:
         new = metadata.check(rt, body, namespace, name)
         new["metadata"]["name"] = name
         rv = new["metadata"].get("resourceVersion")
+        rules.require_resource_version(rt, name, rv)
         if check_rv and rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(rt.plural, rt.group, name, rules.MODIFIED)
         return await self.commit_update(
@@ -314,6 +315,10 @@ class Storage:
         paths, and the garbage collector's finalizer removals, all end here). Raises
         :class:`~.rules.StaleWrite` when another write landed while admission ran."""
         old_meta = old["metadata"]
+        if not subresource:
+            changed = rules.immutable_meta_errors(old_meta, new["metadata"])
+            if changed:
+                raise invalid(rt.kind, rt.group, old_meta["name"], changed)
         new = rules.for_subresource(rt, old, new, subresource, applied=applied)
         meta = new["metadata"]
         rules.keep_server_fields(rt, old_meta, meta)
