@@ -247,3 +247,26 @@ async def test_a_finalizer_without_a_domain_path_is_warned_about(api: Api) -> No
     assert again.status == 200
     # only the finalizer the write adds
     assert again.warnings == [f'299 - "metadata.finalizers: \\"more\\": {FINALIZER_ADVICE}"']
+
+
+async def test_exact_duplicate_owner_references_are_dropped_with_a_warning(api: Api) -> None:
+    existing = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}}
+    uid = (await api.call("POST", CONFIGMAPS, existing)).body["metadata"]["uid"]
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}
+    controller = {**owner, "controller": True}
+    meta = {"name": "cm", "ownerReferences": [controller, owner, controller]}
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+    created = await api.call("POST", CONFIGMAPS, cm)
+    assert created.status == 201, created.body
+    assert created.body["metadata"]["ownerReferences"] == [controller, owner]
+    assert created.warnings == [
+        '299 - ".metadata.ownerReferences contains duplicate entries; API server dedups owner '
+        "references in 1.20+, and may reject such requests as early as 1.24; please fix your "
+        f'requests. Duplicate UID: \\"{uid}\\""'
+    ]
+    patched = await api.call(
+        "PATCH", f"{CONFIGMAPS}/cm", {"metadata": {"ownerReferences": [owner, owner]}}, patch=True
+    )
+    assert patched.status == 200
+    assert patched.body["metadata"]["ownerReferences"] == [owner]
+    assert len(patched.warnings) == 1
