@@ -7,8 +7,11 @@ that folder is absent). Every example under ``examples/`` and a TrainJob on ever
 runtime are rendered in process, then applied in one kubectl call as one stream. The built-in
 runtimes' TrainJobs carry strings a YAML 1.1 reader would retype (``y``, ``no``, ``1e3``, ...)
 in command, args and env: the objects the server answers with (``-o json``) must hold them as
-the same strings. The same server then enforces JobSet's rule on volume-claim template
-namespaces (a CEL rule reading ``t.metadata.namespace``, a reserved word).
+the same strings. The inputs of the golden render cases (Flux, MPI, TensorFlow, PaddlePaddle,
+runtimePatches, initializers, ...) are applied the same way, less their PodGroups: the
+scheduler plugins' and Volcano's CRDs are not among the upstream files. The same server then
+enforces JobSet's rule on volume-claim template namespaces (a CEL rule reading
+``t.metadata.namespace``, a reserved word).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ UPSTREAM_CRDS = ROOT.parent / "shared" / "upstream-crds"
 NAMESPACE = "render-check"
 RETYPED = ["y", "N", "no", "on", "1e3", "0o17", "0X1F", "1_000", ".5e3", "1.2.3", "~", "=", "<<"]
 EXAMPLES = sorted(p for p in (ROOT / "examples").rglob("*.yaml"))
+GOLDEN_INPUTS = sorted((ROOT / "tests" / "golden" / "cases").glob("*/input.yaml"))
+INSTALLED_GROUPS = ("v1", "jobset.x-k8s.io/")
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason=SKIP_REASON)
 
@@ -49,8 +54,16 @@ def upstream() -> Iterator[Kubectl]:
         stream = "---\n".join(f.read_text() for f in files)
         applied = kubectl.run("apply", "--server-side", "-f", "-", stdin=stream, timeout=60)
         assert applied.stdout.count("serverside-applied") == 4, applied.stdout
-        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-        kubectl.run("apply", "-f", "-", stdin=json.dumps(namespace))
+        namespaces = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            for name in (NAMESPACE, "analytics", "hpc", "team-a", "ml", "research")
+        ]
+        kubectl.run(
+            "apply",
+            "-f",
+            "-",
+            stdin=json.dumps({"kind": "List", "apiVersion": "v1", "items": namespaces}),
+        )
         yield kubectl
 
 
@@ -127,6 +140,30 @@ def test_every_render_is_accepted_by_kubectl_against_the_upstream_crds(
             assert [env[f"VALUE_{i}"] for i in range(len(RETYPED))] == RETYPED, name
         assert any(c.get("args") == RETYPED for c in containers), name
         assert any(c["command"][3:] == RETYPED for c in containers), name
+
+
+def test_the_golden_cases_render_objects_kubectl_accepts(upstream: Kubectl) -> None:
+    assert len(GOLDEN_INPUTS) >= 20
+    objects = [
+        doc
+        for path in GOLDEN_INPUTS
+        for doc in yaml.safe_load_all(render("-f", str(path)))
+        if doc and doc["apiVersion"].startswith(INSTALLED_GROUPS)
+    ]
+    kinds = {o["kind"] for o in objects}
+    assert kinds == {"ConfigMap", "Secret", "JobSet"}, kinds
+    applied = upstream.run(
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
+        timeout=120,
+        check=False,
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.count("serverside-applied (server dry run)") == len(objects)
 
 
 def test_jobset_refuses_a_volume_claim_template_namespace(upstream: Kubectl) -> None:
