@@ -112,11 +112,6 @@ def test_jobset_crd_defaults_and_in_place_restart_status() -> None:
     assert errors(bad) == [("status.currentInPlaceRestartAttempt", "Invalid value")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="CEL access to a field named like a reserved word (t.metadata.namespace) comes with "
-    "the CEL engine fix on another branch; remove this mark once it is merged",
-)
 def test_jobset_claim_templates_may_not_set_a_namespace() -> None:
     jobset = copy.deepcopy(JOBSET)
     jobset["spec"]["volumeClaimPolicies"][0]["templates"][0]["metadata"]["namespace"] = "other"
