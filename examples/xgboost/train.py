@@ -37,7 +37,9 @@ PARAMS = {
     "tree_method": "hist",
     "max_depth": 3,
     "eta": 0.3,
-    "nthread": 1,
+    # One thread per worker keeps two workers on one small machine light; on a cluster leave
+    # it out (XGBoost then uses every core of the pod).
+    "nthread": int(os.environ.get("NTHREAD", "1")),
 }
 
 
