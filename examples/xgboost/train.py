@@ -37,8 +37,8 @@ PARAMS = {
     "tree_method": "hist",
     "max_depth": 3,
     "eta": 0.3,
-    # One thread per worker keeps two workers on one small machine light; on a cluster leave
-    # it out (XGBoost then uses every core of the pod).
+    # One thread per worker keeps two workers on one small machine light; on a cluster set
+    # NTHREAD in the TrainJob's env to the cores each pod gets.
     "nthread": int(os.environ.get("NTHREAD", "1")),
 }
 
