@@ -5,7 +5,9 @@ and OpenMPI settings the controller generates (one slot per node pod, the launch
 as a node), and mpirun starts this program once per slot. ``mx.distributed.init`` joins the
 ranks through MPI.
 
-Every rank holds its own shard of a generated dataset (rows ``rank::size``). The program then
+Each rank prints the host it runs on (on a cluster, and locally where pods get hostnames of
+their own, the pod's: ranks of the launcher and of the node pod differ). Every rank holds its
+own shard of a generated dataset (rows ``rank::size``). The program then
 
 1. all-sums one number per rank (the sum of its shard's targets) and prints its own value and
    the reduced one: every rank prints the same total, the sum of all ranks' values;
@@ -18,6 +20,7 @@ Run locally: ``trainer run -f examples/mlx/trainjob.yaml`` (from the repository 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -44,7 +47,11 @@ def main() -> None:
     point_mlx_at_libmpi()  # read by mx.distributed.init, not at import
     world = mx.distributed.init(strict=True, backend="mpi")
     rank, size = world.rank(), world.size()
-    print(f"rank {rank}/{size}: MLX {mx.__version__} on {mx.default_device()}", flush=True)
+    print(
+        f"rank {rank}/{size} on host {socket.gethostname()}: MLX {mx.__version__} "
+        f"on {mx.default_device()}",
+        flush=True,
+    )
 
     # The same generated dataset everywhere; each rank keeps only its own rows.
     rng = np.random.default_rng(0)
