@@ -21,6 +21,7 @@ Run locally: ``trainer run -f examples/jax/trainjob.yaml`` (from the repository 
 from __future__ import annotations
 
 import os
+import socket
 
 import jax
 import jax.numpy as jnp
@@ -34,11 +35,24 @@ STEPS = int(os.environ.get("STEPS", "50"))
 LEARNING_RATE = 0.1
 
 
+def bind_address(coordinator: str) -> str | None:
+    """Where process 0's coordinator listens: the address the coordinator's name resolves to
+    (its own pod's IP on a cluster, 127.0.0.1 on the local plane), or JAX's default (every
+    address) while that name does not resolve yet (a pod's DNS record can lag its start)."""
+    host, _, port = coordinator.rpartition(":")
+    try:
+        return f"{socket.gethostbyname(host)}:{port}"
+    except OSError:
+        return None
+
+
 def main() -> None:
+    coordinator = os.environ["JAX_COORDINATOR_ADDRESS"]
     jax.distributed.initialize(
-        coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+        coordinator_address=coordinator,
         num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
         process_id=int(os.environ["JAX_PROCESS_ID"]),
+        coordinator_bind_address=bind_address(coordinator),
     )
     pid, count = jax.process_index(), jax.process_count()
     print(

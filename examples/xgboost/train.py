@@ -2,8 +2,8 @@
 
 The controller injects DMLC_TRACKER_URI (``<job>-node-0-0.<job>``), DMLC_TRACKER_PORT (29500),
 DMLC_TASK_ID (the pod's completion index) and DMLC_NUM_WORKER into each ``node`` container.
-As upstream's XGBoost runtime expects, the worker with task id 0 starts the Rabit tracker on
-that port (listening on every address: it is the pod the tracker URI names); then every
+As upstream's XGBoost runtime expects, the worker with task id 0 (the pod the tracker URI
+names) starts the Rabit tracker on that port, at the address the URI resolves to; then every
 worker joins the collective through the tracker (ranks sorted by task id, so rank ==
 DMLC_TASK_ID).
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,16 @@ def dataset() -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+def tracker_bind_address(tracker_uri: str) -> str:
+    """Where worker 0's tracker listens: the address the tracker URI resolves to (its own pod's
+    IP on a cluster, 127.0.0.1 on the local plane), or every address while that name does not
+    resolve yet (a pod's DNS record can lag its start)."""
+    try:
+        return socket.gethostbyname(tracker_uri)
+    except OSError:
+        return "0.0.0.0"
+
+
 def main() -> None:
     rank = int(os.environ["DMLC_TASK_ID"])
     world = int(os.environ["DMLC_NUM_WORKER"])
@@ -61,7 +72,10 @@ def main() -> None:
     tracker = None
     if rank == 0:
         tracker = xgb.tracker.RabitTracker(
-            n_workers=world, host_ip="0.0.0.0", port=tracker_port, sortby="task"
+            n_workers=world,
+            host_ip=tracker_bind_address(tracker_uri),
+            port=tracker_port,
+            sortby="task",
         )
         tracker.start()
         print(f"rank 0: tracker for {world} workers on port {tracker_port}", flush=True)
