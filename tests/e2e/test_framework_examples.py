@@ -5,7 +5,9 @@ pods exited 0.
 
 Each test runs the example exactly as a user would (``trainer run -f examples/.../trainjob.yaml``
 from the repository root) and reads what the pods printed, as ``trainer run`` streams it.
-A test whose framework (or MPI, for MLX) is not available here is skipped with the reason."""
+A test whose framework (or MPI, for MLX) is not available here is skipped with the reason; the
+MLX TrainJob also needs the local executor to run MPI-shaped TrainJobs (sshd node pods, mpirun
+over ssh), which docs/local-plane.md documents under "MPI on the local plane"."""
 
 from __future__ import annotations
 
