@@ -111,7 +111,7 @@ class CacheClient:
                 locations = [str(loc.uri.decode()) for loc in endpoint.locations]
                 client = self._client(locations[0]) if locations else self.head
                 tables.append(client.do_get(endpoint.ticket).read_all())
-        except fl.FlightError as exc:
+        except pa.ArrowException as exc:  # Flight errors, and KeyError for NOT_FOUND
             raise CacheClientError(
                 f"reading from the data cache at {self.endpoint}: {exc}"
             ) from exc
