@@ -227,3 +227,14 @@ def test_a_grpc_probe_without_grpcio_fails_and_says_which_extra(
     monkeypatch.setattr(grpc_probe, "grpc_modules", lambda: None)
     with pytest.raises(ImportError, match=r"the 'datacache' extra: pip install"):
         grpc_probe.check_health(50051, "", 1.0)
+
+
+def test_the_dockerfile_builds_the_image_the_runtime_names() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    runtime = yaml.safe_load((ROOT / "runtimes/torch-distributed-with-cache.yaml").read_text())
+    cache = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    image = cache["template"]["spec"]["containers"][0]["image"]
+    assert f"docker build --target data-cache -t {image} ." in dockerfile
+    stage = dockerfile.split("AS data-cache\n", 1)[1].split("\nFROM ", 1)[0]
+    assert 'ENTRYPOINT ["trainer", "data-cache", "serve"]' in stage
+    assert "USER 65532:65532" in stage and "EXPOSE 50051" in stage
