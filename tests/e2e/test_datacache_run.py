@@ -126,3 +126,9 @@ def test_a_bad_dataset_fails_the_cache_and_the_trainjob_at_once(
     ), out
     assert "data-cache-node-" not in out  # the nodes never started
     assert "timed out" not in out
+    # trainer run names the reason, not only the failed Job.
+    assert re.search(
+        r"TrainJob default/data-cache failed: pod data-cache-cache-initializer-0-0-\w+ "
+        r"container cache-initializer exited 1: error: data-cache: cannot load table",
+        out,
+    ), out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 from types import ModuleType
 from typing import Any
 
@@ -25,7 +26,10 @@ MISSING_GRPC = (
 
 
 def grpc_modules() -> tuple[ModuleType, ModuleType, ModuleType] | None:
-    """``(grpc, health_pb2, health_pb2_grpc)``, or None when they are not installed."""
+    """``(grpc, health_pb2, health_pb2_grpc)``, or None when they are not installed. gRPC's
+    core logs only errors in this process (unless GRPC_VERBOSITY says otherwise): a probe's
+    channel seeing a server stop is not news for the ``trainer run`` output."""
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
         return (
             importlib.import_module("grpc"),
