@@ -37,7 +37,7 @@ from trainer.datacache.loader import DatasetError, load_part
 from trainer.datacache.sharding import RowRange, pieces, split
 
 Log = Callable[[str], None]
-WORKERS = 8
+WORKERS = 16  # concurrent calls; a DoGet holds one while it streams
 
 
 class BindError(OSError):
