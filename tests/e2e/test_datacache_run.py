@@ -94,41 +94,49 @@ def test_ranks_stream_disjoint_shards_from_a_cache_ready_before_the_nodes_start(
     assert len(finals) == 2 and finals[0][1:] == finals[1][1:], out
 
 
-@pytest.mark.parametrize(
-    ("make", "message"),
-    [
-        (None, "no such file or directory (the dataset to cache is missing)"),
-        (b"PAR1 this is not parquet", "is not a Parquet file Arrow can read"),
-    ],
-    ids=["missing", "unreadable"],
-)
-def test_a_bad_dataset_fails_the_cache_and_the_trainjob_at_once(
-    tmp_path: Path, make: bytes | None, message: str
-) -> None:
-    dataset = tmp_path / "sales.parquet"
-    if make is not None:
-        dataset.write_bytes(make)
-    job = yaml.safe_load(EXAMPLE.read_text())
-    job["spec"]["initializer"]["dataset"]["env"] = [{"name": "METADATA_LOC", "value": str(dataset)}]
-    path = tmp_path / "trainjob.yaml"
-    path.write_text(yaml.safe_dump(job))
+BAD = {
+    "no-dataset": (None, "no such file or directory (the dataset to cache is missing)"),
+    "bad-dataset": (b"PAR1 this is not parquet", "is not a Parquet file Arrow can read"),
+}
 
-    proc = trainer_run(path, timeout=60)
+
+def test_a_missing_or_unreadable_dataset_fails_the_cache_and_the_trainjob_at_once(
+    tmp_path: Path,
+) -> None:
+    docs = []
+    for name, (content, _) in BAD.items():
+        dataset = tmp_path / f"{name}.parquet"
+        if content is not None:
+            dataset.write_bytes(content)
+        job = yaml.safe_load(EXAMPLE.read_text())
+        job["metadata"]["name"] = name
+        job["spec"]["initializer"]["dataset"]["env"] = [
+            {"name": "METADATA_LOC", "value": str(dataset)}
+        ]
+        docs.append(job)
+    path = tmp_path / "trainjobs.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+
+    proc = trainer_run(path, timeout=60)  # both TrainJobs in one run
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr
-    assert "error: data-cache: cannot load table sales/transactions: " in out and message in out, (
-        out
-    )
-    assert str(dataset) in out
-    assert "TrainJob default/data-cache: Failed" in out
-    assert re.search(
-        r"TrainJob default/data-cache failed: FailedJobs: .*data-cache-cache-initializer-0", out
-    ), out
-    assert "data-cache-node-" not in out  # the nodes never started
     assert "timed out" not in out
-    # trainer run names the reason, not only the failed Job.
-    assert re.search(
-        r"TrainJob default/data-cache failed: pod data-cache-cache-initializer-0-0-\w+ "
-        r"container cache-initializer exited 1: error: data-cache: cannot load table",
-        out,
-    ), out
+    for name, (_, message) in BAD.items():
+        dataset = tmp_path / f"{name}.parquet"
+        assert re.search(
+            rf"{name}-cache-initializer-0-0-\w+ \| error: data-cache: cannot load table "
+            rf"sales/transactions: .*{re.escape(str(dataset))}.*{re.escape(message)}",
+            out,
+        ), out
+        assert f"TrainJob default/{name}: Failed" in out
+        assert re.search(
+            rf"TrainJob default/{name} failed: FailedJobs: .*{name}-cache-initializer-0", out
+        ), out
+        # trainer run names the reason, not only the failed Job.
+        assert re.search(
+            rf"TrainJob default/{name} failed: pod {name}-cache-initializer-0-0-\w+ "
+            rf"container cache-initializer exited 1: error: data-cache: cannot load table .*"
+            rf"{re.escape(message)}",
+            out,
+        ), out
+        assert f"{name}-node-" not in out  # the nodes never started
