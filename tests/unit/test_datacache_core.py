@@ -3,6 +3,7 @@ controller's DATA_CACHE_PEERS, and the local executor's per-JobSet port map (no 
 
 from __future__ import annotations
 
+import importlib
 import itertools
 from pathlib import Path
 from typing import Any
@@ -238,3 +239,25 @@ def test_the_dockerfile_builds_the_image_the_runtime_names() -> None:
     stage = dockerfile.split("AS data-cache\n", 1)[1].split("\nFROM ", 1)[0]
     assert 'ENTRYPOINT ["trainer", "data-cache", "serve"]' in stage
     assert "USER 65532:65532" in stage and "EXPOSE 50051" in stage
+
+
+def test_serve_without_the_extra_says_which_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    from trainer.cli.main import app  # noqa: PLC0415
+
+    real = importlib.import_module
+
+    def no_pyarrow(name: str) -> Any:
+        if name.startswith("pyarrow"):
+            raise ImportError(f"No module named {name!r}")
+        return real(name)
+
+    monkeypatch.setattr(importlib, "import_module", no_pyarrow)
+    result = CliRunner().invoke(
+        app,
+        ["data-cache", "serve", "--source", "/d.csv", "--table", "cache://a/b"],
+    )
+    assert result.exit_code == 1
+    assert "error: the data cache needs pyarrow, which is not installed" in result.output
+    assert "pip install 'kubeflow-trainer-py[datacache]'" in result.output
