@@ -140,3 +140,46 @@ def test_a_missing_or_unreadable_dataset_fails_the_cache_and_the_trainjob_at_onc
             out,
         ), out
         assert f"{name}-node-" not in out  # the nodes never started
+
+
+READER = """
+from trainer.datacache.client import CacheClient, rank_from_env
+rank, world = rank_from_env()
+with CacheClient() as cache:
+    ids = cache.read_shard(rank, world).column("id").to_pylist()
+    sources = " ".join(f"{location}={rows}" for location, rows in cache.last_read)
+print(f"rank {rank}/{world} ids {ids[0]}-{ids[-1]} ({len(ids)} rows) from {sources}")
+"""
+
+
+def test_a_cache_of_two_pods_points_each_rank_at_the_pod_holding_its_rows(
+    tmp_path: Path,
+) -> None:
+    runtime = yaml.safe_load((ROOT / "runtimes/torch-distributed-with-cache.yaml").read_text())
+    runtime["kind"] = "TrainingRuntime"
+    runtime["metadata"] = {"name": "torch-cache-two-pods", "namespace": "default"}
+    cache = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    cache["parallelism"] = cache["completions"] = 2
+    job = yaml.safe_load(EXAMPLE.read_text())
+    job["metadata"]["name"] = "two-cache-pods"
+    job["spec"]["runtimeRef"] = {"name": "torch-cache-two-pods", "kind": "TrainingRuntime"}
+    job["spec"]["trainer"]["command"] = ["python", "-c", READER]
+    path = tmp_path / "two-cache-pods.yaml"
+    path.write_text(yaml.safe_dump_all([runtime, job]))
+
+    proc = trainer_run(path)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    lines = out.splitlines()
+    # Pod 1 listens on a port of its own and registers it with pod 0, which waited for it.
+    waiting = first(lines, r"cache-initializer-0-0-\w+ \| .*waiting for cache pods \[1\]")
+    registered = first(lines, r"cache-initializer-0-1-\w+ \| .*registered grpc://127\.0\.0\.1:")
+    pod1 = re.search(r"registered (grpc://127\.0\.0\.1:\d+)", lines[registered])[1]  # type: ignore[index]
+    head_ready = first(lines, r"cache-initializer-0-0-\w+ \| data-cache: ready: ")
+    head = "127.0.0.1:" + re.search(r"on port (\d+)", lines[head_ready])[1]  # type: ignore[index]
+    assert "rows 0-500 of 1000" in lines[head_ready], out
+    first_node = first(lines, r"^two-cache-pods-node-0-\d-\w+ \| ")
+    assert waiting < first_node and registered < first_node and head_ready < first_node, out
+    # Each rank's rows come from the pod that holds them: rank 0 from pod 0, rank 1 from pod 1.
+    assert re.search(rf"rank 0/2 ids 0-499 \(500 rows\) from grpc://{head}=500$", out, re.M), out
+    assert re.search(rf"rank 1/2 ids 500-999 \(500 rows\) from {pod1}=500$", out, re.M), out

@@ -66,6 +66,9 @@ def test_config_from_env() -> None:
     )
     assert config.source == Path("/data/t.parquet")
     assert (config.index, config.size, config.peers) == (1, 2, ("a.s:50051", "b.s:50051"))
+    assert not config.shared_address
+    shared = cfg.from_env({**ENV, "DATA_CACHE_PEERS": "127.0.0.1:2000,127.0.0.1:2000"})
+    assert shared.shared_address
     assert cfg.from_env({**ENV, "METADATA_LOC": "file:///data/a%20b.csv"}).source == Path(
         "/data/a b.csv"
     )

@@ -255,3 +255,41 @@ def test_serve_fails_with_one_clear_line(env: dict[str, str], code: int, message
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == code
     assert message in err and "Traceback" not in err
+
+
+def test_pods_on_one_shared_address_register_with_pod_0(parquet: Path) -> None:
+    """The local plane's case: every pod's name and port map to one address, so pods 1 and 2
+    listen on free ports and tell pod 0; pod 0 is SERVING only once both did."""
+    head = CacheServer(config(parquet), host="127.0.0.1")
+    port = head.start()
+    shared = (f"127.0.0.1:{port}",) * 3
+    head.config = head.state.config = config(parquet, 0, shared)
+    others = [CacheServer(config(parquet, i, shared), host="127.0.0.1") for i in (1, 2)]
+    try:
+        assert [s.start() for s in others] != [port, port]
+        head.load()
+        assert check_health(port, "", 2.0) is False  # pods 1 and 2 have not registered
+        with pytest.raises(fl.FlightUnavailableError, match=r"waiting for cache pods \[1, 2\]"):
+            fl.connect(f"grpc://127.0.0.1:{port}").list_flights().__next__()
+        for server in others:
+            server.load()
+            assert server.register(timeout=10) == f"grpc://127.0.0.1:{server.port}"
+        assert check_health(port, "", 2.0) is True
+        info = fl.connect(f"grpc://127.0.0.1:{port}").get_flight_info(
+            fl.FlightDescriptor.for_path("sales", "tx")
+        )
+        locations = [[loc.uri.decode() for loc in e.locations] for e in info.endpoints]
+        assert locations == [[]] + [[f"grpc://127.0.0.1:{s.port}"] for s in others]
+        with CacheClient(f"127.0.0.1:{port}") as client:
+            ids = [i for r in range(2) for i in client.read_shard(r, 2).column("id").to_pylist()]
+        assert ids == list(range(ROWS))
+        # Only pod 0 takes registrations.
+        with pytest.raises(pa.ArrowException, match="only pod 0"):
+            list(
+                fl.connect(f"grpc://127.0.0.1:{others[0].port}").do_action(
+                    fl.Action("register", b'{"index": 2, "location": "x", "total": 1}')
+                )
+            )
+    finally:
+        for server in [head, *others]:
+            server.stop(0)

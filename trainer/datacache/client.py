@@ -74,6 +74,7 @@ class CacheClient:
         self.timeout = timeout
         self._clients: dict[str, Any] = {}
         self.head = self._client(self.endpoint)
+        self.last_read: list[tuple[str, int]] = []  # (location, rows) of the last read
 
     def _client(self, location: str) -> Any:
         if location not in self._clients:
@@ -107,10 +108,12 @@ class CacheClient:
         try:
             info = self.head.get_flight_info(descriptor)
             tables = []
+            self.last_read = []
             for endpoint in info.endpoints:
                 locations = [str(loc.uri.decode()) for loc in endpoint.locations]
-                client = self._client(locations[0]) if locations else self.head
-                tables.append(client.do_get(endpoint.ticket).read_all())
+                location = locations[0] if locations else self.endpoint
+                tables.append(self._client(location).do_get(endpoint.ticket).read_all())
+                self.last_read.append((location, tables[-1].num_rows))
         except pa.ArrowException as exc:  # Flight errors, and KeyError for NOT_FOUND
             raise CacheClientError(
                 f"reading from the data cache at {self.endpoint}: {exc}"

@@ -53,6 +53,14 @@ class CacheConfig:
         return max(len(self.peers), 1)
 
     @property
+    def shared_address(self) -> bool:
+        """Whether the pods' addresses collapse into one: the local plane maps every pod's name
+        to 127.0.0.1 and a declared port to one host port per JobSet, so DATA_CACHE_PEERS
+        repeats itself (never so on a cluster, where pod names differ). Pods other than 0 then
+        listen on a free port and register it with pod 0 (docs/data-cache.md)."""
+        return len(set(self.peers)) < len(self.peers)
+
+    @property
     def name(self) -> str:
         """The table as Flight names it: ``<schema>/<table>``."""
         return f"{self.schema}/{self.table}"
