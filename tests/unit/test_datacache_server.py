@@ -27,7 +27,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from trainer.datacache.client import CacheClient, CacheClientError  # noqa: E402
 from trainer.datacache.config import CacheConfig  # noqa: E402
 from trainer.datacache.loader import DatasetError, load  # noqa: E402
-from trainer.datacache.server import CacheServer  # noqa: E402
+from trainer.datacache.server import BindError, CacheServer  # noqa: E402
 from trainer.local.executor.grpc_probe import check_health  # noqa: E402
 
 ROWS = 1000
@@ -190,6 +190,17 @@ def test_an_empty_shard_has_the_schema(parquet: Path) -> None:
         assert shards[0].schema.equals(table().schema)
     finally:
         server.stop(0)
+
+
+def test_a_port_in_use_is_refused(parquet: Path) -> None:
+    first = CacheServer(config(parquet), host="127.0.0.1")
+    port = first.start()
+    taken = CacheConfig("sales", "tx", parquet, None, 0, (), port=port)
+    try:
+        with pytest.raises(BindError, match=f"cannot listen on 127.0.0.1:{port}"):
+            CacheServer(taken, host="127.0.0.1").start()
+    finally:
+        first.stop(0)
 
 
 def test_the_client_says_when_the_cache_is_unreachable() -> None:

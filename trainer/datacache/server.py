@@ -240,7 +240,11 @@ class CacheServer:
         self.host = host
         self.state = CacheState(config)
         self.health = health.HealthServicer()
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS))
+        # No SO_REUSEPORT (grpcio's default on Linux): a second cache on a port in use must
+        # fail to bind, not share the port's connections with the first.
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=WORKERS), options=[("grpc.so_reuseport", 0)]
+        )
         service = FlightService(self.state, self._maybe_serving)
         self.server.add_generic_rpc_handlers((service.handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
