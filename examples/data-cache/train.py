@@ -16,6 +16,7 @@ torch and pyarrow are imported inside main() only.
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
 import time
@@ -49,7 +50,8 @@ def main() -> int:
         flush=True,
     )
 
-    dist.init_process_group("gloo")
+    # A rank that died must fail the others within a minute, not leave them waiting for it.
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     count = torch.tensor([len(ids)], dtype=torch.int64)
     dist.all_reduce(count)
     if rank == 0:
