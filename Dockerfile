@@ -1,5 +1,8 @@
 # The controller image (`trainer controller`: reconcilers, webhook, probes, metrics).
 #   docker build -t trainer-py:0.1.0 .
+# The data-cache image (`trainer data-cache serve`, run by the cache-initializer step of the
+# torch-distributed-with-cache runtime; docs/data-cache.md):
+#   docker build --target data-cache -t trainer-py-data-cache:0.1.0 .
 # The base is pinned by tag; pin it by digest as well in your registry mirror for reproducible
 # builds. Its Python minor version must match the one constraints.txt was generated with.
 
@@ -18,6 +21,32 @@ RUN python -m venv /opt/trainer \
     && /opt/trainer/bin/pip install --no-cache-dir --constraint constraints.txt . \
     && /opt/trainer/bin/python -m compileall -q /opt/trainer/lib \
     && /opt/trainer/bin/pip uninstall --yes pip
+
+# --- data cache: the same install plus the datacache extra, pinned here (constraints.txt pins
+# only the controller's dependencies) --------------------------------------------------------
+FROM python:3.11.11-slim-bookworm AS build-data-cache
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY constraints.txt pyproject.toml README.md ./
+COPY trainer ./trainer
+COPY runtimes ./runtimes
+COPY webhooks ./webhooks
+RUN python -m venv /opt/trainer \
+    && /opt/trainer/bin/pip install --no-cache-dir --constraint constraints.txt . \
+        pyarrow==26.0.1 grpcio==1.85.1 grpcio-health-checking==1.85.1 protobuf==7.36.2 \
+    && /opt/trainer/bin/python -m compileall -q /opt/trainer/lib \
+    && /opt/trainer/bin/pip uninstall --yes pip
+
+FROM python:3.11.11-slim-bookworm AS data-cache
+ENV PATH=/opt/trainer/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
+COPY --from=build-data-cache /opt/trainer /opt/trainer
+USER 65532:65532
+EXPOSE 50051
+ENTRYPOINT ["trainer", "data-cache", "serve"]
 
 # --- final: the virtualenv on a clean base, no build tools, non-root ---------------------------
 FROM python:3.11.11-slim-bookworm

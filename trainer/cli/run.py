@@ -17,6 +17,7 @@ from trainer.api.load import Document
 from trainer.api.safeload import InputError
 from trainer.cli.catalog import with_namespace
 from trainer.cli.checks import check_documents, print_outcomes
+from trainer.cli.failures import failed_containers
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
@@ -123,6 +124,9 @@ async def _follow(
                         printer.line(
                             f"TrainJob {ns}/{name} failed: {cond['reason']}: {cond['message']}"
                         )
+                        pods = plane.server.objects("v1", "pods", ns)
+                        for why in failed_containers(pods, name):
+                            printer.line(f"TrainJob {ns}/{name} failed: {why}")
                         last[("failed", name)] = "1"
         if len(finished) == len(jobs):
             return 0 if all(s == c.COND_COMPLETE for s in finished.values()) else 1

@@ -4,7 +4,9 @@ v2.3 ships broken (README.md, "Status and parity with upstream").
 A runtime with a ``cache-initializer`` step (ancestor label ``cache-initializer``) runs an
 Arrow Flight cache before training; the trainer step depends on it with status Ready. The
 cache's address is injected into every container of the trainer step as
-``DATA_CACHE_ENDPOINT=<job>-cache-initializer-0-0.<subdomain>:50051``. (Routing a
+``DATA_CACHE_ENDPOINT=<job>-cache-initializer-0-0.<subdomain>:50051``; the cache's own
+containers get ``DATA_CACHE_PEERS``, every cache pod's ``host:50051`` in index order, so pod 0
+can point readers at the pods holding each part (docs/data-cache.md). (Routing a
 ``cache://`` dataset's STORAGE_URI, env and secretRef to the cache container happens where
 the TrainJob is merged onto the runtime: trainer.runtime.assemble.)
 """
@@ -26,6 +28,15 @@ def cache_endpoint(info: Info) -> str | None:
     if not caches:
         return None
     return f"{info.name}-{caches[0].name}-0-0.{info.subdomain}:{c.DATA_CACHE_PORT}"
+
+
+def cache_peers(info: Info) -> str | None:
+    """Every cache pod's ``host:port``, comma-separated in index order."""
+    caches = info.pod_sets_with_ancestor(c.ANCESTOR_CACHE_INITIALIZER)
+    if not caches:
+        return None
+    hosts = caches[0].endpoints(info.name, info.subdomain)
+    return ",".join(f"{host}:{c.DATA_CACHE_PORT}" for host in hosts)
 
 
 def _completes_with_training(spec: JobSetSpec, jobs: list[ReplicatedJob]) -> bool:
@@ -84,3 +95,8 @@ class DataCachePlugin:
         for ps in info.pod_sets_with_ancestor(c.ANCESTOR_TRAINER):
             for ctr in ps.pod_spec.containers or []:
                 apply.upsert_env(ctr, [apply.env(c.ENV_DATA_CACHE_ENDPOINT, endpoint)])
+        peers = cache_peers(info)
+        for ps in info.pod_sets_with_ancestor(c.ANCESTOR_CACHE_INITIALIZER)[:1]:
+            cache = ps.container(c.CONTAINER_CACHE_INITIALIZER)
+            if cache is not None and peers is not None:
+                apply.upsert_env(cache, [apply.env(c.ENV_DATA_CACHE_PEERS, peers)])

@@ -64,6 +64,23 @@ def set_condition(
         status["conditions"] = conds
 
 
+def declared_ports(js: dict[str, Any]) -> list[int]:
+    """The ports a JobSet's pods listen on, each mapped to a host port of its own: 29500
+    (torchrun's, which the controller may add later) and every containerPort its pod templates
+    declare (the data cache's 50051, say), so two JobSets never collide on one."""
+    ports = {TRAINER_PORT}
+    for rjob in (js.get("spec") or {}).get("replicatedJobs") or []:
+        pod_spec = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get(
+            "spec"
+        ) or {}
+        for ctr in [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]:
+            for port in ctr.get("ports") or []:
+                number = port.get("containerPort")
+                if isinstance(number, int) and 0 < number < 65536:
+                    ports.add(number)
+    return sorted(ports)
+
+
 class JobSetController:
     def __init__(self, client: LocalClient, jobsets: Cache, jobs: Cache, services: Cache) -> None:
         self.client = client
@@ -120,7 +137,9 @@ class JobSetController:
             if existing:
                 for port in existing.values():
                     self.allocator.hold(int(port), uid)
-            self.ports[uid] = existing or {str(TRAINER_PORT): self.allocator.allocate(uid)}
+            self.ports[uid] = existing or {
+                str(port): self.allocator.allocate(uid) for port in declared_ports(js)
+            }
         return self.ports[uid]
 
     def release_ports(self) -> None:

@@ -2,8 +2,9 @@
 
 A startupProbe gates ``started`` (and readiness); a readinessProbe flips ``ready`` on its
 success / failure thresholds for as long as the process runs. Kinds: ``tcpSocket`` (the host
-port the pod's port was mapped to), ``httpGet`` (127.0.0.1, HTTPS without verification) and
-``exec`` (the container's environment and working directory). Until a container first turns
+port the pod's port was mapped to), ``httpGet`` (127.0.0.1, HTTPS without verification),
+``exec`` (the container's environment and working directory) and ``grpc`` (grpc.health.v1
+on the mapped port: :mod:`~trainer.local.executor.grpc_probe`). Until a container first turns
 ready it is probed every 0.25 s (a local process starts faster than a pod), afterwards every
 periodSeconds (at most 5 s); initialDelaySeconds is honoured up to 30 s. livenessProbe is not
 run.
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.local.executor import podenv
+from trainer.local.executor.grpc_probe import grpc_check
 from trainer.local.executor.podfields import LOOPBACK
 from trainer.local.executor.podhost import Container, RunningPod, as_float, host_env_path, killpg
 
@@ -106,6 +108,15 @@ async def check(pod: RunningPod, c: Container, probe: dict[str, Any], *, timeout
             return await http_probe(pod, c, probe["httpGet"], timeout)
         if "exec" in probe:
             return await exec_probe(pod, c, probe["exec"], timeout)
+        if "grpc" in probe:
+            spec = probe["grpc"] or {}
+            port = podenv.host_port(pod.pod, c.spec, spec.get("port"))
+            if port is None:
+                return False
+            return await grpc_check(port, str(spec.get("service") or ""), timeout)
+    except ImportError as exc:
+        pod.host.warn_once(f"grpc-probe:{pod.uid}:{c.name}", f"pod {pod.key}: {exc}")
+        return False
     except (OSError, TimeoutError, ValueError, IndexError):
         return False
     pod.host.warn_once(
