@@ -58,12 +58,20 @@ def json_or_empty(raw: bytes) -> Any:
         raise bad_request("the request body is not valid JSON") from None
 
 
+def warning_header(warnings: list[str]) -> str:
+    """``Warning: 299 - "text"`` values, quoted as kube-apiserver quotes them (a backslash before
+    each ``"`` and ``\\``, k8s.io/apimachinery/pkg/util/net.NewWarningHeader): unescaped
+    quotes make kubectl drop the warning."""
+    quoted = ('"' + w.replace("\\", "\\\\").replace('"', '\\"') + '"' for w in warnings)
+    return ", ".join(f"299 - {q}" for q in quoted)
+
+
 def json_response(
     body: Any, *, status: int = 200, warnings: list[str] | None = None
 ) -> web.Response:
     headers = {}
     if warnings:
-        headers["Warning"] = ", ".join(f'299 - "{w}"' for w in warnings)
+        headers["Warning"] = warning_header(warnings)
     return web.Response(
         body=json.dumps(body, separators=(",", ":")).encode(),
         status=status,
