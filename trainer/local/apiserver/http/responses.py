@@ -58,11 +58,18 @@ def json_or_empty(raw: bytes) -> Any:
         raise bad_request("the request body is not valid JSON") from None
 
 
+_CONTROL = dict.fromkeys((*range(0x20), 0x7F), " ")
+
+
 def warning_header(warnings: list[str]) -> str:
     """``Warning: 299 - "text"`` values, quoted as kube-apiserver quotes them (a backslash before
     each ``"`` and ``\\``, k8s.io/apimachinery/pkg/util/net.NewWarningHeader): unescaped
-    quotes make kubectl drop the warning."""
-    quoted = ('"' + w.replace("\\", "\\\\").replace('"', '\\"') + '"' for w in warnings)
+    quotes make kubectl drop the warning. Control characters (a field named ``a\\n``) become
+    spaces, as Go's HTTP server writes a newline in a header value; a header cannot hold them."""
+    quoted = (
+        '"' + w.translate(_CONTROL).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        for w in warnings
+    )
     return ", ".join(f"299 - {q}" for q in quoted)
 
 
