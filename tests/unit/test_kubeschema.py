@@ -283,3 +283,16 @@ def test_validate_rejects_a_misspelt_pod_spec_field_with_its_path(tmp_path: Path
 
     lenient = CliRunner().invoke(app, ["validate", "--no-strict-fields", "-f", str(path)])
     assert lenient.exit_code == 0, lenient.output
+
+
+def test_make_crds_without_the_bundle_fails_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(kubeschema_gen, "BUNDLE", "v0.1.0-local/_definitions.json")
+    assert crds.main(["--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "error: kubernetes-validate has no v0.1.0-local/_definitions.json: "
+        "install kubernetes-validate>=1.36\n"
+    )
+    assert not (tmp_path / "manifests").exists()
