@@ -27,7 +27,7 @@ from pydantic.fields import FieldInfo
 
 from trainer.api import constants as c
 from trainer.api import jobset as js
-from trainer.api import kubeschema
+from trainer.api import kubeschema, kubeschema_gen
 from trainer.api import v1alpha1 as v1
 from trainer.api.base import K8sModel, Schema
 from trainer.api.core import ObjectMeta
@@ -458,10 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     stale: list[str] = []
-    # Generation time only: the Kubernetes types' schemas come from kubernetes-validate's bundle
+    # The Kubernetes types' schemas come from kubernetes-validate's bundle (read only here)
     # into trainer/api/kubeschema.json, which the CRDs below are built from.
-    from trainer.api import kubeschema_gen  # noqa: PLC0415
-
     try:
         text = kubeschema_gen.render()
     except kubeschema_gen.SourceError as exc:
