@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make quickstart  - install into $(VENV) and run the quickstart"
 	@echo "make test        - install into $(VENV), then lint, type-check and run every test"
-	@echo "make crds        - regenerate manifests/ CRDs from the API models"
+	@echo "make crds        - regenerate manifests/ CRDs from the API models (and trainer/api/kubeschema.json from kubernetes-validate)"
 	@echo "make manifests   - regenerate manifests/base and overlays from trainer/deploy/templates"
 	@echo "make clean       - remove $(VENV) and caches"
 

@@ -80,12 +80,13 @@ def http_json(kubectl: Kubectl, path: str) -> Any:
 
 @pytest.fixture(scope="session")
 def installed(kubectl: Kubectl) -> subprocess.CompletedProcess[str]:
-    """``kubectl apply`` of the Trainer and JobSet CRDs (as ``trainer crds --jobset`` prints
-    them) and of the torch-distributed ClusterTrainingRuntime."""
+    """``kubectl apply --server-side`` of the Trainer and JobSet CRDs (as ``trainer crds
+    --jobset`` prints them; like upstream's, they are too big for client-side apply's
+    last-applied annotation) and of the torch-distributed ClusterTrainingRuntime."""
     stream = yaml.safe_dump_all([*crd_models.trainer_crds(), crd_models.jobset_crd()])
     path = Path(kubectl.home, "crds.yaml")
     path.write_text(stream)
-    applied = kubectl.run("apply", "-f", str(path))
+    applied = kubectl.run("apply", "--server-side", "-f", str(path))
     kubectl.run("apply", "-f", str(ROOT / "runtimes" / "torch-distributed.yaml"))
     return applied
 
@@ -106,15 +107,26 @@ def test_crds_apply_and_are_served(
 ) -> None:
     for plural in ("trainjobs", "trainingruntimes", "clustertrainingruntimes"):
         assert (
-            f"customresourcedefinition.apiextensions.k8s.io/{plural}.trainer.kubeflow.org created"
-            in installed.stdout
+            f"customresourcedefinition.apiextensions.k8s.io/{plural}.trainer.kubeflow.org "
+            "serverside-applied" in installed.stdout
         )
     crds = rows(kubectl.run("get", "crds").stdout)
     assert crds[0] == ["NAME", "CREATED", "AT"]
     assert [TRAINJOBS] in [r[:1] for r in crds]
 
-    again = kubectl.run("apply", "-f", str(Path(kubectl.home, "crds.yaml")))
-    assert f"customresourcedefinition.apiextensions.k8s.io/{TRAINJOBS} unchanged" in again.stdout
+    def version() -> str:
+        path = "jsonpath={.metadata.resourceVersion}"
+        return kubectl.run("get", "crd", TRAINJOBS, "-o", path).stdout
+
+    before = version()
+    kubectl.run("apply", "--server-side", "-f", str(Path(kubectl.home, "crds.yaml")))
+    assert version() == before  # applying the same CRDs again changes nothing
+
+    client_side = kubectl.run("apply", "-f", str(Path(kubectl.home, "crds.yaml")), check=False)
+    assert client_side.returncode == 1  # as on kube-apiserver: the annotation is too long
+    assert "metadata.annotations: Too long: may not be more than 262144 bytes" in (
+        client_side.stderr
+    )
 
     resources = kubectl.run("api-resources", "--api-group=trainer.kubeflow.org").stdout
     assert "trainjobs" in resources and "clustertrainingruntimes" in resources

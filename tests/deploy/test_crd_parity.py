@@ -42,38 +42,11 @@ FILES = {
     "JobSet": ("jobset.x-k8s.io_jobsets.yaml", "JobSet"),
 }
 
-# Subtrees holding Kubernetes core types (pod template, pod spec, container, Job template,
-# env var, reference, resource requirements, PersistentVolumeClaim) that our CRDs still type
-# from the partial models in trainer/api/core.py (`x-kubernetes-preserve-unknown-fields`, only
-# the fields the controller reads): full Kubernetes schemas generated for those types replace
-# them (work on another branch). Empty this set once they are merged; until then, differences
-# under these prefixes are not reported. Keyed by (allow-list group, path prefix).
-PENDING_POD_SCHEMA: frozenset[tuple[str, str]] = frozenset(
-    {
-        # A TrainJob's env vars, Secret references and resources (core/v1 EnvVar,
-        # LocalObjectReference, ResourceRequirements).
-        ("TrainJob", "spec.trainer.env[]"),
-        ("TrainJob", "spec.trainer.resourcesPerNode"),
-        ("TrainJob", "spec.initializer.dataset.env[]"),
-        ("TrainJob", "spec.initializer.dataset.secretRef"),
-        ("TrainJob", "spec.initializer.model.env[]"),
-        ("TrainJob", "spec.initializer.model.secretRef"),
-        # A runtime's replicated Job templates (batch/v1 JobTemplateSpec).
-        ("runtimes", "spec.template.spec.replicatedJobs[].template"),
-        # The same inside the local plane's JobSet CRD.
-        ("JobSet", "spec.replicatedJobs[].template"),
-        # A runtime patch's pod-spec overrides (upstream's restricted PodSpec subset).
-        (
-            "TrainJob",
-            "spec.runtimePatches[].trainingRuntimeSpec.template.spec.replicatedJobs[]"
-            ".template.spec.template.spec",
-        ),
-        # JobSet volume-claim templates: a core/v1 PersistentVolumeClaim (spec and status),
-        # which the same Kubernetes-schema generator produces.
-        ("runtimes", "spec.template.spec.volumeClaimPolicies[].templates[]"),
-        ("JobSet", "spec.volumeClaimPolicies[].templates[]"),
-    }
-)
+# Subtrees whose differences are not reported. Empty: the Kubernetes core types our CRDs embed
+# (pod and Job templates, env vars, references, resources, claim templates) are generated from
+# the Kubernetes API schema (trainer/api/kubeschema.py, docs/crds.md) and compared like the rest.
+# Keyed by (allow-list group, path prefix); a prefix that hides nothing fails the test.
+PENDING_POD_SCHEMA: frozenset[tuple[str, str]] = frozenset()
 
 # Our intended extensions: (group, path, aspect) -> why. A path is the property path from the
 # schema root ("[]" for list items, "{}" for map values); "" is the CRD itself.

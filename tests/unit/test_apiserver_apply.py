@@ -209,7 +209,7 @@ replicatedJobs:
                                                     },
                                                 }
                                             },
-                                            "f:nodeSelector": {"f:pool": {}},
+                                            "f:nodeSelector": {},  # an atomic map
                                         }
                                     },
                                 }
@@ -267,8 +267,8 @@ def _without_label(o: Obj) -> None:
     del o["metadata"]["labels"]["team"]
 
 
-def _without_node_selector_key(o: Obj) -> None:
-    del pod_spec(o)["nodeSelector"]["b"]
+def _without_node_selector(o: Obj) -> None:
+    del pod_spec(o)["nodeSelector"]
 
 
 def _without_init_job(o: Obj) -> None:
@@ -313,9 +313,9 @@ replicatedJobs:
             ".metadata.labels.team",
         ),
         (
-            _without_node_selector_key,
-            lambda o: pod_spec(o)["nodeSelector"] == {"a": "1"},
-            '.spec.replicatedJobs[name="node"].template.spec.template.spec.nodeSelector.b',
+            _without_node_selector,
+            lambda o: "nodeSelector" not in pod_spec(o),
+            '.spec.replicatedJobs[name="node"].template.spec.template.spec.nodeSelector',
         ),
         (
             _without_init_job,
@@ -334,7 +334,7 @@ replicatedJobs:
             '.containers[name="node"].env[name="B"]',
         ),
     ],
-    ids=["label", "node-selector-key", "list-map-item", "nested-field", "env-entry"],
+    ids=["label", "node-selector", "list-map-item", "nested-field", "env-entry"],
 )
 def test_fields_no_longer_applied_are_removed(
     drop: Callable[[Obj], None], gone: Callable[[Obj], bool], path: str
@@ -460,7 +460,6 @@ def test_updates_then_a_forced_apply_takes_over() -> None:
     assert owned(patched, "kueue", "Update") == {
         ".spec.suspend",
         '.spec.replicatedJobs[name="node"].template.spec.template.spec.nodeSelector',
-        '.spec.replicatedJobs[name="node"].template.spec.template.spec.nodeSelector.pool',
     }
     assert ".spec.suspend" not in owned(patched, "trainer")
     patched = stored(patched)
@@ -586,12 +585,33 @@ def test_kueue_node_selector_disappears_when_the_patch_is_cleared() -> None:
 def test_an_update_managers_sibling_field_is_kept() -> None:
     live = stored(ssa.apply(JOBSET, None, _trainer_jobset({"a": "1"}), "trainer", force=True))
     patched = copy.deepcopy(live)
-    pod_spec(patched)["nodeSelector"]["b"] = "2"
+    pod_spec(patched)["containers"][0]["env"].append({"name": "C", "value": "3"})
     ssa.track_update(JOBSET, live, patched, "kueue", now=T1)
     out = ssa.apply(JOBSET, stored(patched), _trainer_jobset(None), "trainer", force=True, now=T2)
-    assert pod_spec(out)["nodeSelector"] == {"b": "2"}
+    assert "nodeSelector" not in pod_spec(out)
+    assert [e["name"] for e in pod_spec(out)["containers"][0]["env"]] == ["A", "B", "C"]
+    pod = '.spec.replicatedJobs[name="node"].template.spec.template.spec'
+    env = f'{pod}.containers[name="node"].env'
+    assert f'{env}[name="C"]' in owned(out, "kueue", "Update")
+
+
+def test_atomic_maps_are_owned_and_replaced_as_one_field() -> None:
+    """PodSpec.nodeSelector is ``x-kubernetes-map-type: atomic`` (as in Kubernetes and in
+    upstream's CRDs): one leaf, replaced wholesale; an Update changing one key takes it over."""
     node_selector = '.spec.replicatedJobs[name="node"].template.spec.template.spec.nodeSelector'
-    assert f"{node_selector}.b" in owned(out, "kueue", "Update")
+    live = stored(
+        ssa.apply(JOBSET, None, _trainer_jobset({"a": "1", "b": "2"}), "trainer", force=True)
+    )
+    assert {p for p in owned(live, "trainer") if "nodeSelector" in p} == {node_selector}
+    out = stored(ssa.apply(JOBSET, live, _trainer_jobset({"a": "1"}), "trainer", force=True))
+    assert pod_spec(out)["nodeSelector"] == {"a": "1"}
+    patched = copy.deepcopy(out)
+    pod_spec(patched)["nodeSelector"]["b"] = "2"
+    ssa.track_update(JOBSET, out, patched, "kueue", now=T1)
+    assert node_selector in owned(patched, "kueue", "Update")
+    assert node_selector not in owned(patched, "trainer")
+    kept = ssa.apply(JOBSET, stored(patched), _trainer_jobset(None), "trainer", force=True, now=T2)
+    assert pod_spec(kept)["nodeSelector"] == {"a": "1", "b": "2"}  # kueue's now
 
 
 # --- track_update -------------------------------------------------------------------------

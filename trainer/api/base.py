@@ -80,15 +80,19 @@ class Schema:
     preserve_unknown: bool = False
     embedded_resource: bool = False
     required: bool = False
+    kube: str | None = None
+    """The Kubernetes type the field holds (``io.k8s.api.core.v1.Affinity``): the CRD gets that
+    type's full schema (:mod:`trainer.api.kubeschema`), the other markers apply on top."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 class K8sModel(BaseModel):
     """Base of every API object and sub-object.
 
-    Subclasses may set ``crd_rules`` (object-level CEL rules), ``crd_min_properties`` and
-    ``crd_preserve_unknown`` (keep unknown fields in the CRD: used for core Kubernetes types of
-    which we model only the part the controller reads).
+    Subclasses may set ``crd_rules`` (object-level CEL rules), ``crd_min_properties``,
+    ``crd_preserve_unknown`` (keep unknown fields in the CRD) and ``kube_definition`` (the class
+    models part of a Kubernetes type: the CRD gets that type's full schema, see
+    :mod:`trainer.api.kubeschema`).
     """
 
     model_config = ConfigDict(
@@ -104,6 +108,7 @@ class K8sModel(BaseModel):
     crd_rules: ClassVar[tuple[Rule, ...]] = ()
     crd_min_properties: ClassVar[int | None] = None
     crd_preserve_unknown: ClassVar[bool] = False
+    kube_definition: ClassVar[str | None] = None
 
     def to_wire(self) -> dict[str, Any]:
         """The object as JSON-ready data with wire names, holding exactly what was set."""

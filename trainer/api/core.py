@@ -2,8 +2,10 @@
 
 Only the part the controller reads or writes is modelled; everything else on these objects
 (probes, affinity, security contexts, every volume source, future fields) is kept verbatim as
-an extra field and survives a load/dump round trip. In the generated CRDs these types carry
-``x-kubernetes-preserve-unknown-fields`` so the API server keeps those fields too.
+an extra field and survives a load/dump round trip. The generated CRDs do not follow these
+models: each class names its Kubernetes type (``kube_definition``) and the CRD gets that type's
+full schema (:mod:`trainer.api.kubeschema`), so the API server types, prunes and merges every
+field as with upstream's CRDs.
 """
 
 from __future__ import annotations
@@ -13,11 +15,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from trainer.api.base import K8sModel, Schema
-
-QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
+from trainer.api.kubeschema import QUANTITY_PATTERN
 
 Quantity = Annotated[int | float | str, Schema(int_or_string=True, pattern=QUANTITY_PATTERN)]
 """A resource quantity (``"500m"``, ``2``, ``"4Gi"``), kept exactly as written."""
@@ -70,7 +68,7 @@ class ObjectMeta(K8sModel):
 class ObjectFieldSelector(K8sModel):
     """Selects a field of the pod (``metadata.annotations['...']``)."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.ObjectFieldSelector"
 
     api_version: str | None = None
     field_path: Annotated[str, Schema(required=True)]
@@ -89,7 +87,7 @@ class KeySelector(K8sModel):
 class EnvVarSource(K8sModel):
     """Where an environment variable's value comes from."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.EnvVarSource"
 
     field_ref: ObjectFieldSelector | None = None
     config_map_key_ref: KeySelector | None = None
@@ -100,7 +98,7 @@ class EnvVarSource(K8sModel):
 class EnvVar(K8sModel):
     """An environment variable of a container."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.EnvVar"
 
     name: Annotated[str, Schema(required=True)]
     value: str | None = None
@@ -110,7 +108,7 @@ class EnvVar(K8sModel):
 class LocalObjectReference(K8sModel):
     """A reference to an object in the same namespace, by name."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.LocalObjectReference"
 
     name: str = ""
 
@@ -118,7 +116,7 @@ class LocalObjectReference(K8sModel):
 class EnvFromSource(K8sModel):
     """A source of a whole set of environment variables."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.EnvFromSource"
 
     prefix: str | None = None
     config_map_ref: LocalObjectReference | None = None
@@ -128,7 +126,7 @@ class EnvFromSource(K8sModel):
 class ContainerPort(K8sModel):
     """A network port of a container."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.ContainerPort"
 
     container_port: Annotated[Int32, Schema(required=True)]
     name: str | None = None
@@ -140,7 +138,7 @@ class ContainerPort(K8sModel):
 class VolumeMount(K8sModel):
     """A mount of a volume into a container."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.VolumeMount"
 
     name: Annotated[str, Schema(required=True)]
     mount_path: Annotated[str, Schema(required=True)]
@@ -151,7 +149,7 @@ class VolumeMount(K8sModel):
 class ResourceClaim(K8sModel):
     """A DRA resource claim used by a container."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.ResourceClaim"
 
     name: Annotated[str, Schema(required=True)]
     request: str | None = None
@@ -160,7 +158,7 @@ class ResourceClaim(K8sModel):
 class ResourceRequirements(K8sModel):
     """Compute resources of a container."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.ResourceRequirements"
 
     limits: dict[str, Quantity] | None = None
     requests: dict[str, Quantity] | None = None
@@ -173,7 +171,7 @@ class ResourceRequirements(K8sModel):
 class Container(K8sModel):
     """A container of a pod. Probes, lifecycle hooks and security contexts are kept as is."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.Container"
 
     name: Annotated[str, Schema(required=True)]
     image: str | None = None
@@ -201,7 +199,7 @@ class Container(K8sModel):
 class KeyToPath(K8sModel):
     """A key of a ConfigMap or Secret projected to a file."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.KeyToPath"
 
     key: Annotated[str, Schema(required=True)]
     path: Annotated[str, Schema(required=True)]
@@ -211,7 +209,7 @@ class KeyToPath(K8sModel):
 class ConfigMapVolumeSource(K8sModel):
     """A ConfigMap mounted as a volume."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.ConfigMapVolumeSource"
 
     name: str | None = None
     items: list[KeyToPath] | None = None
@@ -222,7 +220,7 @@ class ConfigMapVolumeSource(K8sModel):
 class SecretVolumeSource(K8sModel):
     """A Secret mounted as a volume."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.SecretVolumeSource"
 
     secret_name: str | None = None
     items: list[KeyToPath] | None = None
@@ -233,7 +231,7 @@ class SecretVolumeSource(K8sModel):
 class Volume(K8sModel):
     """A pod volume. Sources other than ConfigMap and Secret are kept verbatim."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.Volume"
 
     name: Annotated[str, Schema(required=True)]
     config_map: ConfigMapVolumeSource | None = None
@@ -246,7 +244,7 @@ class Volume(K8sModel):
 class Toleration(K8sModel):
     """A toleration of node taints."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.Toleration"
 
     key: str | None = None
     operator: str | None = None
@@ -258,7 +256,7 @@ class Toleration(K8sModel):
 class PodSchedulingGate(K8sModel):
     """A gate that holds a pod back from scheduling."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.PodSchedulingGate"
 
     name: Annotated[str, Schema(required=True)]
 
@@ -266,7 +264,7 @@ class PodSchedulingGate(K8sModel):
 class PodSpec(K8sModel):
     """A pod specification (partially modelled; the rest is preserved)."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.PodSpec"
 
     containers: Annotated[
         list[Container] | None, Schema(list_type="map", list_map_keys=("name",))
@@ -298,6 +296,8 @@ class PodSpec(K8sModel):
 class PodTemplateSpec(K8sModel):
     """A pod template: metadata plus a pod spec."""
 
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.PodTemplateSpec"
+
     metadata: ObjectMeta | None = None
     spec: PodSpec | None = None
 
@@ -305,7 +305,7 @@ class PodTemplateSpec(K8sModel):
 class JobSpec(K8sModel):
     """A batch/v1 Job specification (partially modelled; the rest is preserved)."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.batch.v1.JobSpec"
 
     parallelism: Int32 | None = None
     completions: Int32 | None = None
@@ -320,6 +320,8 @@ class JobSpec(K8sModel):
 class JobTemplateSpec(K8sModel):
     """A Job template: metadata plus a Job spec."""
 
+    kube_definition: ClassVar[str | None] = "io.k8s.api.batch.v1.JobTemplateSpec"
+
     metadata: ObjectMeta | None = None
     spec: JobSpec | None = None
 
@@ -327,7 +329,7 @@ class JobTemplateSpec(K8sModel):
 class PersistentVolumeClaimTemplate(K8sModel):
     """A PersistentVolumeClaim used as a template (JobSet volumeClaimPolicies)."""
 
-    crd_preserve_unknown: ClassVar[bool] = True
+    kube_definition: ClassVar[str | None] = "io.k8s.api.core.v1.PersistentVolumeClaim"
 
     api_version: str | None = None
     kind: str | None = None

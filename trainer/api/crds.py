@@ -2,9 +2,12 @@
 
 The models are the single source of truth: their Python types give the structural schema and
 their :class:`~trainer.api.base.Schema` markers give the validation rules, defaults and list
-types. ``python -m trainer.api.crds`` writes ``manifests/base/crds/`` (the Trainer CRDs) and
+types; a field holding a Kubernetes type (a pod template, a container, ...) gets that type's
+full schema from :mod:`trainer.api.kubeschema`. ``python -m trainer.api.crds`` first regenerates
+``trainer/api/kubeschema.json`` (:mod:`trainer.api.kubeschema_gen`, from the
+``kubernetes-validate`` package), then writes ``manifests/base/crds/`` (the Trainer CRDs) and
 ``manifests/local/`` (a JobSet CRD for the embedded control plane); ``--check`` fails when the
-committed files differ from what the models generate.
+committed files differ from what the sources generate.
 """
 
 from __future__ import annotations
@@ -18,15 +21,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from trainer.api import constants as c
 from trainer.api import jobset as js
+from trainer.api import kubeschema, kubeschema_gen, yamlout
 from trainer.api import v1alpha1 as v1
 from trainer.api.base import K8sModel, Schema
 from trainer.api.core import ObjectMeta
+from trainer.api.kubeschema import embedded_meta, kube_schema
 
 GENERATED_BY = "trainer.kubeflow.org/generated-by"
 GENERATOR = "python -m trainer.api.crds"
@@ -89,7 +93,11 @@ class Generator:
 
     def schema_for_type(self, tp: Any, marker: Schema | None) -> dict[str, Any]:
         node: dict[str, Any] = {}
-        if marker is not None and marker.int_or_string:
+        if marker is not None and marker.kube:
+            node = kube_schema(marker.kube)
+        elif isinstance(tp, type) and issubclass(tp, K8sModel) and tp.kube_definition:
+            node = kube_schema(tp.kube_definition)
+        elif marker is not None and marker.int_or_string:
             node = {
                 "anyOf": [{"type": "integer"}, {"type": "string"}],
                 "x-kubernetes-int-or-string": True,
@@ -177,7 +185,9 @@ class Generator:
         markers += [m for m in info.metadata if isinstance(m, Schema)]
         marker = _merge(markers)
         node = self.embedded_meta() if tp is ObjectMeta else self.schema_for_type(tp, marker)
-        description = _description(info.description)
+        # A Kubernetes type's schema (kubeschema) comes with its own description.
+        kube_description = node.pop("description", None)
+        description = _description(info.description) or kube_description
         if description is None and isinstance(tp, type) and issubclass(tp, BaseModel):
             description = _description(tp.__doc__)
         if (
@@ -194,17 +204,7 @@ class Generator:
 
     @staticmethod
     def embedded_meta() -> dict[str, Any]:
-        string_map = {"type": "object", "additionalProperties": {"type": "string"}}
-        return {
-            "type": "object",
-            "properties": {
-                "annotations": string_map,
-                "finalizers": {"type": "array", "items": {"type": "string"}},
-                "labels": string_map,
-                "name": {"type": "string"},
-                "namespace": {"type": "string"},
-            },
-        }
+        return embedded_meta()
 
     def model_schema(self, cls: type[BaseModel]) -> dict[str, Any]:
         properties: dict[str, Any] = {}
@@ -422,7 +422,7 @@ HEADER = (
 
 
 def to_yaml(obj: Any) -> str:
-    return HEADER + yaml.safe_dump(obj, sort_keys=False, width=100, allow_unicode=True)
+    return HEADER + yamlout.dump(obj, allow_unicode=True)
 
 
 def rendered_files() -> Iterator[tuple[str, str]]:
@@ -471,7 +471,20 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="fail if the files differ from the models"
     )
     args = parser.parse_args(argv)
-    stale = [
+    stale: list[str] = []
+    # The Kubernetes types' schemas come from kubernetes-validate's bundle (read only here)
+    # into trainer/api/kubeschema.json, which the CRDs below are built from.
+    try:
+        text = kubeschema_gen.render()
+    except kubeschema_gen.SourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if sync_file(args.root, kubeschema_gen.RELATIVE_PATH, text, args.check):
+        stale.append(kubeschema_gen.RELATIVE_PATH)
+        if not args.check:
+            kubeschema.clear_cache()
+            _schemas.cache_clear()
+    stale += [
         rel for rel, content in rendered_files() if sync_file(args.root, rel, content, args.check)
     ]
     if stale and args.check:

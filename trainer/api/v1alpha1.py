@@ -140,7 +140,9 @@ class ContainerPatch(K8sModel):
         list[VolumeMount] | None,
         Schema(list_type="map", list_map_keys=("name",), max_items=128),
     ] = None
-    security_context: dict[str, Any] | None = None
+    security_context: Annotated[
+        dict[str, Any] | None, Schema(kube="io.k8s.api.core.v1.SecurityContext")
+    ] = None
 
 
 class PodSpecPatch(K8sModel):
@@ -148,7 +150,7 @@ class PodSpecPatch(K8sModel):
 
     service_account_name: Annotated[str | None, Schema(max_length=253, rules=(IMMUTABLE,))] = None
     node_selector: dict[str, str] | None = None
-    affinity: dict[str, Any] | None = None
+    affinity: Annotated[dict[str, Any] | None, Schema(kube="io.k8s.api.core.v1.Affinity")] = None
     tolerations: Annotated[list[Toleration] | None, Schema(list_type="atomic", max_items=128)] = (
         None
     )
@@ -172,7 +174,10 @@ class PodSpecPatch(K8sModel):
         list[LocalObjectReference] | None,
         Schema(list_type="map", list_map_keys=("name",), max_items=64, rules=(IMMUTABLE,)),
     ] = None
-    security_context: Annotated[dict[str, Any] | None, Schema(rules=(IMMUTABLE,))] = None
+    security_context: Annotated[
+        dict[str, Any] | None,
+        Schema(kube="io.k8s.api.core.v1.PodSecurityContext", rules=(IMMUTABLE,)),
+    ] = None
     termination_grace_period_seconds: Annotated[
         Int64 | None, Schema(minimum=0, rules=(IMMUTABLE,))
     ] = None

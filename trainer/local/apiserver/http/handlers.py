@@ -74,7 +74,8 @@ class Call:
             "dry_run": self.query.get("dryRun") == "All",
             "manager": self.query.get("fieldManager")
             or manager_from_agent(self.request.headers.get("User-Agent", "")),
-            "field_validation": self.query.get("fieldValidation", "Strict"),
+            # kube-apiserver's default when a client sends none (kubectl sends Strict)
+            "field_validation": self.query.get("fieldValidation") or "Warn",
         }
 
 

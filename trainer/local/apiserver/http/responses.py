@@ -58,11 +58,19 @@ def json_or_empty(raw: bytes) -> Any:
         raise bad_request("the request body is not valid JSON") from None
 
 
-def quoted_string(text: str) -> str:
-    """``text`` as an HTTP quoted-string (RFC 9110): ``\\`` and ``"`` escaped, so a warning that
-    quotes a field name (``unknown field "spec.x"``) still parses as one warning (client-go
-    drops a Warning header it cannot parse, so kubectl would print nothing)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+_CONTROL = dict.fromkeys((*range(0x20), 0x7F), " ")
+
+
+def warning_header(warnings: list[str]) -> str:
+    """``Warning: 299 - "text"`` values, quoted as kube-apiserver quotes them (a backslash before
+    each ``"`` and ``\\``, k8s.io/apimachinery/pkg/util/net.NewWarningHeader): unescaped
+    quotes make kubectl drop the warning. Control characters (a field named ``a\\n``) become
+    spaces, as Go's HTTP server writes a newline in a header value; a header cannot hold them."""
+    quoted = (
+        '"' + w.translate(_CONTROL).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        for w in warnings
+    )
+    return ", ".join(f"299 - {q}" for q in quoted)
 
 
 def json_response(
@@ -70,7 +78,7 @@ def json_response(
 ) -> web.Response:
     headers = {}
     if warnings:
-        headers["Warning"] = ", ".join(f"299 - {quoted_string(w)}" for w in warnings)
+        headers["Warning"] = warning_header(warnings)
     return web.Response(
         body=json.dumps(body, separators=(",", ":")).encode(),
         status=status,

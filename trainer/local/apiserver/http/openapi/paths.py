@@ -44,8 +44,8 @@ _QUERY = {
     ),
     "fieldValidation": (
         "string",
-        "How the server handles unknown and duplicate fields in the request: Ignore, Warn or "
-        "Strict (the default for kubectl).",
+        "How the server handles unknown and duplicate fields in the request: Ignore, Warn "
+        "(the default) or Strict (what kubectl sends).",
     ),
     "force": (
         "boolean",
