@@ -5,10 +5,12 @@ the same server beside the local plane through :func:`start_dashboard`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
@@ -60,6 +62,31 @@ async def start_dashboard(
     mode = "actions enabled" if allow_actions else "read-only"
     echo(f"dashboard: {dashboard.url}  ({mode}; the token in the URL is the key, keep it private)")
     return dashboard
+
+
+@dataclass(frozen=True)
+class DashboardOptions:
+    """The dashboard ``trainer up`` / ``trainer run --dashboard`` serve beside the plane."""
+
+    port: int = 0
+    allow_actions: bool = False
+
+
+async def beside_plane(
+    kube: Kube, stop: asyncio.Event, options: DashboardOptions, echo: Callable[[str], None]
+) -> asyncio.Task[None]:
+    """Start a dashboard of every namespace of the local plane (on 127.0.0.1) and return a
+    task that stops it when ``stop`` is set (the plane's own stop event)."""
+    board = await start_dashboard(
+        kube, None, port=options.port, allow_actions=options.allow_actions, echo=echo
+    )
+
+    async def until_stopped() -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await stop.wait()
+        await board.stop()
+
+    return asyncio.create_task(until_stopped(), name="dashboard")
 
 
 async def _main(

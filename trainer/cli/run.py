@@ -16,6 +16,7 @@ from trainer.api import constants as c
 from trainer.api.load import Document
 from trainer.api.safeload import InputError
 from trainer.cli.checks import check_documents, print_outcomes
+from trainer.cli.dashboard import DashboardOptions, beside_plane
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
@@ -181,6 +182,7 @@ async def _run(
     timeout: float | None,
     gates: dict[str, bool] | None = None,
     strict_fields: bool = True,
+    dashboard: DashboardOptions | None = None,
 ) -> int:
     printer = Printer()
     try:
@@ -203,6 +205,8 @@ async def _run(
         loop.add_signal_handler(sig, stop.set)
     try:
         printer.line(f"API server at {plane.server.url}")
+        if dashboard is not None:
+            plane.tasks.append(await beside_plane(plane.kube, plane.stop, dashboard, printer.line))
         try:
             jobs = await _apply_all(plane, docs, namespace)
         except APIError as exc:
@@ -262,6 +266,15 @@ def run(
             "(default), or dropped as the API server prunes them.",
         ),
     ] = True,
+    dashboard: Annotated[
+        bool,
+        typer.Option(
+            "--dashboard", help="Serve the dashboard (read-only) while it runs; prints its URL."
+        ),
+    ] = False,
+    dashboard_port: Annotated[
+        int, typer.Option(help="The dashboard's port on 127.0.0.1 (0: any).")
+    ] = 0,
 ) -> None:
     """Run TrainJobs end to end on a local control plane and exit with their result.
 
@@ -275,7 +288,8 @@ def run(
     """
     gates = _gates(feature_gates)
     setup_logging("DEBUG" if verbose else "WARNING", "text")
-    code = asyncio.run(_run(files, runtimes or [], namespace, timeout, gates, strict_fields))
+    board = DashboardOptions(port=dashboard_port) if dashboard else None
+    code = asyncio.run(_run(files, runtimes or [], namespace, timeout, gates, strict_fields, board))
     raise typer.Exit(code)
 
 
@@ -285,6 +299,7 @@ async def _up(
     port: int,
     gates: dict[str, bool] | None = None,
     reset_damaged_state: bool = False,
+    dashboard: DashboardOptions | None = None,
 ) -> None:
     printer = Printer()
     plane = await start_local_plane(
@@ -309,6 +324,8 @@ async def _up(
             for o in plane.server.objects(c.API_VERSION, c.PLURAL_CLUSTER_TRAINING_RUNTIMES)
         )
     )
+    if dashboard is not None:
+        plane.tasks.append(await beside_plane(plane.kube, plane.stop, dashboard, printer.line))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -334,6 +351,17 @@ def up(
     feature_gates: Annotated[
         str | None, typer.Option("--feature-gates", help=FEATURE_GATES_HELP)
     ] = None,
+    dashboard: Annotated[
+        bool,
+        typer.Option("--dashboard/--no-dashboard", help="Serve the dashboard; prints its URL."),
+    ] = True,
+    dashboard_port: Annotated[
+        int, typer.Option(help="The dashboard's port on 127.0.0.1 (0: any).")
+    ] = 0,
+    dashboard_allow_actions: Annotated[
+        bool,
+        typer.Option(help="Enable the dashboard's suspend, resume and delete buttons."),
+    ] = False,
 ) -> None:
     """Start the local control plane and leave it running (kubectl, the Kubeflow SDK and
     `trainer` commands work against the kubeconfig it writes) until SIGINT/SIGTERM.
@@ -344,7 +372,12 @@ def up(
     gates = _gates(feature_gates)
     setup_logging("DEBUG" if verbose else "INFO", "text")
     try:
-        asyncio.run(_up(kubeconfig, state_file, port, gates, reset_damaged_state))
+        board = (
+            DashboardOptions(port=dashboard_port, allow_actions=dashboard_allow_actions)
+            if dashboard
+            else None
+        )
+        asyncio.run(_up(kubeconfig, state_file, port, gates, reset_damaged_state, board))
     except StateFileError as err:
         raise refuse(err) from None
     sys.exit(0)

@@ -46,7 +46,9 @@ def policy(runtime: Obj) -> str:
             continue
         inner = _dict(value)
         detail = ", ".join(
-            f"{k}={v}" for k, v in inner.items() if isinstance(v, str | int | float | bool)
+            f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in inner.items()
+            if isinstance(v, str | int | float | bool)
         )
         parts.append(f"{name} ({detail})" if detail else name)
     return "; ".join(parts) or "plain"

@@ -73,6 +73,7 @@ function csrf() {
 
 function live(source) {
   const dot = $("live");
+  dot.hidden = false;
   source.addEventListener("open", () => { dot.className = "live on"; dot.title = "live"; });
   source.addEventListener("error", () => { dot.className = "live off"; dot.title = "reconnecting"; });
 }

@@ -68,11 +68,25 @@ def _owner(obj: Obj, kind: str) -> str | None:
     return None
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (scripts in ``command``) as ``|`` blocks, as people write them."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value and not value.endswith((" ", "\t")) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
 def to_yaml(obj: Obj | None) -> str:
     """An object as YAML (managedFields are already dropped by the informer)."""
     if obj is None:
         return ""
-    return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return yaml.dump(
+        obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True
+    )
 
 
 class ClusterCache:
