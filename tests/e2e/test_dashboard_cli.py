@@ -1,0 +1,159 @@
+"""``trainer dashboard`` as a user runs it against a cluster (here ``trainer apiserver``, the
+API server alone): it prints a URL with a token, shows the namespace it was given, is
+read-only without ``--allow-actions``, stops on SIGTERM with status 0, and refuses bad flags,
+unusable kubeconfigs and credentials the API server rejects with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from trainer.cli.dashboard import address_warning
+from trainer.cli.main import app
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+KUBECTL = shutil.which("kubectl")
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+runner = CliRunner()
+
+
+def in_process(*args: str) -> tuple[int, str]:
+    """``trainer dashboard ARGS`` in this process, for the runs that end at once."""
+    result = runner.invoke(app, ["dashboard", *args])
+    return result.exit_code, result.stderr
+
+
+def trainer(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [PY, "-m", "trainer.cli.main", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=ENV,
+    )
+
+
+def wait_for(proc: subprocess.Popen[str], pattern: str) -> re.Match[str]:
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        found = re.search(pattern, line)
+        if found:
+            return found
+    raise AssertionError(f"exited {proc.wait()} before {pattern!r}:\n{''.join(seen)}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A running API server with a TrainJob in ``default`` and one in ``team``."""
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed")
+    kubeconfig = tmp_path_factory.mktemp("dash") / "kubeconfig"
+    server = trainer("apiserver", "--port", "0", "--kubeconfig", str(kubeconfig))
+    try:
+        wait_for(server, "kubeconfig written")
+        for ns, name in (("default", "mine"), ("team", "theirs")):
+            job = {
+                "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                "kind": "TrainJob",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"runtimeRef": {"name": "torch-distributed"}},
+            }
+            namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            subprocess.run(
+                [KUBECTL, "--kubeconfig", str(kubeconfig), "apply", "-f", "-"],
+                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [namespace, job]}),
+                text=True,
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
+        yield kubeconfig
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def get(url: str, headers: dict[str, str], method: str = "GET") -> tuple[int, Any]:
+    req = urllib.request.Request(url, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_one_namespace_read_only_and_a_clean_stop(cluster: Path) -> None:
+    proc = trainer("dashboard", "--kubeconfig", str(cluster), "-n", "team")
+    try:
+        url = wait_for(
+            proc, r"dashboard: (http://127\.0\.0\.1:\d+/\?token=\S+)  \(read-only"
+        ).group(1)
+        base, token = url.split("/?token=")
+        auth = {"Authorization": f"Bearer {token}"}
+        status, rows = get(base + "/api/trainjobs", auth)
+        assert status == 200 and [(r["namespace"], r["name"]) for r in rows] == [("team", "theirs")]
+        assert rows[0]["state"] == "Created" and rows[0]["runtime"] == "torch-distributed"
+        status, body = get(base + "/api/trainjobs/team/theirs/suspend", auth, "POST")
+        assert status == 403 and "--allow-actions" in body
+        status, body = get(base + "/api/trainjobs/default/mine", auth)
+        assert status == 404 and "not found" in body
+        status, body = get(base + "/", {"Host": "attacker.example"})
+        assert status == 403 and "not allowed" in body
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out
+
+
+def test_credentials_the_api_server_rejects(cluster: Path, tmp_path: Path) -> None:
+    config = yaml.safe_load(cluster.read_text())
+    config["users"][0]["user"] = {"token": "not-the-token"}
+    bad = tmp_path / "kubeconfig"
+    bad.write_text(yaml.safe_dump(config))
+    code, err = in_process("--kubeconfig", str(bad))
+    assert code == 1, err
+    assert err.startswith("error: cannot list TrainJobs with this kubeconfig: 401")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-n", "a", "-A"], "error: --namespace and --all-namespaces exclude each other"),
+        (["--port", "70000"], "error: --port 70000: must be 0..65535"),
+        (["--kubeconfig", "/nonexistent/kc"], "error: kubeconfig /nonexistent/kc: cannot read"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(args: list[str], message: str) -> None:
+    code, err = in_process(*args)
+    assert code == 2, err
+    assert err.startswith(message) and len(err.splitlines()) == 1
+
+
+def test_an_unknown_context_is_named(cluster: Path) -> None:
+    code, err = in_process("--kubeconfig", str(cluster), "--context", "nope")
+    assert code == 2 and "nope" in err, err
+    assert err.startswith(f"error: kubeconfig {cluster}")
+
+
+def test_listening_beyond_loopback_warns() -> None:
+    assert address_warning("127.0.0.1") is None and address_warning("::1") is None
+    warning = address_warning("0.0.0.0")
+    assert warning is not None and "not only on this machine" in warning
