@@ -22,6 +22,25 @@ from trainer.kube.rest import APIError, Kube
 from trainer.observability.logging import setup_logging
 
 LOOPBACK = "127.0.0.1"
+LEAN_ENV = "TRAINER_DASHBOARD_LEAN"
+"""Set in the lean process :func:`reexec_lean` starts, so it does not start another."""
+
+
+def reexec_lean() -> None:
+    """Replace this process by ``python -m trainer.cli.dashboard_main`` with the same
+    arguments, when it is the ``trainer`` command itself running ``dashboard`` (not a test's
+    in-process call, not the lean process). See :mod:`trainer.cli.dashboard_main`."""
+    if os.environ.get(LEAN_ENV) == "1" or sys.argv[1:2] != ["dashboard"]:
+        return
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    entry = spec.name if spec is not None else os.path.basename(sys.argv[0])
+    if entry not in ("trainer.cli.main", "trainer"):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    argv = [sys.executable, "-m", "trainer.cli.dashboard_main", *sys.argv[2:]]
+    os.execve(sys.executable, argv, {**os.environ, LEAN_ENV: "1"})
 
 
 def address_warning(address: str) -> str | None:
@@ -193,6 +212,7 @@ def dashboard(
     if not 0 <= port <= 65535:
         typer.echo(f"error: --port {port}: must be 0..65535", err=True)
         raise typer.Exit(2)
+    reexec_lean()
     setup_logging("DEBUG" if verbose else "WARNING", "text")
     scope = _namespace(kubeconfig, context, namespace, all_namespaces)
     try:

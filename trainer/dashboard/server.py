@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
+import gc
 import socket
 from urllib.parse import quote
 
@@ -40,6 +43,18 @@ def bind(address: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def release_memory() -> None:
+    """Collect, then hand freed heap pages back to the system (glibc's ``malloc_trim``): the
+    first list of every watch decodes megabytes of JSON that the cache keeps only a compact
+    copy of, and without this the process keeps the peak (docs/dashboard.md, "Footprint")."""
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name:
+        trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
+        if trim is not None:
+            trim(0)
 
 
 class _Server(uvicorn.Server):
@@ -108,6 +123,7 @@ class Dashboard:
         try:
             await self.kube.list(TRAINJOBS, self.cache.namespace, limit=1)
             await self.cache.start()
+            release_memory()
         except BaseException:
             self.sock.close()
             await self.cache.stop()
