@@ -17,7 +17,8 @@ every row has a progress bar. Then ``trainer dashboard -n bench`` starts in its 
 4. a live update: one TrainJob's ``trainerStatus`` patched, until its row arrives on the
    page's event stream.
 
-Targets (issue 20): a page load under 1 s; under 100 MB RSS holding 1,000 TrainJobs.
+Targets (docs/dashboard.md, "Footprint"): a page load under 1 s; under 100 MB RSS holding
+1,000 TrainJobs.
 Timing moves with the machine's load: compare runs made on the same quiet machine.
 Writes hack/bench/reports/dashboard.json.
 

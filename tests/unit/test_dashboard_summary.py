@@ -133,6 +133,9 @@ def test_history_records_each_new_report_and_only_numbers() -> None:
     charts = history.charts(key)
     assert charts["progress"] == [[1767225600.0, 10.0], [1767225605.0, 50.0]]
     assert charts["metrics"] == {"loss": [[1767225600.0, 0.9]], "loss2": [[1767225605.0, 0.001]]}
+    third = {**second, "progressPercentage": 60}
+    assert history.record(key, third, seen=1767225604.5)  # seen before the last: kept in order
+    assert history.charts(key)["progress"][-1] == [1767225605.0, 60.0]
     for i in range(MAX_POINTS + 5):
         history.record(key, {"progressPercentage": i % 100, "lastUpdatedTime": str(i)})
     assert len(history.charts(key)["progress"]) == MAX_POINTS

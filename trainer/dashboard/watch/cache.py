@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -156,7 +157,7 @@ class ClusterCache:
         if kind == "DELETED":
             self.history.forget(key)
         else:
-            self.history.record(key, summary.trainer_status(obj))
+            self.history.record(key, summary.trainer_status(obj), seen=time.time())
         self._notify(key)
 
     def _of_jobset(self, obj: Obj) -> Key | None:

@@ -3,10 +3,12 @@
 ``status.trainerStatus`` holds only the latest report (each POST replaces it,
 docs/status-server.md), so the curve of a metric exists only if someone records every
 version: :class:`History` does, from the watch events of the TrainJob. A point is recorded
-when the report changes; its time is the report's ``lastUpdatedTime`` (whole seconds), or the
-time it was seen when that is missing. Values that are not numbers are not plotted. Each
-TrainJob keeps its last :data:`MAX_POINTS` reports; the history of a deleted TrainJob is
-dropped.
+when the report changes; its time is when the dashboard saw it (``seen``, for reports that
+arrive while it watches: ``lastUpdatedTime`` has whole seconds only, and two reports within a
+second would share a time), else the report's ``lastUpdatedTime`` (the report that was there
+when the dashboard started), else now. Times never go backwards within a series. Values that
+are not numbers are not plotted. Each TrainJob keeps its last :data:`MAX_POINTS` reports; the
+history of a deleted TrainJob is dropped.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class History:
     def __init__(self) -> None:
         self._series: dict[Key, Series] = {}
 
-    def record(self, key: Key, trainer_status: Any) -> bool:
+    def record(self, key: Key, trainer_status: Any, seen: float | None = None) -> bool:
         """Record a report if it differs from the last one; True when a point was added."""
         if not isinstance(trainer_status, dict) or not trainer_status:
             return False
@@ -57,7 +59,9 @@ class History:
         if series.last == trainer_status:
             return False
         series.last = trainer_status
-        when = epoch(trainer_status.get("lastUpdatedTime")) or time.time()
+        when = seen or epoch(trainer_status.get("lastUpdatedTime")) or time.time()
+        if series.points and when < series.points[-1][0]:
+            when = series.points[-1][0]
         metrics = []
         for m in trainer_status.get("metrics") or []:
             if isinstance(m, dict):
