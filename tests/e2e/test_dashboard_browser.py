@@ -184,11 +184,18 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def page(browser: Browser, plane: Plane) -> Iterator[Page]:
+def errors() -> list[str]:
+    """What the page reported as errors; the test fails unless it is empty at the end."""
+    return []
+
+
+@pytest.fixture
+def page(browser: Browser, plane: Plane, errors: list[str]) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     pg = context.new_page()
-    errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    # Console errors include Content-Security-Policy violations and failed loads.
+    pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     pg.on("dialog", lambda dialog: dialog.accept())  # the actions' confirmations
     pg.set_default_timeout(WAIT_MS)
     pg.goto(plane.url)  # the token becomes a session cookie
@@ -298,6 +305,9 @@ def test_suspend_and_resume_from_the_buttons(plane: Plane, page: Page) -> None:
     expect(page.locator("#state [data-state]")).to_have_text("Complete")
     page.locator("#action-delete").click()
     expect(page.locator("#state")).to_have_text("Deleted")
+    page.goto(plane.base + "/")
+    expect(row(page, "demo")).to_have_count(1)
+    expect(row(page, "pausable")).to_have_count(0)
 
 
 def _status(url: str, headers: dict[str, str] | None = None, method: str = "GET") -> int:
@@ -309,7 +319,7 @@ def _status(url: str, headers: dict[str, str] | None = None, method: str = "GET"
         return int(err.code)
 
 
-def test_token_host_and_csrf_refusals(plane: Plane, page: Page) -> None:
+def test_token_host_and_csrf_refusals(plane: Plane, page: Page, errors: list[str]) -> None:
     assert _status(plane.base + "/") == 403  # no token, no cookie
     assert _status(plane.base + "/?token=wrong") == 403
     host = plane.base.split("//")[1]
@@ -319,3 +329,7 @@ def test_token_host_and_csrf_refusals(plane: Plane, page: Page) -> None:
     assert refused.status == 403 and "CSRF" in refused.text()
     page.goto(plane.base + "/nope")
     expect(page.locator("h1")).to_have_text("Not found")
+    assert errors == [
+        "Failed to load resource: the server responded with a status of 404 (Not Found)"
+    ]
+    errors.clear()

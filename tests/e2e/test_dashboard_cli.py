@@ -157,3 +157,36 @@ def test_listening_beyond_loopback_warns() -> None:
     assert address_warning("127.0.0.1") is None and address_warning("::1") is None
     warning = address_warning("0.0.0.0")
     assert warning is not None and "not only on this machine" in warning
+
+
+def test_trainer_run_serves_the_dashboard_while_its_jobs_run(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    wait = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
+    job = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "watched"},
+        "spec": {
+            "runtimeRef": {"name": "torch-local-cpu"},
+            "trainer": {"command": [PY, "-c", wait + "print('trained')"]},
+        },
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    proc = trainer("run", "-f", str(path), "--dashboard", "--timeout", "60")
+    try:
+        url = wait_for(
+            proc, r"dashboard: (http://127\.0\.0\.1:\d+/\?token=\S+)  \(read-only"
+        ).group(1)
+        wait_for(proc, r"TrainJob default/watched: Running")
+        base, token = url.split("/?token=")
+        status, rows = get(base + "/api/trainjobs", {"Authorization": f"Bearer {token}"})
+        assert status == 200 and [(r["name"], r["state"]) for r in rows] == [("watched", "Running")]
+        gate.touch()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    assert "TrainJob default/watched: Complete" in out
