@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trainer.dashboard.auth import Access, AccessMiddleware, host_allowed
+from trainer.dashboard.auth import MAX_SESSIONS, Access, AccessMiddleware, host_allowed
 
 Answer = tuple[int, dict[str, str], bytes, dict[str, Any] | None]
 
@@ -79,7 +79,7 @@ async def test_the_token_becomes_a_session_cookie_and_leaves_the_url() -> None:
         access, headers={"cookie": f"other=1; trainer-dashboard-8080={session}"}
     )
     assert status == 200 and body == b"app"
-    assert seen is not None and seen["state"]["csrf"] == access.sessions[session]
+    assert seen is not None and seen["state"]["csrf"] == access.csrf_of(session)
     assert "script-src 'self'" in headers["content-security-policy"]
     assert headers["x-frame-options"] == "DENY" and headers["referrer-policy"] == "no-referrer"
 
@@ -114,7 +114,8 @@ async def test_static_files_need_no_session_and_bearer_tokens_work() -> None:
 async def test_writes_need_the_csrf_token_and_a_same_origin() -> None:
     access = Access()
     session = access.new_session()
-    csrf = access.sessions[session]
+    csrf = access.csrf_of(session)
+    assert csrf is not None
     cookie = {"cookie": f"trainer-dashboard={session}"}
     path = "/api/trainjobs/ns/j/delete"
     status, _, body, seen = await call(access, path, method="POST", headers=cookie)
@@ -128,3 +129,12 @@ async def test_writes_need_the_csrf_token_and_a_same_origin() -> None:
     cross = {**good, "origin": "http://evil.example"}
     status, _, body, _ = await call(access, path, method="POST", headers=cross)
     assert status == 403 and b"cross-origin" in body
+
+
+def test_sessions_are_bounded_oldest_first() -> None:
+    access = Access()
+    first = access.new_session()
+    later = [access.new_session() for _ in range(MAX_SESSIONS)]
+    assert access.csrf_of(first) is None
+    assert all(access.csrf_of(s) is not None for s in later)
+    assert first not in access.sessions  # kept by digest only

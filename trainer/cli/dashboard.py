@@ -30,7 +30,7 @@ def reexec_lean() -> None:
     """Replace this process by ``python -m trainer.cli.dashboard_main`` with the same
     arguments, when it is the ``trainer`` command itself running ``dashboard`` (not a test's
     in-process call, not the lean process). See :mod:`trainer.cli.dashboard_main`."""
-    if os.environ.get(LEAN_ENV) == "1" or sys.argv[1:2] != ["dashboard"]:
+    if os.environ.get(LEAN_ENV) == "1" or sys.argv[1:2] != ["dashboard"] or not sys.executable:
         return
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)

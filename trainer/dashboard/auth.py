@@ -24,6 +24,7 @@ as reading that kubeconfig. The rules, as Jupyter's:
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import secrets
@@ -39,6 +40,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+MAX_SESSIONS = 64
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_HEADER = "x-csrf-token"
 PUBLIC_PREFIXES = ("/static/",)
@@ -75,28 +77,36 @@ def host_allowed(host_header: str, extra: frozenset[str] = frozenset()) -> bool:
     return True
 
 
+def _digest(session: str) -> str:
+    return hashlib.sha256(session.encode()).hexdigest()
+
+
 @dataclass
 class Access:
-    """The token, the live sessions (session id -> CSRF token) and the allowed host names."""
+    """The token, the live sessions and the allowed host names.
+
+    Sessions are kept by the SHA-256 of their id (so looking one up reveals nothing through
+    timing about the ids that exist), each with its CSRF token; the oldest are dropped past
+    :data:`MAX_SESSIONS` (every visit of the token URL makes one)."""
 
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     cookie_name: str = "trainer-dashboard"
     allowed_hosts: frozenset[str] = frozenset()
     sessions: dict[str, str] = field(default_factory=dict)
+    """SHA-256 of a session id -> its CSRF token, oldest first."""
 
     def token_ok(self, given: str) -> bool:
         return hmac.compare_digest(given.encode(), self.token.encode())
 
     def new_session(self) -> str:
         session = secrets.token_urlsafe(32)
-        self.sessions[session] = secrets.token_urlsafe(32)
+        self.sessions[_digest(session)] = secrets.token_urlsafe(32)
+        while len(self.sessions) > MAX_SESSIONS:
+            del self.sessions[next(iter(self.sessions))]
         return session
 
     def csrf_of(self, session: str) -> str | None:
-        for known, csrf in self.sessions.items():
-            if hmac.compare_digest(known.encode(), session.encode()):
-                return csrf
-        return None
+        return self.sessions.get(_digest(session))
 
 
 def _headers(scope: Scope) -> dict[str, str]:

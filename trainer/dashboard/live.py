@@ -56,10 +56,8 @@ async def _changes(ctx: DashboardContext, sub: Subscription) -> AsyncIterator[se
                 yield None
                 continue
             dirty, _ = nxt.result()
-            await asyncio.sleep(BATCH_SECONDS)
-            more = sub.dirty
-            sub.dirty = set()
-            sub.wake.clear()
+            await asyncio.sleep(BATCH_SECONDS)  # let a burst of changes become one update
+            more, _ = sub.take()
             yield dirty | more
     finally:
         closing.cancel()

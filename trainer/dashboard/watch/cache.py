@@ -54,12 +54,17 @@ class Subscription:
         self.runtimes = self.runtimes or runtimes
         self.wake.set()
 
-    async def next(self) -> tuple[set[Key], bool]:
-        await self.wake.wait()
+    def take(self) -> tuple[set[Key], bool]:
+        """What changed so far (possibly nothing), forgotten once taken."""
         self.wake.clear()
         dirty, runtimes = self.dirty, self.runtimes
         self.dirty, self.runtimes = set(), False
         return dirty, runtimes
+
+    async def next(self) -> tuple[set[Key], bool]:
+        """Wait for a change, then :meth:`take`."""
+        await self.wake.wait()
+        return self.take()
 
 
 def _owner(obj: Obj, kind: str) -> str | None:
