@@ -5,6 +5,7 @@ unusable kubeconfigs and credentials the API server rejects with one line."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -24,6 +25,8 @@ from typer.testing import CliRunner
 
 from trainer.cli.dashboard import address_warning
 from trainer.cli.main import app
+from trainer.kube.client import new_api_client
+from trainer.kube.rest import Kube
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -190,3 +193,87 @@ def test_trainer_run_serves_the_dashboard_while_its_jobs_run(tmp_path: Path) -> 
             proc.wait()
     assert proc.returncode == 0, out
     assert "TrainJob default/watched: Complete" in out
+
+
+async def mint_token(kubeconfig: Path, namespace: str, account: str) -> str:
+    """A service-account token from TokenRequest, sent as JSON (`kubectl create token`
+    sends protobuf, which the local API server does not decode for this kind)."""
+    api = await new_api_client(str(kubeconfig))
+    try:
+        answer = await Kube(api).request(
+            "create",
+            "serviceaccounts/token",
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        )
+    finally:
+        await api.close()
+    return str(answer["status"]["token"])
+
+
+def test_a_user_who_may_only_read_trainjobs(cluster: Path, tmp_path: Path) -> None:
+    """A service account with a Role on TrainJobs alone: the dashboard starts, names what it
+    cannot list, and shows the TrainJobs."""
+    assert KUBECTL is not None
+    rbac = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "viewer"}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "trainjob-viewer"},
+            "rules": [
+                {
+                    "apiGroups": ["trainer.kubeflow.org"],
+                    "resources": ["trainjobs"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "viewer"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "trainjob-viewer",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": "team"}],
+        },
+    ]
+    base = [KUBECTL, "--kubeconfig", str(cluster), "-n", "team"]
+    subprocess.run(
+        [*base, "apply", "-f", "-"],
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac}),
+        text=True,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    token = asyncio.run(mint_token(cluster, "team", "viewer"))
+    config = yaml.safe_load(cluster.read_text())
+    config["users"][0]["user"] = {"token": token}
+    viewer = tmp_path / "viewer.kubeconfig"
+    viewer.write_text(yaml.safe_dump(config))
+    proc = trainer("dashboard", "--kubeconfig", str(viewer), "-n", "team")
+    try:
+        assert proc.stdout is not None
+        warnings = []
+        for line in proc.stdout:
+            if line.startswith("warning:"):
+                warnings.append(line.strip())
+            if line.startswith("dashboard:"):
+                url = line.split()[1]
+                break
+        else:
+            raise AssertionError(f"exited {proc.wait()}: {warnings}")
+        assert "warning: the dashboard cannot list pods (403 Forbidden): not shown" in warnings
+        assert any(w.startswith("warning: the dashboard cannot list events") for w in warnings)
+        page_base, secret = url.split("/?token=")
+        status, rows = get(page_base + "/api/trainjobs", {"Authorization": f"Bearer {secret}"})
+        assert status == 200 and [r["name"] for r in rows] == ["theirs"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0

@@ -78,6 +78,8 @@ async def start_dashboard(
         cluster=str(kube.api.configuration.host),
     )
     await dashboard.start()
+    for resource, why in sorted(dashboard.cache.unavailable.items()):
+        echo(f"warning: the dashboard cannot list {resource} ({why}): not shown")
     mode = "actions enabled" if allow_actions else "read-only"
     echo(f"dashboard: {dashboard.url}  ({mode}; the token in the URL is the key, keep it private)")
     return dashboard

@@ -37,6 +37,7 @@ def page(request: Request, template: str, status: int = 200, **values: Any) -> H
         allow_actions=ctx.allow_actions,
         scope=ctx.scope,
         cluster=ctx.cluster,
+        unavailable=ctx.cache.unavailable,
         **values,
     )
     return HTMLResponse(html, status_code=status)

@@ -30,7 +30,7 @@ from trainer.dashboard.watch.history import History
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer, key_of
 from trainer.kube.resources import GVR
-from trainer.kube.rest import Kube
+from trainer.kube.rest import APIError, Kube
 
 Obj = dict[str, Any]
 Key = tuple[str, str]
@@ -110,6 +110,8 @@ class ClusterCache:
         self.cluster_runtimes = Informer(kube, r.CLUSTER_TRAINING_RUNTIMES, optional=True)
         self.runtimes = Informer(kube, r.TRAINING_RUNTIMES, namespace, optional=True)
         self.history = History()
+        self.unavailable: dict[str, str] = {}
+        """Resources not watched (resource -> why: the API server's answer to a list)."""
         self._subs: set[Subscription] = set()
         self.trainjobs.add_handler(self._on_trainjob)
         self.jobsets.add_handler(lambda _t, o, _old: self._notify(self._of_jobset(o)))
@@ -132,14 +134,28 @@ class ClusterCache:
         ]
 
     async def start(self, timeout: float = SYNC_TIMEOUT) -> None:
-        """Start every watch; return once each listed once (TimeoutError otherwise)."""
-        await asyncio.gather(*(inf.start() for inf in self.informers))
-        await asyncio.gather(*(inf.wait_synced(timeout) for inf in self.informers))
+        """Start the watches of every resource the user may list (the others are named in
+        :attr:`unavailable` and their sections stay empty); return once each listed once
+        (TimeoutError otherwise). TrainJobs are not optional: their refusal is raised."""
+        await asyncio.gather(*(self._probe(inf) for inf in self.informers[1:]))
+        watched = [inf for inf in self.informers if inf.gvr.resource not in self.unavailable]
+        await asyncio.gather(*(inf.start(timeout) for inf in watched))
         for job in self.trainjobs.list():
             self.history.record(key_of(job), summary.trainer_status(job))
 
     async def stop(self) -> None:
         await asyncio.gather(*(inf.stop() for inf in self.informers))
+
+    async def _probe(self, inf: Informer) -> None:
+        """Whether ``inf``'s resource can be listed: a refusal (401, 403) or a resource the
+        cluster does not serve (404: no JobSet CRD) is recorded, not retried for ever."""
+        try:
+            await self.kube.list(inf.gvr, inf.namespace, label_selector=inf.label_selector, limit=1)
+        except APIError as err:
+            if err.status in (401, 403, 404):
+                self.unavailable[inf.gvr.resource] = f"{err.status} {err.reason}"
+            else:
+                raise
 
     # --- change notification ------------------------------------------------------------
     @contextlib.contextmanager
