@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -277,3 +278,30 @@ def test_a_user_who_may_only_read_trainjobs(cluster: Path, tmp_path: Path) -> No
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     assert proc.returncode == 0
+
+
+def test_trainer_up_with_a_busy_dashboard_port_stops_cleanly(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [
+                PY,
+                "-m",
+                "trainer.cli.main",
+                "up",
+                "--kubeconfig",
+                str(tmp_path / "kc"),
+                "--dashboard-port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=ENV,
+            check=False,
+        )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.splitlines()[-1] == f"error: --dashboard-port {port}: Address already in use"
+    assert "Traceback" not in done.stdout + done.stderr

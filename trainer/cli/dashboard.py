@@ -93,14 +93,23 @@ class DashboardOptions:
     allow_actions: bool = False
 
 
+class DashboardPortError(Exception):
+    """The dashboard beside the local plane could not listen on ``--dashboard-port``."""
+
+
 async def beside_plane(
     kube: Kube, stop: asyncio.Event, options: DashboardOptions, echo: Callable[[str], None]
 ) -> asyncio.Task[None]:
     """Start a dashboard of every namespace of the local plane (on 127.0.0.1) and return a
     task that stops it when ``stop`` is set (the plane's own stop event)."""
-    board = await start_dashboard(
-        kube, None, port=options.port, allow_actions=options.allow_actions, echo=echo
-    )
+    try:
+        board = await start_dashboard(
+            kube, None, port=options.port, allow_actions=options.allow_actions, echo=echo
+        )
+    except OSError as err:
+        raise DashboardPortError(
+            f"--dashboard-port {options.port}: {err.strerror or err}"
+        ) from None
 
     async def until_stopped() -> None:
         with contextlib.suppress(asyncio.CancelledError):

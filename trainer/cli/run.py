@@ -16,7 +16,7 @@ from trainer.api import constants as c
 from trainer.api.load import Document
 from trainer.api.safeload import InputError
 from trainer.cli.checks import check_documents, print_outcomes
-from trainer.cli.dashboard import DashboardOptions, beside_plane
+from trainer.cli.dashboard import DashboardOptions, DashboardPortError, beside_plane
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
@@ -289,7 +289,13 @@ def run(
     gates = _gates(feature_gates)
     setup_logging("DEBUG" if verbose else "WARNING", "text")
     board = DashboardOptions(port=dashboard_port) if dashboard else None
-    code = asyncio.run(_run(files, runtimes or [], namespace, timeout, gates, strict_fields, board))
+    try:
+        code = asyncio.run(
+            _run(files, runtimes or [], namespace, timeout, gates, strict_fields, board)
+        )
+    except DashboardPortError as err:
+        typer.echo(f"error: {err}", err=True)
+        code = 2
     raise typer.Exit(code)
 
 
@@ -325,7 +331,12 @@ async def _up(
         )
     )
     if dashboard is not None:
-        plane.tasks.append(await beside_plane(plane.kube, plane.stop, dashboard, printer.line))
+        try:
+            board = await beside_plane(plane.kube, plane.stop, dashboard, printer.line)
+        except BaseException:
+            await plane.close()
+            raise
+        plane.tasks.append(board)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -380,4 +391,7 @@ def up(
         asyncio.run(_up(kubeconfig, state_file, port, gates, reset_damaged_state, board))
     except StateFileError as err:
         raise refuse(err) from None
+    except DashboardPortError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     sys.exit(0)
