@@ -229,9 +229,11 @@ def test_a_training_job_live_progress_charts_and_logs(plane: Plane, page: Page) 
     plane.apply(job)
     demo = row(page, "demo")
     expect(demo).to_have_attribute("data-state", "Running")
-    expect(demo.locator("progress")).to_have_attribute("value", "10")
+    expect(demo.locator("[role=progressbar]")).to_have_attribute("aria-valuenow", "10")
     (gate / "1").touch()
-    expect(demo.locator("progress")).to_have_attribute("value", "60")  # moved, no reload
+    bar = demo.locator("[role=progressbar]")
+    expect(bar).to_have_attribute("aria-valuenow", "60")  # moved, without a reload
+    assert bar.locator(".fill").evaluate("e => e.style.width") == "60%"
     expect(demo.locator(".eta")).to_contain_text("ETA")
 
     demo.locator("a").click()
