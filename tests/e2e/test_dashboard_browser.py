@@ -335,3 +335,72 @@ def test_token_host_and_csrf_refusals(plane: Plane, page: Page, errors: list[str
         "Failed to load resource: the server responded with a status of 404 (Not Found)"
     ]
     errors.clear()
+
+
+RETRYING_RUNTIME = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+    "kind": "TrainingRuntime",
+    "metadata": {
+        "name": "retrying",
+        "namespace": "default",
+        "labels": {"trainer.kubeflow.org/framework": "torch"},
+        "annotations": {"example.com/deprecation": "<i>use torch-local-cpu</i>"},
+    },
+    "spec": {
+        "mlPolicy": {"numNodes": 1, "torch": {}},
+        "template": {
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "node",
+                        "template": {
+                            "metadata": {
+                                "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+                            },
+                            "spec": {
+                                "backoffLimit": 2,
+                                "template": {
+                                    "spec": {
+                                        "restartPolicy": "OnFailure",
+                                        "containers": [{"name": "node", "image": "python:3.11"}],
+                                    }
+                                },
+                            },
+                        },
+                    }
+                ]
+            }
+        },
+    },
+}
+
+
+def test_a_restarted_container_shows_its_previous_log(
+    plane: Plane, page: Page, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran-once"
+    code = (
+        f"import os, sys; m = {str(marker)!r}; again = os.path.exists(m); "
+        "print('second run' if again else 'first run', flush=True); "
+        "open(m, 'w').close(); sys.exit(0 if again else 1)"
+    )
+    plane.apply(RETRYING_RUNTIME)
+    job = trainjob("retried", [PY, "-c", code])
+    job["spec"]["runtimeRef"] = {"name": "retrying", "kind": "TrainingRuntime"}
+    plane.apply(job)
+    page.goto(plane.base + "/trainjobs/default/retried")
+    expect(page.locator("#state [data-state]")).to_have_text("Complete")
+    pod = page.locator("#pods tbody tr")
+    expect(pod.locator("td").nth(3)).to_have_text("1")  # restarts
+    expect(pod.locator(".reasons")).to_contain_text("node: previously Error (exit code 1)")
+    pod.get_by_role("button", name="node (previous)").click()
+    expect(page.locator("#log")).to_have_text("first run\n")
+    pod.get_by_role("button", name="node", exact=True).click()
+    expect(page.locator("#log")).to_have_text("second run\n")
+    # The runtime's annotation holds HTML: the server-rendered page shows it as text.
+    page.goto(plane.base + "/runtimes")
+    row = page.locator("#runtimes tr", has_text="default/retrying")
+    expect(row.locator(".deprecated")).to_have_text(
+        "example.com/deprecation: <i>use torch-local-cpu</i>"
+    )
+    assert row.locator(".deprecated i").count() == 0
