@@ -110,6 +110,8 @@ def test_one_namespace_read_only_and_a_clean_stop(cluster: Path) -> None:
             proc, r"dashboard: (http://127\.0\.0\.1:\d+/\?token=\S+)  \(read-only"
         ).group(1)
         base, token = url.split("/?token=")
+        # The command re-executed itself as the lean process (same pid).
+        assert "trainer.cli.dashboard_main" in Path(f"/proc/{proc.pid}/cmdline").read_text()
         auth = {"Authorization": f"Bearer {token}"}
         status, rows = get(base + "/api/trainjobs", auth)
         assert status == 200 and [(r["namespace"], r["name"]) for r in rows] == [("team", "theirs")]
