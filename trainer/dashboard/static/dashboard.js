@@ -213,7 +213,7 @@ function listPage() {
 }
 
 // --- charts -------------------------------------------------------------------------------
-function chart(name, points, unit) {
+function chart(name, points, unit, logScale) {
   const W = 340, H = 170, L = 48, R = 10, T = 24, B = 26;
   const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "chart" });
   box.setAttribute("data-metric", name);
@@ -222,7 +222,10 @@ function chart(name, points, unit) {
   title.textContent = `${name}${last === null ? "" : ` = ${+last.toPrecision(6)}${unit || ""}`}`;
   box.append(title);
   if (!points.length) return box;
-  const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
+  // A log scale only where every value is positive (a loss spanning decades).
+  const log = logScale && unit !== "%" && points.every((p) => p[1] > 0);
+  if (log) box.setAttribute("data-scale", "log");
+  const xs = points.map((p) => p[0]), ys = points.map((p) => (log ? Math.log10(p[1]) : p[1]));
   let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
   if (unit === "%") { y0 = 0; y1 = 100; }
   if (x1 === x0) { x0 -= 1; x1 += 1; }
@@ -231,7 +234,7 @@ function chart(name, points, unit) {
   const py = (y) => H - B - ((y - y0) / (y1 - y0)) * (H - T - B);
   box.append(svg("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, class: "axis" }));
   box.append(svg("line", { x1: L, y1: T, x2: L, y2: H - B, class: "axis" }));
-  for (const [y, label] of [[y0, y0], [y1, y1]]) {
+  for (const [y, label] of [[y0, log ? 10 ** y0 : y0], [y1, log ? 10 ** y1 : y1]]) {
     const t = svg("text", { x: L - 4, y: py(y) + 4, class: "tick", "text-anchor": "end" });
     t.textContent = String(+label.toPrecision(3));
     box.append(t);
@@ -239,9 +242,9 @@ function chart(name, points, unit) {
   const span = svg("text", { x: W - R, y: H - 8, class: "tick", "text-anchor": "end" });
   span.textContent = `${duration(xs[xs.length - 1] - xs[0])} of reports`;
   box.append(span);
-  box.append(svg("polyline", { points: points.map((p) => `${px(p[0])},${py(p[1])}`).join(" "), class: "line" }));
-  for (const [x, y] of points) {
-    const dot = svg("circle", { cx: px(x), cy: py(y), r: 3, class: "point" });
+  box.append(svg("polyline", { points: points.map((p, i) => `${px(p[0])},${py(ys[i])}`).join(" "), class: "line" }));
+  for (const [i, [x, y]] of points.entries()) {
+    const dot = svg("circle", { cx: px(x), cy: py(ys[i]), r: 3, class: "point" });
     const tip = svg("title");
     tip.textContent = `${new Date(x * 1000).toLocaleTimeString()}: ${y}`;
     dot.append(tip);
@@ -299,7 +302,8 @@ function detailPage() {
     fillTable("events", d.events, (e) => [when(e.time), e.type, e.reason, e.object, e.message + (e.count > 1 ? ` (×${e.count})` : "")]);
     const charts = [];
     if (d.charts.progress.length) charts.push(chart("progress", d.charts.progress, "%"));
-    for (const [metric, points] of Object.entries(d.charts.metrics)) charts.push(chart(metric, points, ""));
+    const logScale = $("log-scale").checked;
+    for (const [metric, points] of Object.entries(d.charts.metrics)) charts.push(chart(metric, points, "", logScale));
     $("charts").replaceChildren(...charts);
     $("no-charts").hidden = charts.length !== 0;
     if ($("trainjob-yaml").textContent !== d.trainjobYaml) $("trainjob-yaml").textContent = d.trainjobYaml;
@@ -364,6 +368,7 @@ function detailPage() {
     });
   }
 
+  $("log-scale").addEventListener("change", () => render(current));
   render(current);
   const source = new EventSource(`/api/stream/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`);
   live(source);
