@@ -13,6 +13,10 @@ PET_MASTER_PORT) and sets RANK / WORLD_SIZE / MASTER_ADDR for each worker::
 
 Run as a plain ``python`` script it falls back to a single-process group.
 
+With the TrainJobStatus feature gate on (``trainer up --feature-gates TrainJobStatus=true``),
+rank 0 also reports its progress, an ETA and the loss to the status server after every epoch
+(docs/status-server.md), which ``trainer dashboard`` plots; without it nothing is sent.
+
 Knobs (env): EPOCHS (default 3), SAMPLES_PER_RANK (default 512),
 BATCH_SIZE (default 32), LR (default 0.05), SEED (default 1234), CHECKPOINT_PATH (default
 checkpoint.pt: rank 0 saves the model's state_dict there).
@@ -23,9 +27,13 @@ imported without torch installed.
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
+import ssl
 import sys
 import time
+import urllib.request
 
 IN_FEATURES = 8
 HIDDEN = 16
@@ -39,6 +47,35 @@ def _env_int(name: str, default: int) -> int:
 def _env_float(name: str, default: float) -> float:
     value = os.environ.get(name, "")
     return float(value) if value.strip() else default
+
+
+def report_progress(epoch: int, epochs: int, loss: float, started: float) -> None:
+    """POST progress, ETA and loss to the status server when the controller gave us one
+    (KUBEFLOW_TRAINER_SERVER_URL); a failed report is printed, never fatal."""
+    url = os.environ.get("KUBEFLOW_TRAINER_SERVER_URL")
+    if not url:
+        return
+    elapsed = time.monotonic() - started
+    status = {
+        "progressPercentage": int(100 * epoch / epochs),
+        "estimatedRemainingSeconds": int(elapsed / epoch * (epochs - epoch)),
+        "metrics": [{"name": "loss", "value": f"{loss:.6f}"}],
+        "lastUpdatedTime": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    try:
+        with open(os.environ["KUBEFLOW_TRAINER_SERVER_TOKEN"]) as fh:
+            token = fh.read()
+        ctx = ssl.create_default_context(cafile=os.environ["KUBEFLOW_TRAINER_SERVER_CA_CERT"])
+        req = urllib.request.Request(
+            url,
+            data=json.dumps({"trainerStatus": status}).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, context=ctx, timeout=10):
+            pass
+    except (OSError, KeyError) as exc:
+        print(f"progress report failed: {exc}", flush=True)
 
 
 def main() -> int:
@@ -107,6 +144,7 @@ def main() -> int:
             mean_loss = (total[0] / total[1]).item()
             if rank == 0:
                 print(f"epoch {epoch}/{epochs} loss: {mean_loss:.6f}", flush=True)
+                report_progress(epoch, epochs, mean_loss, started)
 
         # Every rank prints the same figures: the loss is all-reduced and DDP keeps the
         # replicas' weights identical, so equal lines prove the gradients were synchronised.

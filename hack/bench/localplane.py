@@ -31,10 +31,12 @@ Per round, on a fresh plane:
 ``--rounds`` (3) rounds; the targets use the medians: ``jobsets_s`` <= 5 s for 300 TrainJobs,
 and kubectl p50 during the burst within 1 s. Every wait is bounded (``--timeout`` per burst,
 60 s per start). Other processes on the machine slow the wall-clock figures: each round gives
-the CPU the rest of the machine used during it. Writes hack/bench/reports/localplane.json.
+the CPU the rest of the machine used during it. ``trainer up`` runs with ``--no-dashboard``
+unless ``--dashboard`` is given. Writes hack/bench/reports/localplane.json.
 
     python hack/bench/localplane.py [--jobs 300] [--concurrency 32] [--rounds 3]
-        [--kubectl-runs 8] [--kubectl-gap 0.5] [--timeout 120] [--profile] [--out PATH]
+        [--kubectl-runs 8] [--kubectl-gap 0.5] [--timeout 120] [--profile] [--dashboard]
+        [--out PATH]
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class Plane:
     _drain: asyncio.Task[None] | None = None
 
     @classmethod
-    async def start(cls, workdir: Path) -> Plane:
+    async def start(cls, workdir: Path, dashboard: bool = False) -> Plane:
         kubeconfig = workdir / "kubeconfig"
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -107,6 +109,9 @@ class Plane:
             "up",
             "--kubeconfig",
             str(kubeconfig),
+            # The plane alone by default, comparable with earlier runs; --dashboard measures
+            # it with the dashboard watching (as `trainer up` runs by default).
+            "--dashboard" if dashboard else "--no-dashboard",
             cwd=workdir,
             env=child_env(),
             stdout=asyncio.subprocess.PIPE,
@@ -290,7 +295,7 @@ async def kubectl_loop(
 
 async def one_round(args: argparse.Namespace, index: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-localplane-") as tmp:
-        plane = await Plane.start(Path(tmp))
+        plane = await Plane.start(Path(tmp), args.dashboard)
         try:
             async with plane_client(plane) as kube:
                 namespace = {
@@ -507,6 +512,9 @@ def main() -> int:
     )
     parser.add_argument("--profile", action="store_true", help="py-spy the plane during each burst")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per burst")
+    parser.add_argument(
+        "--dashboard", action="store_true", help="trainer up serves its dashboard meanwhile"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "hack/bench/reports/localplane.json")
     args = parser.parse_args()
     if shutil.which("kubectl") is None:

@@ -55,6 +55,7 @@ def _verbs(good: str) -> dict[str, tuple[Callable[[str], list[str]], int, int]]:
         "controller --config": (lambda p: ["controller", "--config", p], 2, 2),
         "controller --kubeconfig": (lambda p: ["controller", "--kubeconfig", p], 2, 2),
         "webhook --kubeconfig": (lambda p: ["webhook", "--kubeconfig", p], 2, 2),
+        "dashboard --kubeconfig": (lambda p: ["dashboard", "--kubeconfig", p], 2, 2),
         "manifests --values": (lambda p: ["manifests", "--values", p], 2, 2),
     }
 

@@ -42,6 +42,8 @@ def test_ddp_example_trains_across_two_nodes(tmp_path: Path) -> None:
             str(ROOT / "examples/torch-ddp-cpu/trainjob.yaml"),
             "--timeout",
             "240",
+            "--feature-gates",
+            "TrainJobStatus=true",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -56,6 +58,9 @@ def test_ddp_example_trains_across_two_nodes(tmp_path: Path) -> None:
     finals = re.findall(r"rank (\d) final loss: ([0-9.]+) weights checksum: (-?[0-9.]+)", out)
     assert sorted(f[0] for f in finals) == ["0", "1"], out
     assert finals[0][1:] == finals[1][1:]  # same loss and weights on both ranks
+    # Rank 0 reported every epoch to the status server; the last report is the final loss.
+    assert f"reports progress 100%, ETA 0s, loss={finals[0][1]}" in out, out
+    assert "progress report failed" not in out
     checkpoint = ROOT / "torch-ddp-cpu-checkpoint" / "model.pt"
     assert checkpoint.exists()
     checkpoint.unlink()

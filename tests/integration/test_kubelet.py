@@ -21,7 +21,7 @@ import pytest
 
 from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.store import Event
-from trainer.local.executor.client import LocalClient, path
+from trainer.local.executor.client import ClientError, LocalClient, path
 from trainer.local.executor.kubelet import Kubelet
 from trainer.local.executor.podfields import LOCAL_PORTS
 
@@ -90,10 +90,9 @@ class Env:
                 self.line_added.clear()
                 await self.line_added.wait()
 
-    async def log(self, name: str, container: str = "main") -> str:
-        text = await self.client.request(
-            "GET", path("v1", "pods", NS, name, "log"), params={"container": container}
-        )
+    async def log(self, name: str, container: str = "main", previous: bool = False) -> str:
+        params = {"container": container, **({"previous": "true"} if previous else {})}
+        text = await self.client.request("GET", path("v1", "pods", NS, name, "log"), params=params)
         return str(text or "")
 
 
@@ -362,7 +361,8 @@ async def test_init_container_and_restart_on_failure(env: Env) -> None:
     }
     code = (
         "import os, sys; m = '/scratch/marker'; print(open('/scratch/data.txt').read()); "
-        "done = os.path.exists(m); open(m, 'w').close(); sys.exit(0 if done else 1)"
+        "done = os.path.exists(m); print('second run' if done else 'first run'); "
+        "open(m, 'w').close(); sys.exit(0 if done else 1)"
     )
     spec = pod(
         "restarts",
@@ -379,7 +379,12 @@ async def test_init_container_and_restart_on_failure(env: Env) -> None:
     assert main["restartCount"] == 1
     assert main["lastState"]["terminated"]["exitCode"] == 1
     assert status_of(p, "prepare")["state"]["terminated"]["reason"] == "Completed"
-    assert await env.log("restarts") == "ready\nready\n"
+    # As a kubelet serves them: the current run's log, and the run before with previous=true.
+    assert await env.log("restarts") == "ready\nsecond run\n"
+    assert await env.log("restarts", previous=True) == "ready\nfirst run\n"
+    with pytest.raises(ClientError) as never:
+        await env.log("restarts", "prepare", previous=True)
+    assert 'previous terminated container "prepare" in pod "restarts" not found' in str(never.value)
 
 
 async def test_deleting_a_pod_kills_its_processes(env: Env) -> None:

@@ -10,6 +10,7 @@ from trainer.cli import apiserver as apiserver_cmd
 from trainer.cli import controller as controller_cmd
 from trainer.cli import convert as convert_cmd
 from trainer.cli import crds as crds_cmd
+from trainer.cli import dashboard as dashboard_cmd
 from trainer.cli import datacache as datacache_cmd
 from trainer.cli import manifests as manifests_cmd
 from trainer.cli import render as render_cmd
@@ -37,6 +38,7 @@ app.command(name="controller")(controller_cmd.controller)
 app.command(name="convert")(convert_cmd.convert_cmd)
 app.command(name="manifests")(manifests_cmd.manifests)
 app.add_typer(datacache_cmd.app, name="data-cache")
+app.command(name="dashboard")(dashboard_cmd.dashboard)
 
 
 @app.command()

@@ -17,6 +17,7 @@ from trainer.api.load import Document
 from trainer.api.safeload import InputError
 from trainer.cli.catalog import with_namespace
 from trainer.cli.checks import check_documents, print_outcomes
+from trainer.cli.dashboard import DashboardOptions, DashboardPortError, beside_plane
 from trainer.cli.failures import failed_containers
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
@@ -173,6 +174,7 @@ async def _run(
     timeout: float | None,
     gates: dict[str, bool] | None = None,
     strict_fields: bool = True,
+    dashboard: DashboardOptions | None = None,
 ) -> int:
     printer = Printer()
     try:
@@ -195,6 +197,8 @@ async def _run(
         loop.add_signal_handler(sig, stop.set)
     try:
         printer.line(f"API server at {plane.server.url}")
+        if dashboard is not None:
+            plane.tasks.append(await beside_plane(plane.kube, plane.stop, dashboard, printer.line))
         try:
             jobs = await _apply_all(plane, docs, namespace)
         except APIError as exc:
@@ -254,6 +258,15 @@ def run(
             "(default), or dropped as the API server prunes them.",
         ),
     ] = True,
+    dashboard: Annotated[
+        bool,
+        typer.Option(
+            "--dashboard", help="Serve the dashboard (read-only) while it runs; prints its URL."
+        ),
+    ] = False,
+    dashboard_port: Annotated[
+        int, typer.Option(help="The dashboard's port on 127.0.0.1 (0: any).")
+    ] = 0,
 ) -> None:
     """Run TrainJobs end to end on a local control plane and exit with their result.
 
@@ -267,7 +280,14 @@ def run(
     """
     gates = _gates(feature_gates)
     setup_logging("DEBUG" if verbose else "WARNING", "text")
-    code = asyncio.run(_run(files, runtimes or [], namespace, timeout, gates, strict_fields))
+    board = DashboardOptions(port=dashboard_port) if dashboard else None
+    try:
+        code = asyncio.run(
+            _run(files, runtimes or [], namespace, timeout, gates, strict_fields, board)
+        )
+    except DashboardPortError as err:
+        typer.echo(f"error: {err}", err=True)
+        code = 2
     raise typer.Exit(code)
 
 
@@ -277,6 +297,7 @@ async def _up(
     port: int,
     gates: dict[str, bool] | None = None,
     reset_damaged_state: bool = False,
+    dashboard: DashboardOptions | None = None,
 ) -> None:
     printer = Printer()
     plane = await start_local_plane(
@@ -301,6 +322,13 @@ async def _up(
             for o in plane.server.objects(c.API_VERSION, c.PLURAL_CLUSTER_TRAINING_RUNTIMES)
         )
     )
+    if dashboard is not None:
+        try:
+            board = await beside_plane(plane.kube, plane.stop, dashboard, printer.line)
+        except BaseException:
+            await plane.close()
+            raise
+        plane.tasks.append(board)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -326,6 +354,17 @@ def up(
     feature_gates: Annotated[
         str | None, typer.Option("--feature-gates", help=FEATURE_GATES_HELP)
     ] = None,
+    dashboard: Annotated[
+        bool,
+        typer.Option("--dashboard/--no-dashboard", help="Serve the dashboard; prints its URL."),
+    ] = True,
+    dashboard_port: Annotated[
+        int, typer.Option(help="The dashboard's port on 127.0.0.1 (0: any).")
+    ] = 0,
+    dashboard_allow_actions: Annotated[
+        bool,
+        typer.Option(help="Enable the dashboard's suspend, resume and delete buttons."),
+    ] = False,
 ) -> None:
     """Start the local control plane and leave it running (kubectl, the Kubeflow SDK and
     `trainer` commands work against the kubeconfig it writes) until SIGINT/SIGTERM.
@@ -336,7 +375,15 @@ def up(
     gates = _gates(feature_gates)
     setup_logging("DEBUG" if verbose else "INFO", "text")
     try:
-        asyncio.run(_up(kubeconfig, state_file, port, gates, reset_damaged_state))
+        board = (
+            DashboardOptions(port=dashboard_port, allow_actions=dashboard_allow_actions)
+            if dashboard
+            else None
+        )
+        asyncio.run(_up(kubeconfig, state_file, port, gates, reset_damaged_state, board))
     except StateFileError as err:
         raise refuse(err) from None
+    except DashboardPortError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     sys.exit(0)

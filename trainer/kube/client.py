@@ -26,15 +26,18 @@ __all__ = ["ApiClient", "KubeconfigError", "new_api_client"]
 
 
 async def new_api_client(
-    kubeconfig: str | None = None, *, qps_user_agent: str = "trainer"
+    kubeconfig: str | None = None, *, qps_user_agent: str = "trainer", context: str | None = None
 ) -> ApiClient:
     """An ApiClient for ``kubeconfig``, else $KUBECONFIG / ~/.kube/config, else the in-cluster
-    service account (the order kubectl and controller-runtime use).
+    service account (the order kubectl and controller-runtime use). ``context`` picks a
+    context of the kubeconfig other than its current one (kubectl's ``--context``).
 
     Raises :class:`KubeconfigError` (one line naming the file) for a kubeconfig that is
     missing, unreadable, over the size/depth/alias limits or not usable."""
     cfg = client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
+    if not path and context:
+        path = str(default_path())
     if not path:
         try:
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
@@ -48,7 +51,9 @@ async def new_api_client(
     if path:
         check_kubeconfig(path)
         try:
-            await config.load_kube_config(config_file=path, client_configuration=cfg)
+            await config.load_kube_config(
+                config_file=path, context=context, client_configuration=cfg
+            )
         except (
             ConfigException,
             LookupError,

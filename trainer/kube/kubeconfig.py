@@ -65,3 +65,23 @@ def check_kubeconfig(paths: str) -> None:
         _shape(data, f"kubeconfig {path}")
     if not found:
         raise KubeconfigError(f"kubeconfig {paths}: cannot read: No such file or directory")
+
+
+def context_namespace(paths: str, context: str | None = None) -> str | None:
+    """The namespace of ``context`` (default: the current context) in a kubeconfig path
+    list, merged as kubectl merges it (the first file that sets ``current-context`` and the
+    first definition of a context win); None when the context sets none. The files must
+    have passed :func:`check_kubeconfig`."""
+    docs: list[dict[str, Any]] = []
+    for path in (os.path.expanduser(p) for p in paths.split(os.pathsep) if p):
+        if os.path.lexists(path):
+            data = load_yaml(read_bytes(path, CONFIG_LIMITS), path, CONFIG_LIMITS)
+            if isinstance(data, dict):
+                docs.append(data)
+    name = context or next((d["current-context"] for d in docs if d.get("current-context")), None)
+    for doc in docs:
+        for item in doc.get("contexts") or []:
+            if item.get("name") == name:
+                namespace = (item.get("context") or {}).get("namespace")
+                return str(namespace) if namespace else None
+    return None

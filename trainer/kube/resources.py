@@ -78,6 +78,8 @@ VOLCANO_PODGROUPS = GVR("scheduling.volcano.sh", "v1beta1", "podgroups", True, c
 PRIORITY_CLASSES = GVR("scheduling.k8s.io", "v1", "priorityclasses", False, "PriorityClass")
 LIMIT_RANGES = GVR("", "v1", "limitranges", True, "LimitRange")
 RUNTIME_CLASSES = GVR("node.k8s.io", "v1", "runtimeclasses", False, "RuntimeClass")
+PODS = GVR("", "v1", "pods", True, "Pod")  # read by the dashboard; the controller never does
+JOBS = GVR("batch", "v1", "jobs", True, "Job")
 CRDS = GVR(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
 )

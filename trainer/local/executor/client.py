@@ -171,14 +171,20 @@ class LocalClient:
             raise
         return True
 
-    async def append_log(self, namespace: str, pod: str, container: str, text: str) -> None:
-        """Feed a container's log (this server's extension: POST to pods/log)."""
+    async def append_log(
+        self, namespace: str, pod: str, container: str, text: str, run: int | None = None
+    ) -> None:
+        """Feed a container's log (this server's extension: POST to pods/log); ``run`` is the
+        container's restartCount when the text was written (a new run starts a new log)."""
+        params = {"container": container}
+        if run is not None:
+            params["restartCount"] = str(run)
         await self.request(
             "POST",
             path("v1", "pods", namespace, pod, "log"),
             text.encode(),
             content_type="application/octet-stream",
-            params={"container": container},
+            params=params,
         )
 
     async def watch(

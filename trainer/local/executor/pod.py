@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from trainer.api.times import now
@@ -32,7 +33,7 @@ from trainer.local.executor.client import API_TIMEOUT, TRANSIENT, ClientError
 from trainer.local.executor.client import path as client_path
 from trainer.local.executor.containers import run_container
 from trainer.local.executor.events import NORMAL
-from trainer.local.executor.logsink import LogSink
+from trainer.local.executor.logsink import AppendLog, LogSink
 from trainer.local.executor.pod_status import PodState, final_phase, pod_status
 from trainer.local.executor.podfields import ConfigError, Sources
 from trainer.local.executor.podhost import (
@@ -49,6 +50,17 @@ from trainer.local.executor.volumes import plan_volumes, write_volume
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE = 30.0
+
+
+def _append_for(append: Callable[..., Awaitable[None]], c: Container) -> AppendLog:
+    """``append`` that also says which run of ``c`` the text is from (its restartCount when
+    the batch goes out: a run's last batch is flushed before the restart is counted), so the
+    API server keeps each run's log apart and serves the previous one."""
+
+    async def append_run(namespace: str, pod: str, container: str, text: str) -> None:
+        await append(namespace, pod, container, text, run=c.restart_count)
+
+    return append_run
 
 
 class LocalPod:
@@ -90,7 +102,7 @@ class LocalPod:
                 namespace=self.namespace,
                 pod=self.name,
                 container=c.name,
-                append=host.client.append_log,
+                append=_append_for(host.client.append_log, c),
                 on_log=host.on_log,
             )
             for c in [*self.init, *self.main]

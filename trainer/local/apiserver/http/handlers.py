@@ -134,7 +134,9 @@ async def append_log(c: Call) -> web.StreamResponse:
     r = c.route
     c.storage.get_or_404(r.rt, r.namespace, r.name)
     text = (await c.request.read()).decode(errors="replace")
-    c.logs.append(r.namespace, r.name, c.query.get("container", ""), text)
+    run = c.query.get("restartCount", "")
+    container = c.query.get("container", "")
+    c.logs.append(r.namespace, r.name, container, text, int(run) if run.isdigit() else None)
     return json_response({"kind": "Status", "apiVersion": "v1", "status": "Success"}, status=201)
 
 

@@ -1,6 +1,11 @@
 """Container logs: fed by the local executor (it plays the kubelet), served by
 ``GET .../pods/{name}/log`` whole, as a tail, or followed until the pod ends.
 
+As a kubelet keeps them: the log of a container's current run, and with ``previous=true`` the
+log of its run before (the executor says which run a chunk belongs to with ``restartCount``;
+a chunk of a later run starts a new log and keeps the last one as the previous). A container
+that never restarted has no previous log: 400, with kube-apiserver's message.
+
 Logs live in memory only (as a node's do between restarts of this server); a follower is
 woken by :meth:`PodLogs.append` rather than polling, and stops when the server stops.
 """
@@ -26,11 +31,19 @@ class PodLogs:
 
     def __init__(self) -> None:
         self.chunks: dict[Key, list[str]] = {}
+        self.previous: dict[Key, list[str]] = {}
+        self.runs: dict[Key, int] = {}
         self._waiters: dict[Key, asyncio.Event] = {}
         self.stopping = asyncio.Event()
 
-    def append(self, namespace: str, pod: str, container: str, text: str) -> None:
+    def append(
+        self, namespace: str, pod: str, container: str, text: str, run: int | None = None
+    ) -> None:
         key = (namespace, pod, container)
+        if run is not None:
+            if key in self.runs and run > self.runs[key]:
+                self.previous[key] = self.chunks.pop(key, [])
+            self.runs[key] = max(run, self.runs.get(key, run))
         self.chunks.setdefault(key, []).append(text)
         waiter = self._waiters.pop(key, None)
         if waiter is not None:
@@ -54,6 +67,12 @@ class PodLogs:
                 f"a container name must be specified for pod {name}, choose one of: {containers}"
             )
         key = (namespace, name, container)
+        if flag(query.get("previous")):
+            if key not in self.previous:
+                raise bad_request(
+                    f'previous terminated container "{container}" in pod "{name}" not found'
+                )
+            return web.Response(text="".join(self.previous[key]), content_type="text/plain")
         if not flag(query.get("follow")):
             text = "".join(self.chunks.get(key, []))
             tail = metadata.int_param(query, "tailLines", options="PodLogOptions")

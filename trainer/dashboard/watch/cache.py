@@ -1,0 +1,275 @@
+"""Watch caches of everything the dashboard shows, and who to tell when it changes.
+
+:class:`ClusterCache` runs one :class:`trainer.kube.informer.Informer` (list, then watch: no
+polling) per resource, in one namespace or all of them: TrainJobs, JobSets, the Jobs and pods
+of JobSets (label ``jobset.sigs.k8s.io/jobset-name``, so unrelated pods of a cluster are not
+cached), Events, TrainingRuntimes and ClusterTrainingRuntimes. Runtimes are optional: a
+cluster without the CRDs (or a user who may not list them) shows an empty Runtimes page.
+
+Every change is mapped to the TrainJob it concerns (a JobSet through its controller owner, a
+Job or pod through its JobSet label, an Event through its involved object) and added to the
+dirty set of each :class:`Subscription` (one per open page stream), which a page drains at its
+own pace: a burst of changes to one TrainJob is one update. TrainJob events also feed the
+metric :class:`~trainer.dashboard.watch.history.History`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import yaml
+
+from trainer.api import constants as c
+from trainer.dashboard import summary
+from trainer.dashboard.runtimes import runtime_row
+from trainer.dashboard.watch.history import History
+from trainer.kube import resources as r
+from trainer.kube.informer import Informer, key_of
+from trainer.kube.resources import GVR
+from trainer.kube.rest import APIError, Kube
+
+Obj = dict[str, Any]
+Key = tuple[str, str]
+
+PODS = GVR("", "v1", "pods", True, "Pod")
+JOBS = GVR("batch", "v1", "jobs", True, "Job")
+SYNC_TIMEOUT = 30.0
+
+
+class Subscription:
+    """The TrainJobs that changed since the last :meth:`next` (and whether runtimes did)."""
+
+    def __init__(self) -> None:
+        self.dirty: set[Key] = set()
+        self.runtimes = False
+        self.wake = asyncio.Event()
+
+    def mark(self, key: Key | None, runtimes: bool = False) -> None:
+        if key is not None:
+            self.dirty.add(key)
+        self.runtimes = self.runtimes or runtimes
+        self.wake.set()
+
+    def take(self) -> tuple[set[Key], bool]:
+        """What changed so far (possibly nothing), forgotten once taken."""
+        self.wake.clear()
+        dirty, runtimes = self.dirty, self.runtimes
+        self.dirty, self.runtimes = set(), False
+        return dirty, runtimes
+
+    async def next(self) -> tuple[set[Key], bool]:
+        """Wait for a change, then :meth:`take`."""
+        await self.wake.wait()
+        return self.take()
+
+
+def _owner(obj: Obj, kind: str) -> str | None:
+    for ref in summary.meta(obj).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == kind:
+            return str(ref.get("name") or "")
+    return None
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (scripts in ``command``) as ``|`` blocks, as people write them."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value and not value.endswith((" ", "\t")) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def to_yaml(obj: Obj | None) -> str:
+    """An object as YAML (managedFields are already dropped by the informer)."""
+    if obj is None:
+        return ""
+    return yaml.dump(
+        obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True
+    )
+
+
+class ClusterCache:
+    """Everything one dashboard watches, in ``namespace`` (None: every namespace)."""
+
+    def __init__(self, kube: Kube, namespace: str | None) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        selector = summary.LABEL_JOBSET_NAME
+        self.trainjobs = Informer(kube, r.TRAINJOBS, namespace)
+        self.jobsets = Informer(kube, r.JOBSETS, namespace, optional=True)
+        self.jobs = Informer(kube, JOBS, namespace, selector)
+        self.pods = Informer(kube, PODS, namespace, selector)
+        self.events = Informer(kube, r.EVENTS, namespace)
+        self.cluster_runtimes = Informer(kube, r.CLUSTER_TRAINING_RUNTIMES, optional=True)
+        self.runtimes = Informer(kube, r.TRAINING_RUNTIMES, namespace, optional=True)
+        self.history = History()
+        self.unavailable: dict[str, str] = {}
+        """Resources not watched (resource -> why: the API server's answer to a list)."""
+        self._subs: set[Subscription] = set()
+        self.trainjobs.add_handler(self._on_trainjob)
+        self.jobsets.add_handler(lambda _t, o, _old: self._notify(self._of_jobset(o)))
+        self.jobs.add_handler(lambda _t, o, _old: self._notify(self._of_labelled(o)))
+        self.pods.add_handler(lambda _t, o, _old: self._notify(self._of_labelled(o)))
+        self.events.add_handler(lambda _t, o, _old: self._notify(self._of_event(o)))
+        for runtimes in (self.cluster_runtimes, self.runtimes):
+            runtimes.add_handler(lambda _t, _o, _old: self._notify(None, runtimes=True))
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [
+            self.trainjobs,
+            self.jobsets,
+            self.jobs,
+            self.pods,
+            self.events,
+            self.cluster_runtimes,
+            self.runtimes,
+        ]
+
+    async def start(self, timeout: float = SYNC_TIMEOUT) -> None:
+        """Start the watches of every resource the user may list (the others are named in
+        :attr:`unavailable` and their sections stay empty); return once each listed once
+        (TimeoutError otherwise). TrainJobs are not optional: their refusal is raised."""
+        await asyncio.gather(*(self._probe(inf) for inf in self.informers[1:]))
+        watched = [inf for inf in self.informers if inf.gvr.resource not in self.unavailable]
+        await asyncio.gather(*(inf.start(timeout) for inf in watched))
+        for job in self.trainjobs.list():
+            self.history.record(key_of(job), summary.trainer_status(job))
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(inf.stop() for inf in self.informers))
+
+    async def _probe(self, inf: Informer) -> None:
+        """Whether ``inf``'s resource can be listed: a refusal (401, 403) or a resource the
+        cluster does not serve (404: no JobSet CRD) is recorded, not retried for ever."""
+        try:
+            await self.kube.list(inf.gvr, inf.namespace, label_selector=inf.label_selector, limit=1)
+        except APIError as err:
+            if err.status in (401, 403, 404):
+                self.unavailable[inf.gvr.resource] = f"{err.status} {err.reason}"
+            else:
+                raise
+
+    # --- change notification ------------------------------------------------------------
+    @contextlib.contextmanager
+    def subscribe(self) -> Iterator[Subscription]:
+        sub = Subscription()
+        self._subs.add(sub)
+        try:
+            yield sub
+        finally:
+            self._subs.discard(sub)
+
+    def _notify(self, key: Key | None, runtimes: bool = False) -> None:
+        if key is None and not runtimes:
+            return
+        for sub in self._subs:
+            sub.mark(key, runtimes)
+
+    def _on_trainjob(self, kind: str, obj: Obj, _old: Obj | None) -> None:
+        key = key_of(obj)
+        if kind == "DELETED":
+            self.history.forget(key)
+        else:
+            self.history.record(key, summary.trainer_status(obj), seen=time.time())
+        self._notify(key)
+
+    def _of_jobset(self, obj: Obj) -> Key | None:
+        owner = _owner(obj, c.KIND_TRAINJOB)
+        return (key_of(obj)[0], owner) if owner else None
+
+    def _jobset_trainjob(self, namespace: str, jobset: str) -> Key:
+        cached = self.jobsets.get(namespace, jobset)
+        owner = _owner(cached, c.KIND_TRAINJOB) if cached is not None else None
+        return namespace, owner or jobset  # the controller names the JobSet after the TrainJob
+
+    def _of_labelled(self, obj: Obj) -> Key | None:
+        labels = summary.meta(obj).get("labels") or {}
+        jobset = labels.get(summary.LABEL_JOBSET_NAME)
+        return self._jobset_trainjob(key_of(obj)[0], str(jobset)) if jobset else None
+
+    def _of_event(self, event: Obj) -> Key | None:
+        inv = event.get("involvedObject") or event.get("regarding") or {}
+        if not isinstance(inv, dict):
+            return None
+        namespace = str(inv.get("namespace") or key_of(event)[0])
+        name, kind = str(inv.get("name") or ""), inv.get("kind")
+        if kind == c.KIND_TRAINJOB:
+            return namespace, name
+        if kind == c.KIND_JOBSET:
+            return self._jobset_trainjob(namespace, name)
+        source = {"Job": self.jobs, "Pod": self.pods}.get(str(kind))
+        obj = source.get(namespace, name) if source is not None else None
+        return self._of_labelled(obj) if obj is not None else None
+
+    # --- reading --------------------------------------------------------------------------
+    def runtime_of(self, job: Obj) -> Obj | None:
+        ref = (job.get("spec") or {}).get("runtimeRef") or {}
+        name = str(ref.get("name") or "")
+        if ref.get("kind") == c.KIND_TRAINING_RUNTIME:
+            return self.runtimes.get(key_of(job)[0], name)
+        return self.cluster_runtimes.get(None, name)
+
+    def rows(self) -> list[Obj]:
+        return [summary.row(job, self.runtime_of(job)) for job in self.trainjobs.list()]
+
+    def row(self, key: Key) -> Obj | None:
+        job = self.trainjobs.get(*key)
+        return summary.row(job, self.runtime_of(job)) if job is not None else None
+
+    def owned(self, namespace: str, name: str) -> tuple[Obj | None, list[Obj], list[Obj]]:
+        """The TrainJob's JobSet, its Jobs and their pods."""
+        jobset = self.jobsets.get(namespace, name)
+        if jobset is not None and _owner(jobset, c.KIND_TRAINJOB) != name:
+            jobset = None
+        uid = str(summary.meta(jobset).get("uid") or "") if jobset else ""
+        jobs = self.jobs.by_owner_uid(uid) if uid else []
+        pods: list[Obj] = []
+        for job in jobs:
+            pods += self.pods.by_owner_uid(str(summary.meta(job).get("uid") or ""))
+        return jobset, jobs, pods
+
+    def detail(self, namespace: str, name: str) -> Obj | None:
+        """Everything the page of one TrainJob shows, or None when it does not exist."""
+        job = self.trainjobs.get(namespace, name)
+        if job is None:
+            return None
+        jobset, jobs, pods = self.owned(namespace, name)
+        involved = {(c.KIND_TRAINJOB, name)}
+        if jobset is not None:
+            involved.add((c.KIND_JOBSET, name))
+        involved |= {("Job", str(summary.meta(j).get("name"))) for j in jobs}
+        involved |= {("Pod", str(summary.meta(p).get("name"))) for p in pods}
+        events = [
+            e
+            for e in self.events.list(namespace)
+            if (
+                str((e.get("involvedObject") or {}).get("kind")),
+                str((e.get("involvedObject") or {}).get("name")),
+            )
+            in involved
+        ]
+        return {
+            "row": summary.row(job, self.runtime_of(job)),
+            "conditions": summary.conditions(job),
+            "steps": summary.steps(job, jobs),
+            "pods": summary.pods(pods),
+            "events": summary.events(events),
+            "charts": self.history.charts((namespace, name)),
+            "trainjobYaml": to_yaml(job),
+            "jobsetYaml": to_yaml(jobset),
+        }
+
+    def runtime_rows(self) -> list[Obj]:
+        items = self.cluster_runtimes.list() + self.runtimes.list()
+        return [runtime_row(x) for x in items]
+
+    def pod(self, namespace: str, name: str) -> Obj | None:
+        return self.pods.get(namespace, name)
