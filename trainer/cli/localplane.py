@@ -24,6 +24,7 @@ from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
 from trainer.local.executor.ports import PortAllocator
 from trainer.local.executor.runner import Executor
+from trainer.local.executor.ssh import private_parent
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +214,7 @@ async def start_local_plane(
         server.create_direct(hook_config["apiVersion"], hook_config["kind"], hook_config)
     tmp = None
     if state_dir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="trainer-local-")
+        tmp = tempfile.TemporaryDirectory(prefix="trainer-local-", dir=private_parent())
         state_dir = Path(tmp.name)
     state_dir.mkdir(parents=True, exist_ok=True)
     kubeconfig = state_dir / "kubeconfig"

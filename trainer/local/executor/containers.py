@@ -22,9 +22,10 @@ import signal
 from typing import Any
 
 from trainer.api.times import now
-from trainer.local.executor import podenv
+from trainer.local.executor import podenv, uts
 from trainer.local.executor.events import NORMAL, WARNING
 from trainer.local.executor.logsink import read_lines
+from trainer.local.executor.podfields import pod_hostname
 from trainer.local.executor.podhost import (
     BACKOFF_CAP,
     BACKOFF_START,
@@ -177,11 +178,21 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
     if plan.cwd != str(host.workdir) and host.owns(plan.cwd):
         with contextlib.suppress(OSError):
             os.makedirs(plan.cwd, exist_ok=True)
+    executable, argv = exe, plan.argv
+    refused = await asyncio.to_thread(uts.available)
+    if refused:
+        host.warn_once(
+            "uts",
+            f"pods share this host's hostname ({refused}): `hostname` in a pod prints this "
+            "host's name; $HOSTNAME still names the pod",
+        )
+    else:
+        executable, argv = uts.command(pod_hostname(pod.pod), exe, plan.argv)
     try:
         proc = await asyncio.create_subprocess_exec(
-            plan.argv[0],
-            *plan.argv[1:],
-            executable=exe,
+            argv[0],
+            *argv[1:],
+            executable=executable,
             cwd=plan.cwd,
             env=env,
             stdin=asyncio.subprocess.DEVNULL,

@@ -20,6 +20,7 @@ from trainer.local.executor.events import NORMAL, WARNING, Recorder
 from trainer.local.executor.job import job_condition, job_finished
 from trainer.local.executor.podfields import LOCAL_PORTS
 from trainer.local.executor.ports import PortAllocator
+from trainer.local.executor.ssh import LOCAL_SSH, ssh_hosts
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class JobSetController:
         self.jobs = jobs
         self.services = services
         self.ports: dict[str, dict[str, int]] = {}  # JobSet uid -> {"29500": local port}
+        self.ssh: dict[str, str] = {}  # JobSet uid -> LOCAL_SSH annotation ("" when no sshd)
         self.allocator = PortAllocator()
         self.events = Recorder(client, "jobset-controller")
 
@@ -123,6 +125,36 @@ class JobSetController:
             self.ports[uid] = existing or {str(TRAINER_PORT): self.allocator.allocate(uid)}
         return self.ports[uid]
 
+    def ssh_map(self, js: dict[str, Any]) -> str:
+        """The :data:`LOCAL_SSH` annotation of the JobSet's pods: a host port per pod hostname
+        when a replicated job runs sshd (trainer.local.executor.ssh), else ``""``."""
+        uid = js["metadata"]["uid"]
+        if uid not in self.ssh:
+            existing = next(
+                (
+                    str(a[LOCAL_SSH])
+                    for j in self.jobs.owned_by(uid)
+                    if (
+                        a := (
+                            (j["spec"]["template"].get("metadata") or {}).get("annotations") or {}
+                        )
+                    ).get(LOCAL_SSH)
+                ),
+                "",
+            )
+            found = ssh_hosts(js)
+            if existing:
+                for port in (json.loads(existing).get("hosts") or {}).values():
+                    self.allocator.hold(int(port), uid)
+                self.ssh[uid] = existing
+            elif found is not None:
+                port, hosts = found
+                ports = {host: self.allocator.allocate(uid) for host in hosts}
+                self.ssh[uid] = json.dumps({"port": port, "hosts": ports}, sort_keys=True)
+            else:
+                self.ssh[uid] = ""
+        return self.ssh[uid]
+
     def release_ports(self) -> None:
         """Give back the ports of JobSets that are gone or being deleted."""
         live = {
@@ -132,6 +164,7 @@ class JobSetController:
         }
         for uid in [u for u in self.ports if u not in live]:
             del self.ports[uid]
+            self.ssh.pop(uid, None)
             self.allocator.release(uid)
 
     def new_job(
@@ -151,6 +184,8 @@ class JobSetController:
             **labels,
             LOCAL_PORTS: json.dumps(self.port_map(js)),
         }
+        if ssh := self.ssh_map(js):
+            pod_meta["annotations"][LOCAL_SSH] = ssh
         pod_spec = pod.setdefault("spec", {})
         network = spec.get("network") or {}
         if network.get("enableDNSHostnames", True):
