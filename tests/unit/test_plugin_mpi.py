@@ -378,7 +378,6 @@ def test_launcher_env_is_injected_without_spec_trainer() -> None:
         {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"},
         # Beyond upstream: OpenMPI 5's launcher (PRRTE) reads only these names.
         {"name": "PRTE_MCA_prte_default_hostfile", "value": "/etc/mpi/hostfile"},
-        {"name": "PRTE_MCA_prte_keep_fqdn_hostnames", "value": "true"},
         {"name": "PRTE_MCA_prte_set_default_slots", "value": "2"},
         {"name": "PRTE_MCA_plm_ssh_args", "value": "-o ConnectionAttempts=10"},
     ]
@@ -395,7 +394,6 @@ def test_launcher_env_follows_trainjob_env() -> None:
         "OMPI_MCA_orte_set_default_slots",
         "OMPI_MCA_plm_rsh_args",
         "PRTE_MCA_prte_default_hostfile",
-        "PRTE_MCA_prte_keep_fqdn_hostnames",
         "PRTE_MCA_prte_set_default_slots",
         "PRTE_MCA_plm_ssh_args",
     ]
@@ -416,7 +414,6 @@ def test_launcher_env_follows_trainjob_env() -> None:
                 "OMPI_MCA_orte_set_default_slots": "4",
                 "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
                 "PRTE_MCA_prte_default_hostfile": "/etc/mpi/hostfile",
-                "PRTE_MCA_prte_keep_fqdn_hostnames": "true",
                 "PRTE_MCA_prte_set_default_slots": "4",
                 "PRTE_MCA_plm_ssh_args": "-o ConnectionAttempts=10",
             },
@@ -430,7 +427,6 @@ def test_launcher_env_follows_trainjob_env() -> None:
                 "OMPI_MCA_orte_set_default_slots": "4",
                 "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
                 "PRTE_MCA_prte_default_hostfile": "/etc/mpi/hostfile",
-                "PRTE_MCA_prte_keep_fqdn_hostnames": "true",
                 "PRTE_MCA_prte_set_default_slots": "4",
                 "PRTE_MCA_plm_ssh_args": "-o ConnectionAttempts=10",
             },

