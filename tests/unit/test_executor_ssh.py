@@ -29,8 +29,8 @@ def sshd_container(**extra: Any) -> dict[str, Any]:
 
 def jobset(node: dict[str, Any], *, parallelism: int = 2) -> dict[str, Any]:
     def rjob(name: str, container: dict[str, Any], pods: int) -> dict[str, Any]:
-        spec = {"parallelism": pods, "completions": pods, "template": {"spec": {}}}
-        spec["template"]["spec"]["containers"] = [container]
+        template = {"spec": {"containers": [container]}}
+        spec = {"parallelism": pods, "completions": pods, "template": template}
         return {"name": name, "replicas": 1, "template": {"spec": spec}}
 
     launcher = {"name": "node", "command": ["mpirun", "hostname"]}
