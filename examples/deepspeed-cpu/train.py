@@ -47,7 +47,7 @@ def main() -> int:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(1000 + rank)  # each rank its own data shard
     first = last = 0.0
-    for step in range(int(os.environ.get("STEPS", "60"))):
+    for step in range(int(os.environ.get("STEPS", "30"))):
         x = torch.randn(32, 3, generator=gen)
         loss = torch.nn.functional.mse_loss(model(x), x @ true_w + 1.0)
         opt.zero_grad()

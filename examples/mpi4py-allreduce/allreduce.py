@@ -2,11 +2,13 @@
 prints the sum (n * (n + 1) / 2 for n ranks) with the host it ran on. Exit code 1 on a wrong
 sum, so a broken run fails the TrainJob.
 
-FAIL_RANK=<r> makes rank r exit with code 3 after the allreduce (to see a failed rank)."""
+``--fail-rank R`` makes rank R exit with code 3 after the allreduce (to see how a failed rank
+looks). An argument rather than an environment variable: mpirun does not pass the launcher's
+environment to ranks on other nodes."""
 
 from __future__ import annotations
 
-import os
+import argparse
 import socket
 import sys
 
@@ -14,6 +16,9 @@ from mpi4py import MPI
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    args = parser.parse_args()
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     total = comm.allreduce(rank + 1, op=MPI.SUM)
@@ -22,8 +27,8 @@ def main() -> int:
     print(f"rank {rank}/{size} on {host}: allreduce sum {total} (expected {expected})", flush=True)
     if total != expected:
         return 1
-    if os.environ.get("FAIL_RANK") == str(rank):
-        print(f"rank {rank}: failing on purpose (FAIL_RANK={rank})", flush=True)
+    if args.fail_rank == rank:
+        print(f"rank {rank} on {host}: failing on purpose (--fail-rank {rank})", flush=True)
         return 3
     return 0
 
