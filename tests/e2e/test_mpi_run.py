@@ -213,3 +213,32 @@ async def test_a_secret_whose_public_key_does_not_match_fails_at_ssh_authenticat
     assert condition["reason"] == "FailedJobs"
     launcher = [line for line in logs if line.startswith(f"{name}-launcher-0-0-")]
     assert any("Permission denied (publickey)" in line for line in launcher), logs
+
+
+def test_a_node_that_never_gets_ready_is_named_when_the_wait_times_out(tmp_path: Path) -> None:
+    """No sshd in the node pods: their readiness probe never passes, the launcher never
+    starts (dependsOn), and `trainer run --timeout` names the pods it waited on."""
+    docs = [d for d in yaml.safe_load_all((ROOT / "examples/mpi/trainjob.yaml").read_text()) if d]
+    for rjob in docs[0]["spec"]["template"]["spec"]["replicatedJobs"]:
+        if rjob["name"] == "node":
+            container = rjob["template"]["spec"]["template"]["spec"]["containers"][0]
+            container["command"], container["args"] = ["sleep"], ["600"]
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer.cli.main", "run", "-f", str(path), "--timeout", "4"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "timed out after 4s" in done.stdout
+    waits = re.findall(
+        r"TrainJob default/mpi-hostname waits on pod default/(mpi-hostname-node-0-\d)-[a-z0-9]+: "
+        r"Running, not Ready \(container node: readinessProbe tcpSocket port 2222 has not passed\)",
+        done.stdout,
+    )
+    assert sorted(waits) == ["mpi-hostname-node-0-0", "mpi-hostname-node-0-1"], done.stdout
+    assert "mpi-hostname-launcher" not in done.stdout  # it never started

@@ -19,6 +19,7 @@ from trainer.cli.checks import check_documents, print_outcomes
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
+from trainer.cli.waiting import not_ready
 from trainer.controller.config import parse_feature_gates
 from trainer.kube import resources as r
 from trainer.kube.rest import APIError
@@ -128,6 +129,10 @@ async def _follow(
         wait = None if deadline is None else deadline - time.monotonic()
         if wait is not None and wait <= 0:
             printer.line(f"timed out after {timeout:g}s")
+            for ns, name in jobs:
+                if (ns, name) not in finished:
+                    for line in not_ready(plane.server.objects("v1", "pods", ns), name):
+                        printer.line(f"TrainJob {ns}/{name} waits on {line}")
             return 2
         changed.clear()
         with contextlib.suppress(TimeoutError):
