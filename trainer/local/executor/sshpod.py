@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer.local.executor import ssh
-from trainer.local.executor.podenv import ContainerPlan
+from trainer.local.executor.podenv import ContainerPlan, find_executable
 from trainer.local.executor.podfields import Sources, pod_hostname
+from trainer.local.executor.podhost import host_env_path
 
 
 def prepare(
@@ -30,11 +31,16 @@ def prepare(
     """Set up ssh for one container (mutating ``plan``); True when it uses ssh. Raises
     :class:`~trainer.local.executor.ssh.SSHSetupError`."""
     auth_dir = ssh.ssh_auth_mount(pod, container, sources.secrets, volumes)
-    sshd = ssh.is_sshd(container)
+    env = plan.process_env(base_env)
+    # An sshd this host lacks is left to the container start, which reports it (exit 127).
+    sshd = (
+        ssh.is_sshd(container)
+        and bool(plan.argv)
+        and (find_executable(plan.argv[0], plan.cwd, host_env_path(env)) is not None)
+    )
     if auth_dir is None and not sshd:
         return False
     files = ssh.Files(pod_dir / "ssh")
-    env = plan.process_env(base_env)
     if sshd:
         plan.argv = ssh.sshd_setup(files, pod, pod_hostname(pod), plan.argv, auth_dir, env)
     if auth_dir is not None:
