@@ -160,8 +160,8 @@ def host_names(hostname: str, subdomain: str, namespace: str) -> list[str]:
     if not subdomain:
         return [hostname]
     fq = f"{hostname}.{subdomain}"
-    return [hostname, fq, f"{fq}.{namespace}", f"{fq}.{namespace}.svc",
-            f"{fq}.{namespace}.svc.cluster.local"]  # fmt: skip
+    svc = f"{fq}.{namespace}.svc"
+    return [hostname, fq, f"{fq}.{namespace}", svc, f"{svc}.cluster.local"]
 
 
 @dataclass(frozen=True)
