@@ -130,7 +130,7 @@ def test_the_fs_group_mode_of_the_generated_key_logs_in(
     assert lines[1] == str(pods.root / "node" / "ssh" / "home")
 
 
-@pytest.mark.parametrize("mode", [SSH_PRIVATE_KEY_MODE, 0o644])
+@pytest.mark.parametrize("mode", [SSH_PRIVATE_KEY_MODE, 0o644], ids=["0640", "0644"])
 def test_openssh_refuses_a_private_key_others_can_read(
     pods: Pods, sshd: subprocess.Popen[bytes], mode: int
 ) -> None:
