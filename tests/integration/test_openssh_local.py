@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -150,14 +151,28 @@ def test_a_key_not_in_authorized_keys_is_refused(pods: Pods, sshd: subprocess.Po
     assert "Permission denied (publickey)" in done.stderr
 
 
-def test_a_pod_process_answers_hostname_with_the_pods_hostname() -> None:
+def test_a_pod_process_answers_hostname_with_the_pods_hostname_and_resolves_it(
+    tmp_path: Path,
+) -> None:
     refused = uts.available()
     if refused:
         pytest.skip(f"this kernel gives no UTS namespace here: {refused}")
     hostname = shutil.which("hostname")
     if hostname is None:
         pytest.skip("no hostname program on this machine")
-    executable, argv = uts.command("job-node-0-1", hostname, ["hostname"])
+    hosts = tmp_path / "etc-hosts"
+    uts.write_hosts(str(hosts), ssh.host_names("job-node-0-1", "job", "team"))
+    executable, argv = uts.command("job-node-0-1", hostname, ["hostname"], str(hosts))
     done = subprocess.run(argv, executable=executable, capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout.strip()) == (0, "job-node-0-1")
+    script = (
+        "import socket; n = socket.gethostname(); "
+        "print(n, socket.gethostbyname(n), socket.gethostbyname(n + '.job.team.svc'))"
+    )
+    python = ["python", "-c", script]
+    executable, argv = uts.command("job-node-0-1", sys.executable, python, str(hosts))
+    done = subprocess.run(argv, executable=executable, capture_output=True, text=True, check=False)
+    assert done.stdout.split() == ["job-node-0-1", "127.0.0.1", "127.0.0.1"], done.stderr
     assert socket.gethostname() != "job-node-0-1"  # the host keeps its own
+    with pytest.raises(OSError):
+        socket.gethostbyname("job-node-0-1.job.team.svc")  # and its own /etc/hosts
