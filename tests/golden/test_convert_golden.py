@@ -17,7 +17,7 @@ from trainer.admission.types import ClusterView
 from trainer.api.load import check_object, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from trainer.builtin import builtin_runtime_documents, builtin_runtimes
-from trainer.cli.render import to_yaml_stream
+from trainer.cli.render import offline_trainjob, to_yaml_stream
 from trainer.convert import Converted, convert
 from trainer.plugins.registry import render
 from trainer.runtime.info import BuildContext, SSHKeyPair
@@ -59,8 +59,7 @@ def runtime_and_trainjob(
 
 def rendered_text(result: Converted) -> str:
     runtime, trainjob = runtime_and_trainjob(result)
-    if trainjob.metadata is not None and trainjob.metadata.namespace is None:
-        trainjob.metadata.namespace = "default"
+    offline_trainjob(trainjob)  # as `trainer render` does: default namespace, placeholder uid
     return to_yaml_stream(render(trainjob, runtime, ctx=BuildContext(lambda: FAKE_KEYS)))
 
 

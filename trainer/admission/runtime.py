@@ -20,11 +20,14 @@ create would refuse; here it cannot.
 Warnings: a ClusterTrainingRuntime created with ``trainer.kubeflow.org/support: deprecated``
 (as upstream, create only, cluster kind only); then the plugins' (the framework's
 ValidateRuntime phase: beyond upstream, the data cache's successPolicy and MPI's
-runLauncherAsNode jobs).
+runLauncherAsNode jobs); then, beyond upstream, what JobSet's webhook would refuse in every
+JobSet built from the template (:mod:`trainer.admission.jobset_rules`: rule names, job failure
+reasons, ``groupName``, ``managedBy``).
 """
 
 from __future__ import annotations
 
+from trainer.admission import jobset_rules
 from trainer.admission.types import Verdict
 from trainer.api import constants as c
 from trainer.api.errors import INVALID, FieldError
@@ -95,4 +98,5 @@ def validate_runtime(new: AnyRuntime, old: AnyRuntime | None) -> Verdict:
         warnings.append(deprecation_warning(new))
     plugins = default_framework().validate_runtime(new, old)
     warnings += plugins.warnings
+    warnings += jobset_rules.template_warnings(new.spec.template.spec if new.spec else None)
     return Verdict(warnings, validate_replicated_jobs(runtime_jobs(new)) + plugins.errors)

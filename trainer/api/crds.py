@@ -366,15 +366,30 @@ def jobset_crd() -> dict[str, Any]:
         model=js.JobSet,
         status=True,
         columns=[
-            {"name": "TerminalState", "type": "string", "jsonPath": ".status.terminalState"},
-            {"name": "Restarts", "type": "string", "jsonPath": ".status.restarts"},
+            {
+                "name": "TerminalState",
+                "type": "string",
+                "description": "Final state of JobSet",
+                "jsonPath": ".status.terminalState",
+            },
+            {
+                "name": "Restarts",
+                "type": "string",
+                "description": "Number of restarts",
+                "jsonPath": ".status.restarts",
+            },
             {
                 "name": "Completed",
                 "type": "string",
                 "jsonPath": '.status.conditions[?(@.type=="Completed")].status',
             },
-            {"name": "Suspended", "type": "string", "jsonPath": ".spec.suspend"},
-            AGE_COLUMN,
+            {
+                "name": "Suspended",
+                "type": "string",
+                "description": "JobSet suspended",
+                "jsonPath": ".spec.suspend",
+            },
+            {**AGE_COLUMN, "description": "Time this JobSet was created"},
         ],
     )
 

@@ -1,8 +1,13 @@
 """JobSet ``jobset.x-k8s.io/v1alpha2``: the types the Trainer builds and reads.
 
-Defaults are the CRD's own (``replicas: 1``, ``groupName: default``); the ones JobSet's
-mutating webhook applies on create (successPolicy All, startupPolicy AnyOrder, Indexed
-completion, network DNS hostnames) are not CRD defaults and are not applied here.
+The schema is JobSet v0.12.0's CRD (checked node by node in tests/deploy/test_crd_parity.py).
+Defaults are the CRD's own (``replicas: 1``, ``groupName: default``,
+``failurePolicy.restartStrategy: Recreate``, ``retentionPolicy.whenDeleted: Delete``); the
+ones JobSet's mutating webhook applies on create (successPolicy All, startupPolicy AnyOrder,
+Indexed completion, network DNS hostnames) are not CRD defaults and are not applied here.
+What JobSet checks in its validating webhook rather than its CRD (failure-policy rule names,
+job failure reasons, ``managedBy`` and ``groupName`` lengths) is checked by the local plane's
+JobSet webhook (``trainer/admission/jobset_rules.py``).
 """
 
 from __future__ import annotations
@@ -55,11 +60,11 @@ class ReplicatedJob(K8sModel):
 
     name: Annotated[str, Schema(required=True)]
     """Name of the replicated job; the suffix of its Jobs' names."""
-    group_name: Annotated[str, Schema(max_length=63)] = "default"
+    group_name: str = "default"
     """Group of replicated jobs, used for group-index labels."""
     template: Annotated[JobTemplateSpec, Schema(required=True)]
     """The Job template."""
-    replicas: Annotated[Int32, Schema(minimum=0)] = 1
+    replicas: Int32 = 1
     """Number of Jobs made from the template."""
     depends_on: Annotated[
         list[DependsOn] | None,
@@ -96,21 +101,13 @@ class SuccessPolicy(K8sModel):
 class FailurePolicyRule(K8sModel):
     """What to do when a child Job fails in a given way."""
 
-    name: Annotated[
-        str,
-        Schema(
-            required=True,
-            min_length=1,
-            max_length=128,
-            pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
-        ),
-    ]
+    name: Annotated[str, Schema(required=True)]
+    """Name of the rule (JobSet's webhook checks its length and characters)."""
     action: Annotated[str, Schema(required=True, enum=FAILURE_ACTIONS)]
-    on_job_failure_reasons: Annotated[
-        list[str] | None,
-        Schema(list_type="atomic", item_enum=JOB_FAILURE_REASONS),
-    ] = None
-    on_job_failure_message_patterns: Annotated[list[str] | None, Schema(list_type="atomic")] = None
+    on_job_failure_reasons: list[str] | None = None
+    """Job failure reasons the rule matches, from ``JOB_FAILURE_REASONS`` (checked by the
+    webhook)."""
+    on_job_failure_message_patterns: list[str] | None = None
     target_replicated_jobs: Annotated[list[str] | None, Schema(list_type="atomic")] = None
 
 
@@ -120,9 +117,9 @@ class FailurePolicy(K8sModel):
     max_restarts: Int32 | None = None
     """How many times the whole JobSet may be recreated before it fails."""
     restart_strategy: Annotated[
-        str | None, Schema(enum=("Recreate", "BlockingRecreate", "InPlaceRestart"))
-    ] = None
-    rules: Annotated[list[FailurePolicyRule] | None, Schema(list_type="atomic")] = None
+        str, Schema(enum=("Recreate", "BlockingRecreate", "InPlaceRestart"))
+    ] = "Recreate"
+    rules: list[FailurePolicyRule] | None = None
 
 
 class StartupPolicy(K8sModel):
@@ -135,22 +132,29 @@ class Coordinator(K8sModel):
     """The pod published as the JobSet's coordinator."""
 
     replicated_job: Annotated[str, Schema(required=True)]
-    job_index: Int32 | None = None
-    pod_index: Int32 | None = None
+    job_index: int | None = None  # Go ints upstream: no int32 format
+    pod_index: int | None = None
 
 
 class RetentionPolicy(K8sModel):
     """What happens to volume claims when the JobSet is deleted."""
 
-    when_deleted: Annotated[str | None, Schema(enum=("Delete", "Retain"))] = None
+    when_deleted: Annotated[str, Schema(enum=("Delete", "Retain"))] = "Delete"
 
 
 class VolumeClaimPolicy(K8sModel):
     """PersistentVolumeClaims shared by the JobSet's pods."""
 
-    templates: Annotated[list[PersistentVolumeClaimTemplate] | None, Schema(list_type="atomic")] = (
-        None
+    crd_rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            "self.templates.all(t, !has(t.metadata.namespace) || size(t.metadata.namespace) == 0)",
+            "namespace cannot be set for VolumeClaimPolicies templates",
+        ),
     )
+
+    templates: Annotated[
+        list[PersistentVolumeClaimTemplate] | None, Schema(list_type="atomic", max_items=50)
+    ] = None
     retention_policy: RetentionPolicy | None = None
 
 
@@ -185,7 +189,7 @@ class JobSetSpec(K8sModel):
     suspend: bool | None = None
     """Suspend every child Job."""
     coordinator: Coordinator | None = None
-    managed_by: Annotated[str | None, Schema(max_length=63)] = None
+    managed_by: str | None = None
     """The controller that manages this JobSet; others skip it."""
     ttl_seconds_after_finished: Annotated[Int32 | None, Schema(minimum=0)] = None
     """Delete the JobSet this many seconds after it finished."""
@@ -208,6 +212,12 @@ class ReplicatedJobStatus(K8sModel):
     failed: Annotated[Int32, Schema(required=True)]
     active: Annotated[Int32, Schema(required=True)]
     suspended: Annotated[Int32, Schema(required=True)]
+    job_restarts: Annotated[list[Int32] | None, Schema(list_type="atomic", max_items=1024)] = None
+    """In-place restarts of each Job, by Job index (restartStrategy InPlaceRestart)."""
+    job_restarts_count_towards_max: Annotated[
+        list[Int32] | None, Schema(list_type="atomic", max_items=1024)
+    ] = None
+    """The restarts of each Job that count towards a rule's maxRestarts."""
 
 
 class JobSetStatus(K8sModel):
@@ -218,6 +228,10 @@ class JobSetStatus(K8sModel):
     ] = None
     restarts: Int32 | None = None
     restarts_count_towards_max: Int32 | None = None
+    current_in_place_restart_attempt: Annotated[Int32 | None, Schema(minimum=0)] = None
+    """The in-place restart attempt the JobSet is on (restartStrategy InPlaceRestart)."""
+    previous_in_place_restart_attempt: Annotated[Int32 | None, Schema(minimum=0)] = None
+    """The in-place restart attempt before the current one."""
     terminal_state: str | None = None
     replicated_jobs_status: Annotated[
         list[ReplicatedJobStatus] | None, Schema(list_type="map", list_map_keys=("name",))

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
 
+from pydantic import Field
+
 from trainer.api import constants as c
 from trainer.api.base import IMMUTABLE, K8sModel, Rule, Schema, TopLevel
 from trainer.api.core import (
@@ -131,7 +133,7 @@ class Trainer(K8sModel):
 class ContainerPatch(K8sModel):
     """Changes to one container of a replicated job's pods."""
 
-    name: Annotated[str, Schema(min_length=1, max_length=63)]
+    name: Annotated[str, Schema(min_length=1, max_length=253)]
     """Name of an existing container."""
     env: Annotated[list[EnvVar] | None, ENV_LIST] = None
     volume_mounts: Annotated[
@@ -177,10 +179,15 @@ class PodSpecPatch(K8sModel):
 
 
 class PatchMeta(K8sModel):
-    """Labels and annotations a patch adds."""
+    """Metadata of a patched template: the five fields of embedded object metadata, as in
+    upstream's CRD. Labels and annotations are merged into the built objects; the other three
+    are accepted as upstream accepts them."""
 
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
+    name: str | None = None
+    namespace: str | None = None
+    finalizers: list[str] | None = None
 
 
 class PodTemplateSpecPatch(K8sModel):
@@ -269,7 +276,7 @@ class TrainJobSpec(K8sModel):
 class JobStatus(K8sModel):
     """Counts of the Jobs of one replicated job, copied from the JobSet."""
 
-    name: Annotated[str, Schema(min_length=1, max_length=63)]
+    name: Annotated[str, Schema(min_length=1, max_length=253)]
     ready: Annotated[Int32, Schema(minimum=0)]
     succeeded: Annotated[Int32, Schema(minimum=0)]
     failed: Annotated[Int32, Schema(minimum=0)]
@@ -479,7 +486,7 @@ class CoschedulingPodGroupPolicySource(K8sModel):
 
 class VolcanoNetworkTopology(K8sModel):
     mode: Annotated[str, Schema(enum=("hard", "soft"))] = "hard"
-    highest_tier_allowed: Int32 = 1
+    highest_tier_allowed: int = 1  # a Go int upstream: no int32 format
 
 
 class VolcanoPodGroupPolicySource(K8sModel):
@@ -498,6 +505,8 @@ class PodGroupPolicy(K8sModel):
 class JobSetTemplateSpec(K8sModel):
     """The JobSet the runtime builds: metadata plus a JobSet spec."""
 
+    crd_min_properties: ClassVar[int | None] = 1
+
     metadata: ObjectMeta | None = None
     spec: JobSetSpec | None = None
 
@@ -509,8 +518,9 @@ class TrainingRuntimeSpec(K8sModel):
 
     ml_policy: MLPolicy | None = None
     pod_group_policy: PodGroupPolicy | None = None
-    template: JobSetTemplateSpec
-    """The JobSet template."""
+    template: JobSetTemplateSpec = Field(default_factory=JobSetTemplateSpec)
+    """The JobSet template (optional, as upstream: a runtime without one builds a JobSet with
+    no replicated jobs)."""
 
 
 class TrainingRuntime(TopLevel):

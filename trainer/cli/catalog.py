@@ -4,6 +4,7 @@ plus any runtime found next to the TrainJobs."""
 from __future__ import annotations
 
 from trainer.api import constants as c
+from trainer.api.load import Document
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from trainer.runtime.info import Runtime
 
@@ -53,3 +54,23 @@ class RuntimeCatalog:
 
 def is_runtime(obj: object) -> bool:
     return isinstance(obj, TrainingRuntime | ClusterTrainingRuntime)
+
+
+NAMESPACED_KINDS = (c.KIND_TRAINJOB, c.KIND_TRAINING_RUNTIME)
+
+
+def with_namespace(docs: list[Document], namespace: str) -> list[Document]:
+    """Namespaced objects without a namespace get ``namespace``, as ``kubectl -n`` gives it
+    (TrainJobs and TrainingRuntimes alike, so a runtime next to its TrainJob stays with it)."""
+    out: list[Document] = []
+    for doc in docs:
+        data = doc.data
+        meta = data.get("metadata") if isinstance(data, dict) else None
+        if (
+            isinstance(meta, dict)
+            and data.get("kind") in NAMESPACED_KINDS
+            and not meta.get("namespace")
+        ):
+            data = {**data, "metadata": {**meta, "namespace": namespace}}
+        out.append(Document(doc.source, doc.index, data))
+    return out

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-import yaml
 
 from trainer.api import crds as gen
+from trainer.api import yamlout
 
 
 def crds(
@@ -24,4 +24,4 @@ def crds(
     objects = gen.trainer_crds()
     if jobset:
         objects.append(gen.jobset_crd())
-    typer.echo(yaml.safe_dump_all(objects, sort_keys=False, width=100), nl=False)
+    typer.echo(yamlout.dump_all(objects), nl=False)

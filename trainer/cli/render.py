@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
-import yaml
 
 from trainer.api import constants as c
+from trainer.api import yamlout
 from trainer.api.errors import format_errors
 from trainer.api.load import check_object, parse_object
 from trainer.api.safeload import CONFIG_LIMITS, InputError, read_bytes
 from trainer.api.v1alpha1 import TrainJob
 from trainer.builtin import builtin_runtime_documents
-from trainer.cli.catalog import RuntimeCatalog, is_runtime
+from trainer.cli.catalog import RuntimeCatalog, is_runtime, with_namespace
 from trainer.cli.files import read_or_exit
 from trainer.controller.config import parse_feature_gates
 from trainer.plugins.registry import render as render_objects
@@ -30,39 +29,27 @@ class Output(StrEnum):
     json = "json"
 
 
-class _Dumper(yaml.SafeDumper):
-    """Block style for multi-line strings (scripts, hostfiles, snapshots)."""
-
-
-# Plain scalars that a YAML 1.1 reader such as kubectl's (go-yaml v2) resolves to a boolean or
-# a number although PyYAML reads them back as strings: the short booleans (y, n, ...), numbers
-# with an exponent but no dot (1e3) and YAML 1.2 octals (0o17). PyYAML already quotes what its
-# own resolver would not read back as a string; these it leaves plain, so they are quoted here.
-_YAML11_NON_STRINGS = re.compile(
-    r"""^(?:
-        [yYnN]
-      | [-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+
-      | 0o[0-7_]+
-    )$""",
-    re.VERBOSE,
-)
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    if "\n" in value:
-        style: str | None = "|"
-    elif _YAML11_NON_STRINGS.match(value):
-        style = "'"
-    else:
-        style = None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def to_yaml_stream(objects: list[dict[str, Any]]) -> str:
-    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=100)
+    """The objects as a YAML stream kubectl reads back as written (:mod:`trainer.api.yamlout`)."""
+    return yamlout.dump_all(objects)
+
+
+OFFLINE_OWNER_UID = "trainer-render-placeholder-uid"
+"""The ownerReference ``uid`` of objects rendered for a TrainJob that has none (it gets one from
+the API server when it is created). The API server refuses an empty ``uid``, so the output
+carries this marker instead; see docs/troubleshooting.md, "See what a TrainJob produces"."""
+
+
+def offline_trainjob(job: TrainJob, namespace: str | None = None) -> None:
+    """Prepare a TrainJob read from a file for an offline build (in place): the namespace
+    (``namespace``, else ``default``) and the placeholder owner uid when it has none."""
+    meta = job.metadata
+    if meta is None:
+        return
+    if not meta.namespace:
+        meta.namespace = namespace or "default"
+    if not meta.uid:
+        meta.uid = OFFLINE_OWNER_UID
 
 
 def fail(message: str) -> typer.Exit:
@@ -70,8 +57,8 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _checked(data: Any, label: str) -> Any:
-    result = check_object(data, strict_fields=False)
+def _checked(data: Any, label: str, strict_fields: bool) -> Any:
+    result = check_object(data, strict_fields=strict_fields)
     if not result.ok:
         what = f"{result.kind}/{result.name}" if result.kind else "object"
         raise fail(f"{label}: {what} is invalid: {format_errors(result.errors)}")
@@ -108,6 +95,15 @@ def render(
     output: Annotated[
         Output, typer.Option("--output", "-o", help="yaml (a multi-document stream) or json.")
     ] = Output.yaml,
+    strict_fields: Annotated[
+        bool,
+        typer.Option(
+            "--strict-fields/--no-strict-fields",
+            help="Treat fields unknown to the schema as errors (exit 2), like `kubectl apply` "
+            "(--validate=strict); without it they are dropped silently, as the API server "
+            "prunes them.",
+        ),
+    ] = True,
     feature_gates: Annotated[
         str | None,
         typer.Option(
@@ -140,8 +136,9 @@ def render(
     with a one-line error (and nothing on stdout) for unreadable or invalid input or an
     unknown runtime, 1 when a TrainJob cannot be built on its runtime.
     """
-    docs = read_or_exit(files, 2)
-    runtime_docs = read_or_exit(runtimes, 2) if runtimes else []
+    ns = namespace or "default"
+    docs = with_namespace(read_or_exit(files, 2), ns)
+    runtime_docs = with_namespace(read_or_exit(runtimes, 2), ns) if runtimes else []
 
     builtin = not runtimes
     catalog = RuntimeCatalog("built in" if builtin else "given with --runtime or -f")
@@ -149,13 +146,13 @@ def render(
     if builtin:
         sources = [(d, "built-in runtimes") for d in builtin_runtime_documents()]
     for data, label in sources:
-        runtime = _checked(data, label)
+        runtime = _checked(data, label, strict_fields)
         if not is_runtime(runtime):
             raise fail(f"{label}: expected a TrainingRuntime or ClusterTrainingRuntime")
         catalog.add(runtime)
     trainjobs: list[TrainJob] = []
     for doc in docs:
-        obj = _checked(doc.data, doc.label)
+        obj = _checked(doc.data, doc.label, strict_fields)
         if is_runtime(obj):
             catalog.add(obj)
         elif isinstance(obj, TrainJob):
@@ -194,8 +191,14 @@ def render(
             raise fail("a TrainJob has no metadata.name")
         if job.spec is None:
             raise fail(f"TrainJob {meta.name}: spec.runtimeRef is required")
-        if not meta.namespace:
-            meta.namespace = namespace or "default"
+        if job.spec.managed_by != c.MANAGED_BY_TRAINER:
+            typer.echo(
+                f"note: TrainJob {meta.name}: spec.managedBy is {job.spec.managed_by}, so the "
+                "trainer controller creates nothing for it (its manager does); nothing rendered",
+                err=True,
+            )
+            continue
+        offline_trainjob(job, ns)
         runtime, problem = catalog.find(job)
         if runtime is None:
             raise fail(f"TrainJob {meta.name} references {problem}")

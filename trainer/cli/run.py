@@ -15,6 +15,7 @@ import typer
 from trainer.api import constants as c
 from trainer.api.load import Document
 from trainer.api.safeload import InputError
+from trainer.cli.catalog import with_namespace
 from trainer.cli.checks import check_documents, print_outcomes
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
@@ -139,19 +140,6 @@ async def _follow(
             await asyncio.wait_for(changed.wait(), wait)
 
 
-def _with_namespace(docs: list[Document], namespace: str) -> list[Document]:
-    """Namespaced objects without a namespace get ``namespace`` (checked and created there)."""
-    out: list[Document] = []
-    for doc in docs:
-        data, meta = doc.data, doc.data.get("metadata")
-        gvr = PLURALS.get(str(data.get("kind")))
-        namespaced = gvr is not None and gvr.namespaced
-        if namespaced and isinstance(meta, dict) and "namespace" not in meta:
-            data = {**data, "metadata": {**meta, "namespace": namespace}}
-        out.append(Document(doc.source, doc.index, data))
-    return out
-
-
 def _preflight(docs: list[Document], files: list[str], strict_fields: bool) -> int:
     """``trainer validate``'s checks on every object before anything starts: 1 (with
     validate's report) when any object is invalid, 2 when one is not a TrainJob or a runtime
@@ -196,7 +184,7 @@ async def _run(
     except InputError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
-    docs = _with_namespace(docs, namespace)
+    docs = with_namespace(docs, namespace)
     refused = _preflight(docs, files, strict_fields)
     if refused:
         return refused

@@ -15,7 +15,7 @@ import jinja2
 import yaml
 
 from trainer import __version__
-from trainer.api import crds
+from trainer.api import crds, yamlout
 from trainer.builtin import builtin_runtime_documents
 from trainer.deploy.values import Values
 
@@ -45,7 +45,7 @@ _ENV = jinja2.Environment(
 
 def _block(value: Any) -> str:
     """A YAML block for a template slot (indented by the template)."""
-    return yaml.safe_dump(value, sort_keys=False, default_flow_style=False).rstrip("\n")
+    return yamlout.dump(value).rstrip("\n")
 
 
 def context(values: Values) -> dict[str, Any]:
@@ -54,20 +54,20 @@ def context(values: Values) -> dict[str, Any]:
     selector = {"app.kubernetes.io/component": "controller-manager"}
     ctx: dict[str, Any] = {
         "name": NAME,
-        "namespace": values.namespace,
+        "namespace": yamlout.scalar(values.namespace),
         "config_map": CONFIG_MAP,
         "secret_name": SECRET_NAME,
         "lease_name": LEASE_NAME,
         "labels": _block(labels),
         "selector": _block(selector),
-        "image": values.image,
+        "image": yamlout.scalar(values.image),
         "image_pull_policy": values.image_pull_policy,
         "replicas": values.replicas,
         "log_level": values.log_level,
         "resources": _block(values.resources.model_dump()),
         "node_selector": _block(values.node_selector) if values.node_selector else "",
         "tolerations": _block(values.tolerations) if values.tolerations else "",
-        "priority_class_name": values.priority_class_name,
+        "priority_class_name": yamlout.scalar(values.priority_class_name),
         "trainjob_concurrency": values.trainjob_concurrency,
         "feature_gates": _block(values.feature_gates) if values.feature_gates else "",
         "failure_policy": values.webhook.failure_policy,
@@ -114,20 +114,6 @@ def runtime_objects() -> list[Obj]:
     return out
 
 
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (the configuration file in its ConfigMap) as ``|`` blocks."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def to_stream(objects: Iterable[Obj]) -> str:
-    """One YAML stream (``---`` between documents)."""
-    return yaml.dump_all(
-        list(objects), Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True
-    )
+    """One YAML stream (``---`` between documents) that kubectl reads back as written."""
+    return yamlout.dump_all(objects, allow_unicode=True)

@@ -4,8 +4,11 @@ A CRD rule sees the object the way kube-apiserver types it from the structural s
 "Type system integration" in https://kubernetes.io/docs/reference/using-api/cel/): ``number``
 fields are doubles, ``integer`` fields ints, ``date``/``date-time`` strings timestamps,
 ``duration`` strings durations, ``byte`` strings bytes; object properties are reachable by
-their CEL-escaped names (``x-y`` as ``x__dash__y``), and an absent property makes
-``has(self.p)`` false. :func:`to_cel` does that conversion.
+their CEL-escaped names (``x-y`` as ``x__dash__y``, ``namespace`` as ``__namespace__``), and an
+absent property makes ``has(self.p)`` false. :func:`to_cel` does that conversion. A property
+named like a CEL reserved word is also reachable by its plain name (``self.metadata.namespace``),
+as from Kubernetes 1.32, the version the local API server reports (cel-go's
+``SetRecognizeKeywordAsFieldName``; before 1.32 only ``__namespace__`` compiled).
 
 :func:`cel_equal` is CEL's heterogeneous equality, which cel-python does not implement as
 cel-go does: ``true == 1`` and ``1 == null`` are false (not errors, not true), ``1 == 1.0`` is
@@ -25,7 +28,21 @@ from typing import Any, Final
 from celpy import celtypes
 
 from .defaults import EMBEDDED_FIELDS, Schema, is_embedded, properties_of, sub_schema
-from .readset import escape_property_name
+from .readset import escape_property_name, is_reserved
+
+
+class ObjectMap(celtypes.MapType):
+    """An object with declared properties, keyed by CEL-escaped names; a property named like a
+    reserved word is also found by its plain name (``self.namespace`` for ``__namespace__``),
+    without a second key, so ``size()``, equality and macros see each property once."""
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            return super().__getitem__(key)
+        except KeyError:
+            if isinstance(key, str) and is_reserved(key):
+                return super().__getitem__(celtypes.StringType(f"__{key}__"))
+            raise
 
 
 class UnorderedList(celtypes.ListType):
@@ -89,9 +106,9 @@ def _string_to_cel(value: str, schema: Schema | None) -> Any:
 
 
 def _object_to_cel(value: Mapping[Any, Any], schema: Schema | None, *, resource: bool) -> Any:
-    out = celtypes.MapType()
     props = properties_of(schema) if schema is not None else {}
     if schema is not None and props:
+        out: celtypes.MapType = ObjectMap()
         # An object with properties: only declared properties are reachable, by CEL name.
         for key, item in value.items():
             if not isinstance(key, str) or key not in props:
@@ -105,6 +122,7 @@ def _object_to_cel(value: Mapping[Any, Any], schema: Schema | None, *, resource:
                     out[celtypes.StringType(key)] = to_cel(value[key])
         return out
     items = sub_schema(schema.get("additionalProperties")) if schema is not None else None
+    out = celtypes.MapType()
     for key, item in value.items():
         out[celtypes.StringType(str(key))] = to_cel(item, items)
     return out

@@ -57,9 +57,18 @@ _RESERVED: Final = frozenset(
         "namespace",
         "return",
         "var",
+        "void",
+        "while",
     }
 )
+"""CEL's reserved words (https://github.com/google/cel-spec/blob/master/doc/langdef.md#syntax),
+which Kubernetes escapes in property names as ``__word__``."""
 _ESCAPABLE: Final = re.compile(r"^[a-zA-Z_./-][a-zA-Z0-9_./-]*$")
+
+
+def is_reserved(name: str) -> bool:
+    """Whether ``name`` is a CEL reserved word (escaped as ``__name__`` in property names)."""
+    return name in _RESERVED
 
 
 def escape_property_name(name: str) -> str | None:

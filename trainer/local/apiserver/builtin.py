@@ -6,7 +6,7 @@ import base64
 from typing import Any
 
 from trainer.api import names
-from trainer.api.errors import INVALID, REQUIRED, TOO_LONG, FieldError
+from trainer.api.errors import FORBIDDEN, INVALID, REQUIRED, TOO_LONG, FieldError
 from trainer.api.merge_keys import CORE_MERGE_KEYS
 from trainer.local.apiserver.resources import Registry, ResourceType
 
@@ -254,4 +254,30 @@ def prepare(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
         spec.setdefault("backoffLimit", 6)
         spec.setdefault("completionMode", "NonIndexed")
         spec.setdefault("suspend", False)
+    return errors
+
+
+IMMUTABLE_SET = "field is immutable when `immutable` is set"
+# The fields ``immutable: true`` freezes, per kind (ValidateConfigMapUpdate, ValidateSecretUpdate).
+FROZEN = {"ConfigMap": ("data", "binaryData"), "Secret": ("data",)}
+
+
+def validate_update(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+    """Per-kind update rules of a built-in kind, after :func:`prepare` (so a Secret's
+    ``stringData`` is already in ``data``): an immutable ConfigMap or Secret keeps its data and
+    stays immutable; a Secret keeps its type."""
+    errors: list[FieldError] = []
+    frozen = FROZEN.get(rt.kind) if rt.group == "" else None
+    if frozen is None:
+        return errors
+    if old.get("immutable") is True:
+        if obj.get("immutable") is not True:
+            errors.append(FieldError("immutable", FORBIDDEN, IMMUTABLE_SET))
+        errors += [
+            FieldError(key, FORBIDDEN, IMMUTABLE_SET)
+            for key in frozen
+            if (obj.get(key) or {}) != (old.get(key) or {})
+        ]
+    if rt.kind == "Secret" and obj.get("type") != old.get("type", "Opaque"):
+        errors.append(FieldError("type", INVALID, "field is immutable", obj.get("type")))
     return errors

@@ -3,7 +3,9 @@ violations show up locally as they would on a cluster (upstream:
 https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/webhooks/jobset_webhook.go):
 
 * on create: every generated name (Job, pod with the 5-character suffix, hostname,
-  subdomain) is a DNS-1035 label of at most 63 characters;
+  subdomain) is a DNS-1035 label of at most 63 characters; and the limits JobSet checks here
+  rather than in its CRD (``managedBy``, ``groupName``, failure-policy rules), with JobSet's
+  messages, from :mod:`trainer.admission.jobset_rules`;
 * on update: ``spec.replicatedJobs`` is immutable except, while the old or the new object is
   suspended, each pod template's labels, annotations, nodeSelector, tolerations and
   schedulingGates; ``managedBy`` never changes.
@@ -14,6 +16,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from trainer.admission.jobset_rules import (
+    failure_policy_errors,
+    group_name_errors,
+    managed_by_errors,
+)
 from trainer.api.errors import FORBIDDEN, INVALID, FieldError
 from trainer.api.jobset import JobSetSpec
 from trainer.api.jobset_mutable import mask_pod_templates
@@ -28,7 +35,7 @@ def validate_create(obj: dict[str, Any]) -> list[FieldError]:
         spec = JobSetSpec.from_wire(obj.get("spec") or {})
     except Exception:  # the CRD schema reports malformed specs
         return []
-    errors = []
+    errors = managed_by_errors(spec.managed_by) + group_name_errors(spec)
     for gen in naming.generated_names(name, spec):
         if gen.kind == "PersistentVolumeClaim":
             continue
@@ -47,7 +54,7 @@ def validate_create(obj: dict[str, Any]) -> list[FieldError]:
                     name,
                 )
             )
-    return errors
+    return errors + failure_policy_errors(spec)
 
 
 def validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:

@@ -27,6 +27,7 @@ validation) for custom resources.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from trainer.api import names
@@ -105,12 +106,23 @@ def validate(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
     )
 
 
-def check(rt: ResourceType, body: Any, namespace: str, name: str = "") -> dict[str, Any]:
+def check(
+    rt: ResourceType,
+    body: Any,
+    namespace: str,
+    name: str = "",
+    *,
+    warnings: list[str] | None = None,
+) -> dict[str, Any]:
     """A request body as an object of ``rt`` in ``namespace`` (the URL's) named ``name`` (the
     URL's, or "" on create), with the served apiVersion and kind: 400 or 422 as
-    kube-apiserver answers when it is not one."""
+    kube-apiserver answers when it is not one. Exact duplicate ownerReferences are dropped,
+    with a warning added to ``warnings`` when given."""
     obj = decode(rt, body)
     meta = obj["metadata"]
+    found = dedup_owner_references(meta)
+    if warnings is not None:
+        warnings += found
     body_ns = meta.get("namespace")
     if rt.namespaced:
         if body_ns and namespace and body_ns != namespace:
@@ -133,6 +145,32 @@ def check(rt: ResourceType, body: Any, namespace: str, name: str = "") -> dict[s
     if errors:
         raise invalid(rt.kind, rt.group, str(meta.get("name") or name), errors)
     return obj
+
+
+DUPLICATE_OWNER = (
+    ".metadata.ownerReferences contains duplicate entries; API server dedups owner references "
+    "in 1.20+, and may reject such requests as early as 1.24; please fix your requests. "
+    "Duplicate UID: {uid}"
+)
+
+
+def dedup_owner_references(meta: dict[str, Any]) -> list[str]:
+    """Drop ownerReferences that repeat an earlier one exactly (in place), as kube-apiserver
+    does on every create and update since 1.20 (before validating them); a warning per
+    duplicate."""
+    refs = meta.get("ownerReferences")
+    if not refs:
+        return []
+    kept: list[Any] = []
+    warnings: list[str] = []
+    for ref in refs:
+        if ref in kept:
+            warnings.append(DUPLICATE_OWNER.format(uid=json.dumps(str(ref.get("uid", "")))))
+        else:
+            kept.append(ref)
+    if warnings:
+        meta["ownerReferences"] = kept
+    return warnings
 
 
 def check_apply_config(rt: ResourceType, config: dict[str, Any]) -> None:

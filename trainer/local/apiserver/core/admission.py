@@ -24,7 +24,7 @@ import jsonpatch
 from trainer.api.errors import format_errors
 from trainer.api.openapi import ABSENT, apply_defaults, defaults_are_pruned, prune, validate
 from trainer.local.apiserver import builtin, jobset_webhook, metadata
-from trainer.local.apiserver.core import crd
+from trainer.local.apiserver.core import crd, rules
 from trainer.local.apiserver.errors import APIError, bad_request, invalid
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import parse_label_selector
@@ -141,9 +141,14 @@ class Admission:
         name = obj["metadata"].get("name", "")
         if rt.schema is not None:
             obj = self._decode(rt, obj, field_validation, warnings)
+            warnings += rules.finalizer_warnings(
+                obj["metadata"], None if old is None else old["metadata"]
+            )
         else:
             errors = builtin.validate_name(rt, name) if operation == "CREATE" else []
             errors += builtin.prepare(rt, obj)
+            if old is not None:
+                errors += builtin.validate_update(rt, obj, old)
             if rt.kind == "CustomResourceDefinition":
                 errors += crd.validate_crd(obj)
             if errors:
@@ -170,18 +175,19 @@ class Admission:
             if errors:
                 raise invalid(rt.kind, rt.group, name, errors)
         if rt.group == "jobset.x-k8s.io" and rt.kind == "JobSet":
-            # JobSet's own validating webhook (vjobset.kb.io), built in.
-            denied = (
-                jobset_webhook.validate_create(obj)
-                if old is None
-                else jobset_webhook.validate_update(obj, old)
-            )
+            # JobSet's own validating webhook (vjobset.kb.io), built in. Its create check
+            # joins its errors one per line (Go's errors.Join), its update check aggregates.
+            if old is None:
+                denied = jobset_webhook.validate_create(obj)
+                reason = "\n".join(str(e) for e in denied)
+            else:
+                denied = jobset_webhook.validate_update(obj, old)
+                reason = format_errors(denied)
             if denied:
                 raise APIError(
                     403,
                     "Forbidden",
-                    'admission webhook "vjobset.kb.io" denied the request: '
-                    + format_errors(denied),
+                    'admission webhook "vjobset.kb.io" denied the request: ' + reason,
                 )
         await self._webhooks(
             rt,

@@ -15,8 +15,14 @@ import copy
 import json
 from typing import Any
 
-from trainer.api.errors import FORBIDDEN, FieldError
-from trainer.local.apiserver.errors import APIError, bad_request, conflict, unsupported_media_type
+from trainer.api.errors import FORBIDDEN, INVALID, FieldError
+from trainer.local.apiserver.errors import (
+    APIError,
+    bad_request,
+    conflict,
+    invalid,
+    unsupported_media_type,
+)
 from trainer.local.apiserver.patch import (
     JSON,
     MERGE,
@@ -94,6 +100,52 @@ def for_subresource(
     elif rt.status:
         new.pop("status", None)
     return new
+
+
+def allows_unconditional_update(rt: ResourceType) -> bool:
+    """Whether an update without ``metadata.resourceVersion`` overwrites the stored object
+    (``AllowUnconditionalUpdate`` of the kind's strategy): built-in kinds yes; custom
+    resources and CustomResourceDefinitions no."""
+    return rt.builtin and rt.kind != "CustomResourceDefinition"
+
+
+def require_resource_version(rt: ResourceType, name: str, rv: Any) -> None:
+    """422 for an update without a resourceVersion of a kind that needs one, worded as the
+    generic registry's ``Store.Update`` words it (the resource, not the kind, names it)."""
+    if rv or allows_unconditional_update(rt):
+        return
+    error = FieldError("metadata.resourceVersion", INVALID, "0x0: must be specified for an update")
+    raise invalid(rt.plural, rt.group, name, [error])
+
+
+FIELD_IMMUTABLE = "field is immutable"
+
+
+def immutable_meta_errors(old_meta: dict[str, Any], meta: dict[str, Any]) -> list[FieldError]:
+    """``ValidateObjectMetaAccessorUpdate``'s check of the uid: a write may leave it out (the
+    stored one is kept) but not change it."""
+    uid = meta.get("uid")
+    if uid and uid != old_meta.get("uid"):
+        return [FieldError("metadata.uid", INVALID, FIELD_IMMUTABLE, uid)]
+    return []
+
+
+STANDARD_FINALIZERS = frozenset({"kubernetes", "orphan", "foregroundDeletion"})
+
+
+def finalizer_warnings(meta: dict[str, Any], old_meta: dict[str, Any] | None) -> list[str]:
+    """The warnings kube-apiserver (1.32) returns when a custom resource gains a finalizer
+    whose name has no ``domain/`` path and is not a standard one (finalizers it already had
+    are not warned about again)."""
+    added = set(meta.get("finalizers") or [])
+    if old_meta is not None:
+        added -= set(old_meta.get("finalizers") or [])
+    return [
+        f'metadata.finalizers: "{name}": prefer a domain-qualified finalizer name including '
+        "a path (/) to avoid accidental conflicts with other finalizer writers"
+        for name in sorted(added)
+        if "/" not in name and name not in STANDARD_FINALIZERS
+    ]
 
 
 def keep_server_fields(rt: ResourceType, old_meta: dict[str, Any], meta: dict[str, Any]) -> None:

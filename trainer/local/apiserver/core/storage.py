@@ -210,7 +210,7 @@ class Storage:
         warnings: list[str] | None = None,
         applied: bool = False,
     ) -> tuple[dict[str, Any], bool]:
-        obj = metadata.check(rt, body, namespace)
+        obj = metadata.check(rt, body, namespace, warnings=warnings)
         meta = obj["metadata"]
         namespace = meta.get("namespace", "") if rt.namespaced else ""
         self._check_namespace(rt, namespace, creating=True)
@@ -281,9 +281,10 @@ class Storage:
         check_rv: bool = True,
     ) -> dict[str, Any]:
         old = self.get_or_404(rt, namespace, name)
-        new = metadata.check(rt, body, namespace, name)
+        new = metadata.check(rt, body, namespace, name, warnings=warnings)
         new["metadata"]["name"] = name
         rv = new["metadata"].get("resourceVersion")
+        rules.require_resource_version(rt, name, rv)
         if check_rv and rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(rt.plural, rt.group, name, rules.MODIFIED)
         return await self.commit_update(
@@ -314,6 +315,10 @@ class Storage:
         paths, and the garbage collector's finalizer removals, all end here). Raises
         :class:`~.rules.StaleWrite` when another write landed while admission ran."""
         old_meta = old["metadata"]
+        if not subresource:
+            changed = rules.immutable_meta_errors(old_meta, new["metadata"])
+            if changed:
+                raise invalid(rt.kind, rt.group, old_meta["name"], changed)
         new = rules.for_subresource(rt, old, new, subresource, applied=applied)
         meta = new["metadata"]
         rules.keep_server_fields(rt, old_meta, meta)
@@ -433,7 +438,7 @@ class Storage:
         patched = rules.patched(rt, copy.deepcopy(old), content_type, body)
         if not isinstance(patched, dict):
             raise bad_request("the patch did not produce an object")
-        patched = metadata.check(rt, patched, namespace, name)
+        patched = metadata.check(rt, patched, namespace, name, warnings=warnings)
         rv = patched["metadata"].get("resourceVersion")
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(rt.plural, rt.group, name, rules.MODIFIED)
@@ -492,7 +497,7 @@ class Storage:
         obj = await self.commit_update(
             rt,
             old,
-            metadata.check(rt, merged, namespace, name),
+            metadata.check(rt, merged, namespace, name, warnings=warnings),
             subresource=subresource,
             manager=manager,
             dry_run=dry_run,

@@ -58,12 +58,19 @@ def json_or_empty(raw: bytes) -> Any:
         raise bad_request("the request body is not valid JSON") from None
 
 
+def quoted_string(text: str) -> str:
+    """``text`` as an HTTP quoted-string (RFC 9110): ``\\`` and ``"`` escaped, so a warning that
+    quotes a field name (``unknown field "spec.x"``) still parses as one warning (client-go
+    drops a Warning header it cannot parse, so kubectl would print nothing)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def json_response(
     body: Any, *, status: int = 200, warnings: list[str] | None = None
 ) -> web.Response:
     headers = {}
     if warnings:
-        headers["Warning"] = ", ".join(f'299 - "{w}"' for w in warnings)
+        headers["Warning"] = ", ".join(f"299 - {quoted_string(w)}" for w in warnings)
     return web.Response(
         body=json.dumps(body, separators=(",", ":")).encode(),
         status=status,

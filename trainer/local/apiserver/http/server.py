@@ -31,9 +31,9 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qs
 
-import yaml
 from aiohttp import web
 
+from trainer.api import yamlout
 from trainer.api.status import reason_for
 from trainer.local.apiserver import authn
 from trainer.local.apiserver.core.storage import Storage
@@ -155,7 +155,7 @@ class APIServer(Storage):
         fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=directory)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                yaml.safe_dump(self.kubeconfig(**kw), fh, sort_keys=False)
+                fh.write(yamlout.dump(self.kubeconfig(**kw)))
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):

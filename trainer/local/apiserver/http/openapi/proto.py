@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-import yaml
+from trainer.api import yamlout
 
 # --- OpenAPI v2 in protobuf (gnostic openapi_v2.Document), what kubectl asks for ------------
 
@@ -57,7 +57,7 @@ def _pb_string(number: int, text: str) -> bytes:
 
 def _pb_any(number: int, value: Any) -> bytes:
     """gnostic's ``Any``: the value as YAML text (field 2)."""
-    text = yaml.safe_dump(value, default_flow_style=False, sort_keys=False)
+    text = yamlout.dump(value)
     return _pb_bytes(number, _pb_string(2, text))
 
 

@@ -1,0 +1,122 @@
+"""What JobSet v0.12.0's validating webhook checks on create that its CRD does not, with
+JobSet's messages (upstream:
+https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/webhooks/jobset_webhook.go):
+``managedBy`` is a domain-prefixed path of at most 63 bytes, each ``groupName`` a DNS-1035
+label, and each failure-policy rule has a unique name of 1 to 128 characters matching
+``^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$``, known job failure reasons and target replicated
+jobs of the JobSet.
+
+Two users: the local plane's built-in JobSet webhook refuses a JobSet with these errors, and
+runtime admission warns about a runtime whose JobSet template breaks them (upstream's runtime
+webhook accepts such a runtime, but JobSet refuses every JobSet built from it). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trainer.admission.patches import domain_prefixed_path_errors
+from trainer.api.errors import INVALID, TOO_LONG, FieldError
+from trainer.api.jobset import JOB_FAILURE_REASONS, JobSetSpec
+from trainer.api.names import is_dns1035_label
+
+MAX_MANAGED_BY = 63
+RULE_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+MIN_RULE_NAME, MAX_RULE_NAME = 1, 128
+GROUP_NAME_TOO_LONG = ".spec.replicatedJob[].groupName is too long, must be less than 63 characters"
+
+
+class Message(FieldError):
+    """An error JobSet's webhook reports without a field path (Go's ``errors.New``)."""
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _message(text: str) -> FieldError:
+    return Message("", INVALID, text)
+
+
+def managed_by_errors(manager: str | None) -> list[FieldError]:
+    if manager is None:
+        return []
+    errors = domain_prefixed_path_errors("spec.managedBy", manager)
+    if len(manager.encode()) > MAX_MANAGED_BY:
+        errors.append(
+            FieldError("spec.managedBy", TOO_LONG, f"may not be more than {MAX_MANAGED_BY} bytes")
+        )
+    return errors
+
+
+def group_name_errors(spec: JobSetSpec) -> list[FieldError]:
+    return [
+        _message(GROUP_NAME_TOO_LONG if "must be no more than 63" in text else text)
+        for job in spec.replicated_jobs or []
+        for text in is_dns1035_label(job.group_name)
+    ]
+
+
+def failure_policy_errors(spec: JobSetSpec) -> list[FieldError]:
+    """JobSet's ``validateFailurePolicy``, message for message."""
+    if spec.failure_policy is None:
+        return []
+    jobs = [job.name for job in spec.replicated_jobs or []]
+    errors: list[FieldError] = []
+    indices: dict[str, list[int]] = {}
+    for i, rule in enumerate(spec.failure_policy.rules or []):
+        size = len(rule.name.encode())
+        if not MIN_RULE_NAME <= size <= MAX_RULE_NAME:
+            errors.append(
+                _message(
+                    f"invalid failure policy rule name of length {size}, the rule name must be "
+                    f"at least {MIN_RULE_NAME} characters long and at most {MAX_RULE_NAME} "
+                    "characters long"
+                )
+            )
+        indices.setdefault(rule.name, []).append(i)
+        if not RULE_NAME.fullmatch(rule.name):
+            errors.append(
+                _message(
+                    f"invalid failure policy rule name '{rule.name}', a failure policy rule name "
+                    "must start with an alphabetic character, optionally followed by a string of "
+                    "alphanumeric characters or '_,:', and must end with an alphanumeric "
+                    "character or '_'"
+                )
+            )
+        errors += [
+            _message(
+                f"invalid replicatedJob name '{target}' in failure policy does not appear in "
+                ".spec.ReplicatedJobs"
+            )
+            for target in rule.target_replicated_jobs or []
+            if target not in jobs
+        ]
+        errors += [
+            _message(
+                f"invalid job failure reason '{reason}' in failure policy is not a recognized "
+                "job failure reason"
+            )
+            for reason in rule.on_job_failure_reasons or []
+            if reason not in JOB_FAILURE_REASONS
+        ]
+    errors += [
+        _message(
+            f"rule names are not unique, rules with indices [{' '.join(map(str, where))}] all "
+            f"have the same name '{rule_name}'"
+        )
+        for rule_name, where in indices.items()
+        if len(where) > 1
+    ]
+    return errors
+
+
+def template_warnings(spec: JobSetSpec | None) -> list[str]:
+    """Runtime admission's warnings for a runtime's JobSet template."""
+    if spec is None:
+        return []
+    errors = managed_by_errors(spec.managed_by) + group_name_errors(spec)
+    return [
+        f"spec.template.spec: JobSet's webhook will refuse every JobSet built from this runtime: "
+        f"{error}"
+        for error in errors + failure_policy_errors(spec)
+    ]
