@@ -25,9 +25,9 @@ sshd (:func:`sshd_setup`)
     ``python``, with ``HOME`` a directory of the pod's (``<pod dir>/ssh/home``) so that the
     host user's shell start-up files (a ``~/.bashrc`` that puts another Python first on
     PATH) do not apply to the pod's sessions. OpenSSH's StrictModes refuses an
-    ``authorized_keys`` under a group- or
-    world-writable directory (``/tmp`` itself): the pod fails at once with a message naming
-    the directory.
+    ``authorized_keys`` under a group- or world-writable directory (``/tmp`` itself): the pod
+    fails at once with a message naming the directory (:func:`private_parent` is where
+    ``trainer run`` keeps its state so that this does not happen).
 
 ssh client (:func:`client_setup`)
     A pod with a ``kubernetes.io/ssh-auth`` Secret volume gets an ``ssh`` on its PATH that
