@@ -215,9 +215,10 @@ async def test_a_secret_whose_public_key_does_not_match_fails_at_ssh_authenticat
     assert any("Permission denied (publickey)" in line for line in launcher), logs
 
 
-def test_a_node_that_never_gets_ready_is_named_when_the_wait_times_out(tmp_path: Path) -> None:
+def test_a_node_that_never_gets_ready_fails_the_trainjob_naming_the_pods(tmp_path: Path) -> None:
     """No sshd in the node pods: their readiness probe never passes, the launcher never
-    starts (dependsOn), and `trainer run --timeout` names the pods it waited on."""
+    starts (dependsOn Ready), and after `--ready-timeout` the TrainJob fails with a reason
+    whose message names each pod that is not Ready and the probe holding it."""
     docs = [d for d in yaml.safe_load_all((ROOT / "examples/mpi/trainjob.yaml").read_text()) if d]
     for rjob in docs[0]["spec"]["template"]["spec"]["replicatedJobs"]:
         if rjob["name"] == "node":
@@ -225,20 +226,27 @@ def test_a_node_that_never_gets_ready_is_named_when_the_wait_times_out(tmp_path:
             container["command"], container["args"] = ["sleep"], ["600"]
     path = tmp_path / "trainjob.yaml"
     path.write_text(yaml.safe_dump_all(docs))
+    argv = ["run", "-f", str(path), "--ready-timeout", "3", "--timeout", "60"]
     done = subprocess.run(
-        [sys.executable, "-m", "trainer.cli.main", "run", "-f", str(path), "--timeout", "4"],
+        [sys.executable, "-m", "trainer.cli.main", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=90,
         check=False,
     )
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "timed out after 4s" in done.stdout
+    assert done.returncode == 1, done.stdout + done.stderr
+    failed = re.search(r"TrainJob default/mpi-hostname failed: (\w+): (.*)", done.stdout)
+    assert failed is not None, done.stdout
+    assert failed[1] == "DependsOnReadyTimeout"
+    assert failed[2].startswith(
+        "replicated job launcher waited more than 3s for node to be Ready "
+        "(trainer run --ready-timeout): pod default/mpi-hostname-node-0-0-"
+    ), failed[2]
     waits = re.findall(
-        r"TrainJob default/mpi-hostname waits on pod default/(mpi-hostname-node-0-\d)-[a-z0-9]+: "
-        r"Running, not Ready \(container node: readinessProbe tcpSocket port 2222 has not passed\)",
-        done.stdout,
+        r"pod default/(mpi-hostname-node-0-\d)-[a-z0-9]+: Running, not Ready \(container node: "
+        r"readinessProbe tcpSocket port 2222 has not passed\)",
+        failed[2],
     )
-    assert sorted(waits) == ["mpi-hostname-node-0-0", "mpi-hostname-node-0-1"], done.stdout
-    assert "mpi-hostname-launcher" not in done.stdout  # it never started
+    assert waits == ["mpi-hostname-node-0-0", "mpi-hostname-node-0-1"], failed[2]
+    assert "mpi-hostname-launcher-0-0-" not in done.stdout  # it never started

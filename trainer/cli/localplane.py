@@ -201,6 +201,7 @@ async def start_local_plane(
     state_dir: Path | None = None,
     feature_gates: dict[str, bool] | None = None,
     reset_damaged_state: bool = False,
+    ready_timeout: float | None = None,
 ) -> LocalPlane:
     """Start the local plane. With ``feature_gates`` TrainJobStatus=true the status server
     runs too, on 127.0.0.1 (its certificate covers 127.0.0.1), and pods are told
@@ -250,6 +251,7 @@ async def start_local_plane(
         workdir=work_dir,
         state_dir=state_dir,
         on_log=on_log,
+        ready_timeout=ready_timeout,
     )
     await executor.start()
     await asyncio.wait(

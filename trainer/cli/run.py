@@ -20,12 +20,15 @@ from trainer.cli.checks import check_documents, print_outcomes
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
-from trainer.cli.waiting import not_ready
 from trainer.controller.config import parse_feature_gates
 from trainer.kube import resources as r
 from trainer.kube.rest import APIError
 from trainer.local.apiserver.statefile import StateFileError
+from trainer.local.executor.waiting import not_ready
 from trainer.observability.logging import setup_logging
+
+DEFAULT_READY_TIMEOUT = 120.0
+"""``trainer run --ready-timeout``: sshd starts in well under a second locally."""
 
 PLURALS = {
     c.KIND_TRAINJOB: r.TRAINJOBS,
@@ -174,6 +177,7 @@ async def _run(
     timeout: float | None,
     gates: dict[str, bool] | None = None,
     strict_fields: bool = True,
+    ready_timeout: float | None = None,
 ) -> int:
     printer = Printer()
     try:
@@ -189,7 +193,9 @@ async def _run(
     if refused:
         return refused
     printer.line("starting the local control plane (API server, webhook, controller, executor)")
-    plane = await start_local_plane(work_dir=Path.cwd(), on_log=printer.log, feature_gates=gates)
+    plane = await start_local_plane(
+        work_dir=Path.cwd(), on_log=printer.log, feature_gates=gates, ready_timeout=ready_timeout
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -255,6 +261,16 @@ def run(
             "(default), or dropped as the API server prunes them.",
         ),
     ] = True,
+    ready_timeout: Annotated[
+        float,
+        typer.Option(
+            "--ready-timeout",
+            min=0.1,
+            help="Fail a TrainJob whose replicated job waited this many seconds for a "
+            "dependsOn on Ready (an MPI launcher waiting for each node's sshd), naming the "
+            "pods not Ready. Local runs only: JobSet itself waits forever.",
+        ),
+    ] = DEFAULT_READY_TIMEOUT,
 ) -> None:
     """Run TrainJobs end to end on a local control plane and exit with their result.
 
@@ -268,7 +284,9 @@ def run(
     """
     gates = _gates(feature_gates)
     setup_logging("DEBUG" if verbose else "WARNING", "text")
-    code = asyncio.run(_run(files, runtimes or [], namespace, timeout, gates, strict_fields))
+    code = asyncio.run(
+        _run(files, runtimes or [], namespace, timeout, gates, strict_fields, ready_timeout)
+    )
     raise typer.Exit(code)
 
 

@@ -3,6 +3,13 @@ JobSet's names, labels and annotations, the headless Service, dependsOn, success
 policies with restarts, suspend and resume, TTL, and the status JobSet writes (conditions and
 replicatedJobsStatus counted over Jobs). Upstream's:
 https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/controllers/jobset_controller.go
+
+Beyond upstream, local runs only: with ``ready_timeout`` (``trainer run --ready-timeout``), a
+replicated job that has waited that long for a ``dependsOn`` with status Ready (an MPI
+launcher waiting for the sshd of every node pod) fails the JobSet with reason
+:data:`REASON_READY_TIMEOUT` and a message naming each pod not Ready and the probe holding it
+(:mod:`~trainer.local.executor.waiting`). The wait is timed from when this controller first saw
+it; a dependsOn on Complete (an initializer) is never timed.
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ import copy
 import hashlib
 import json
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from trainer.api.times import now
@@ -21,6 +30,7 @@ from trainer.local.executor.job import job_condition, job_finished
 from trainer.local.executor.podfields import LOCAL_PORTS
 from trainer.local.executor.ports import PortAllocator
 from trainer.local.executor.ssh import LOCAL_SSH, ssh_hosts
+from trainer.local.executor.waiting import not_ready
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +39,7 @@ JOBSET_NAME = P + "jobset-name"
 MANAGED_BY_JOBSET = "jobset.sigs.k8s.io/jobset-controller"
 TRAINER_PORT = 29500
 FIELD_MANAGER = "jobset-controller"
+REASON_READY_TIMEOUT = "DependsOnReadyTimeout"
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
@@ -66,7 +77,21 @@ def set_condition(
 
 
 class JobSetController:
-    def __init__(self, client: LocalClient, jobsets: Cache, jobs: Cache, services: Cache) -> None:
+    def __init__(
+        self,
+        client: LocalClient,
+        jobsets: Cache,
+        jobs: Cache,
+        services: Cache,
+        *,
+        pods: Cache | None = None,
+        ready_timeout: float | None = None,
+        requeue: Callable[[str, str, float], None] | None = None,
+    ) -> None:
+        self.pods = pods
+        self.ready_timeout = ready_timeout
+        self.requeue = requeue
+        self._ready_waits: dict[tuple[str, str], float] = {}  # (uid, rjob) -> first seen
         self.client = client
         self.jobsets = jobsets
         self.jobs = jobs
@@ -247,6 +272,11 @@ class JobSetController:
             # Policies first: a JobSet that fails or completes now creates no more Jobs.
             await self._policies(js, status, rjobs, current)
             terminal = status.get("terminalState")
+        if not terminal and not suspended:
+            expired = self._ready_wait_expired(js, rjobs, current)
+            if expired:
+                await self._finish(js, status, "Failed", REASON_READY_TIMEOUT, expired)
+                terminal = status.get("terminalState")
         if not terminal and status.get("restarts", 0) == (js.get("status") or {}).get(
             "restarts", 0
         ):
@@ -335,6 +365,35 @@ class JobSetController:
             elif not all(self._job_ready(j) or job_finished(j) for j in jobs if j):
                 return False
         return True
+
+    def _ready_wait_expired(
+        self, js: dict[str, Any], rjobs: list[dict[str, Any]], current: dict[str, dict[str, Any]]
+    ) -> str:
+        """The failure message when a replicated job waited longer than ``ready_timeout`` for a
+        dependsOn on Ready, else ``""`` (and a requeue for when it would expire)."""
+        if self.ready_timeout is None:
+            return ""
+        uid, name = js["metadata"]["uid"], js["metadata"]["name"]
+        for rjob in rjobs:
+            deps = [d for d in rjob.get("dependsOn") or [] if d.get("status") != "Complete"]
+            key = (uid, str(rjob["name"]))
+            if not deps or self._dependencies_met(rjob, rjobs, current, name):
+                self._ready_waits.pop(key, None)
+                continue
+            started = self._ready_waits.setdefault(key, time.monotonic())
+            left = started + self.ready_timeout - time.monotonic()
+            if left > 0:
+                if self.requeue is not None:
+                    self.requeue(js["metadata"]["namespace"], name, left + 0.05)
+                continue
+            waits = ", ".join(str(d.get("name")) for d in deps)
+            pods = not_ready(self.pods.all(js["metadata"]["namespace"]), name) if self.pods else []
+            detail = "; ".join(pods) if pods else "no pod of it is Ready yet"
+            return (
+                f"replicated job {rjob['name']} waited more than {self.ready_timeout:g}s for "
+                f"{waits} to be Ready (trainer run --ready-timeout): {detail}"
+            )
+        return ""
 
     @staticmethod
     def _job_ready(job: dict[str, Any]) -> bool:

@@ -1,10 +1,11 @@
-"""What a TrainJob still waits for when `trainer run --timeout` gives up: each of its pods
-that is not Ready, named, with the container and probe that hold it back.
+"""Which pods a JobSet still waits on: each of its pods that is not Ready, named, with the
+container and probe that hold it back.
 
-The case this is for: an MPI launcher waits (JobSet ``dependsOn``) until every "node" pod's
-sshd is Ready; an sshd that never answers its readiness probe keeps the launcher from ever
-starting, and neither JobSet nor the TrainJob fails for it (Kubernetes has no such deadline
-either). ``--timeout`` bounds the wait; this says which pod to look at.
+The case this is for: an MPI launcher waits (JobSet ``dependsOn`` with status Ready) until
+every "node" pod's sshd is Ready; an sshd that never answers its readiness probe keeps the
+launcher from ever starting, and upstream JobSet has no deadline for it. The local JobSet
+controller fails such a JobSet after ``trainer run --ready-timeout`` with these lines in its
+message, and ``trainer run --timeout`` prints them when it gives up.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""What `trainer run --timeout` says a TrainJob still waits on (trainer.cli.waiting)."""
+"""Which pods a JobSet still waits on (trainer.local.executor.waiting)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from trainer.cli.waiting import POD_JOBSET_LABEL, not_ready
+from trainer.local.executor.waiting import POD_JOBSET_LABEL, not_ready
 
 
 def pod(name: str, jobset: str, status: dict[str, Any]) -> dict[str, Any]:
