@@ -216,14 +216,19 @@ async def test_a_secret_whose_public_key_does_not_match_fails_at_ssh_authenticat
 
 
 def test_a_node_that_never_gets_ready_fails_the_trainjob_naming_the_pods(tmp_path: Path) -> None:
-    """No sshd in the node pods: their readiness probe never passes, the launcher never
-    starts (dependsOn Ready), and after `--ready-timeout` the TrainJob fails with a reason
-    whose message names each pod that is not Ready and the probe holding it."""
+    """The node pods' sshd hangs without listening (a stand-in named sshd that sleeps): their
+    readiness probe never passes, the launcher never starts (dependsOn Ready), and after
+    `--ready-timeout` the TrainJob fails with a reason whose message names each pod that is
+    not Ready and the probe holding it."""
+    hung = tmp_path / "bin" / "sshd"
+    hung.parent.mkdir()
+    hung.write_text("#!/bin/sh\nexec sleep 600\n")
+    hung.chmod(0o755)
     docs = [d for d in yaml.safe_load_all((ROOT / "examples/mpi/trainjob.yaml").read_text()) if d]
     for rjob in docs[0]["spec"]["template"]["spec"]["replicatedJobs"]:
         if rjob["name"] == "node":
             container = rjob["template"]["spec"]["template"]["spec"]["containers"][0]
-            container["command"], container["args"] = ["sleep"], ["600"]
+            container["command"] = [str(hung)]
     path = tmp_path / "trainjob.yaml"
     path.write_text(yaml.safe_dump_all(docs))
     argv = ["run", "-f", str(path), "--ready-timeout", "3", "--timeout", "60"]

@@ -266,9 +266,9 @@ def run(
         typer.Option(
             "--ready-timeout",
             min=0.1,
-            help="Fail a TrainJob whose replicated job waited this many seconds for a "
-            "dependsOn on Ready (an MPI launcher waiting for each node's sshd), naming the "
-            "pods not Ready. Local runs only: JobSet itself waits forever.",
+            help="Fail a TrainJob whose MPI launcher waited this many seconds for its node "
+            "pods' sshd to be Ready (JobSet dependsOn), naming the pods not Ready. Local "
+            "runs only: JobSet itself waits forever.",
         ),
     ] = DEFAULT_READY_TIMEOUT,
 ) -> None:

@@ -5,11 +5,11 @@ replicatedJobsStatus counted over Jobs). Upstream's:
 https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/controllers/jobset_controller.go
 
 Beyond upstream, local runs only: with ``ready_timeout`` (``trainer run --ready-timeout``), a
-replicated job that has waited that long for a ``dependsOn`` with status Ready (an MPI
-launcher waiting for the sshd of every node pod) fails the JobSet with reason
+replicated job that has waited that long for a ``dependsOn`` with status Ready on a job whose
+pods run sshd (an MPI launcher waiting for its nodes) fails the JobSet with reason
 :data:`REASON_READY_TIMEOUT` and a message naming each pod not Ready and the probe holding it
 (:mod:`~trainer.local.executor.waiting`). The wait is timed from when this controller first saw
-it; a dependsOn on Complete (an initializer) is never timed.
+it; other waits (a data cache loading, an initializer to Complete) are never timed.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from trainer.local.executor.events import NORMAL, WARNING, Recorder
 from trainer.local.executor.job import job_condition, job_finished
 from trainer.local.executor.podfields import LOCAL_PORTS
 from trainer.local.executor.ports import PortAllocator
-from trainer.local.executor.ssh import LOCAL_SSH, ssh_hosts
+from trainer.local.executor.ssh import LOCAL_SSH, is_sshd, ssh_hosts
 from trainer.local.executor.waiting import not_ready
 
 log = logging.getLogger(__name__)
@@ -375,7 +375,11 @@ class JobSetController:
             return ""
         uid, name = js["metadata"]["uid"], js["metadata"]["name"]
         for rjob in rjobs:
-            deps = [d for d in rjob.get("dependsOn") or [] if d.get("status") != "Complete"]
+            deps = [
+                d
+                for d in rjob.get("dependsOn") or []
+                if d.get("status") != "Complete" and self._runs_sshd(rjobs, str(d.get("name")))
+            ]
             key = (uid, str(rjob["name"]))
             if not deps or self._dependencies_met(rjob, rjobs, current, name):
                 self._ready_waits.pop(key, None)
@@ -394,6 +398,15 @@ class JobSetController:
                 f"{waits} to be Ready (trainer run --ready-timeout): {detail}"
             )
         return ""
+
+    @staticmethod
+    def _runs_sshd(rjobs: list[dict[str, Any]], name: str) -> bool:
+        """Whether replicated job ``name`` runs sshd (an MPI node)."""
+        rjob = next((r for r in rjobs if r.get("name") == name), {})
+        pod_spec = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get(
+            "spec"
+        ) or {}
+        return any(is_sshd(c) for c in pod_spec.get("containers") or [])
 
     @staticmethod
     def _job_ready(job: dict[str, Any]) -> bool:
