@@ -376,6 +376,10 @@ def test_launcher_env_is_injected_without_spec_trainer() -> None:
         {"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
         {"name": "OMPI_MCA_orte_set_default_slots", "value": "2"},
         {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"},
+        # Beyond upstream: OpenMPI 5's launcher (PRRTE) reads only these names.
+        {"name": "PRTE_MCA_prte_default_hostfile", "value": "/etc/mpi/hostfile"},
+        {"name": "PRTE_MCA_prte_set_default_slots", "value": "2"},
+        {"name": "PRTE_MCA_plm_ssh_args", "value": "-o ConnectionAttempts=10"},
     ]
 
 
@@ -389,6 +393,9 @@ def test_launcher_env_follows_trainjob_env() -> None:
         "OMPI_MCA_orte_keep_fqdn_hostnames",
         "OMPI_MCA_orte_set_default_slots",
         "OMPI_MCA_plm_rsh_args",
+        "PRTE_MCA_prte_default_hostfile",
+        "PRTE_MCA_prte_set_default_slots",
+        "PRTE_MCA_plm_ssh_args",
     ]
 
 
@@ -406,6 +413,9 @@ def test_launcher_env_follows_trainjob_env() -> None:
                 "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
                 "OMPI_MCA_orte_set_default_slots": "4",
                 "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+                "PRTE_MCA_prte_default_hostfile": "/etc/mpi/hostfile",
+                "PRTE_MCA_prte_set_default_slots": "4",
+                "PRTE_MCA_plm_ssh_args": "-o ConnectionAttempts=10",
             },
         ),
         (
@@ -416,6 +426,9 @@ def test_launcher_env_follows_trainjob_env() -> None:
                 "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
                 "OMPI_MCA_orte_set_default_slots": "4",
                 "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+                "PRTE_MCA_prte_default_hostfile": "/etc/mpi/hostfile",
+                "PRTE_MCA_prte_set_default_slots": "4",
+                "PRTE_MCA_plm_ssh_args": "-o ConnectionAttempts=10",
             },
         ),
         (

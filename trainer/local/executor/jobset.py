@@ -3,6 +3,13 @@ JobSet's names, labels and annotations, the headless Service, dependsOn, success
 policies with restarts, suspend and resume, TTL, and the status JobSet writes (conditions and
 replicatedJobsStatus counted over Jobs). Upstream's:
 https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/controllers/jobset_controller.go
+
+Beyond upstream, local runs only: with ``ready_timeout`` (``trainer run --ready-timeout``), a
+replicated job that has waited that long for a ``dependsOn`` with status Ready on a job whose
+pods run sshd (an MPI launcher waiting for its nodes) fails the JobSet with reason
+:data:`REASON_READY_TIMEOUT` and a message naming each pod not Ready and the probe holding it
+(:mod:`~trainer.local.executor.waiting`). The wait is timed from when this controller first saw
+it; other waits (a data cache loading, an initializer to Complete) are never timed.
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ import copy
 import hashlib
 import json
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from trainer.api.times import now
@@ -20,6 +29,8 @@ from trainer.local.executor.events import NORMAL, WARNING, Recorder
 from trainer.local.executor.job import job_condition, job_finished
 from trainer.local.executor.podfields import LOCAL_PORTS
 from trainer.local.executor.ports import PortAllocator
+from trainer.local.executor.ssh import LOCAL_SSH, is_sshd, ssh_hosts
+from trainer.local.executor.waiting import not_ready
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +39,7 @@ JOBSET_NAME = P + "jobset-name"
 MANAGED_BY_JOBSET = "jobset.sigs.k8s.io/jobset-controller"
 TRAINER_PORT = 29500
 FIELD_MANAGER = "jobset-controller"
+REASON_READY_TIMEOUT = "DependsOnReadyTimeout"
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
@@ -82,12 +94,27 @@ def declared_ports(js: dict[str, Any]) -> list[int]:
 
 
 class JobSetController:
-    def __init__(self, client: LocalClient, jobsets: Cache, jobs: Cache, services: Cache) -> None:
+    def __init__(
+        self,
+        client: LocalClient,
+        jobsets: Cache,
+        jobs: Cache,
+        services: Cache,
+        *,
+        pods: Cache | None = None,
+        ready_timeout: float | None = None,
+        requeue: Callable[[str, str, float], None] | None = None,
+    ) -> None:
+        self.pods = pods
+        self.ready_timeout = ready_timeout
+        self.requeue = requeue
+        self._ready_waits: dict[tuple[str, str], float] = {}  # (uid, rjob) -> first seen
         self.client = client
         self.jobsets = jobsets
         self.jobs = jobs
         self.services = services
         self.ports: dict[str, dict[str, int]] = {}  # JobSet uid -> {"29500": local port}
+        self.ssh: dict[str, str] = {}  # JobSet uid -> LOCAL_SSH annotation ("" when no sshd)
         self.allocator = PortAllocator()
         self.events = Recorder(client, "jobset-controller")
 
@@ -142,6 +169,36 @@ class JobSetController:
             }
         return self.ports[uid]
 
+    def ssh_map(self, js: dict[str, Any]) -> str:
+        """The :data:`LOCAL_SSH` annotation of the JobSet's pods: a host port per pod hostname
+        when a replicated job runs sshd (trainer.local.executor.ssh), else ``""``."""
+        uid = js["metadata"]["uid"]
+        if uid not in self.ssh:
+            existing = next(
+                (
+                    str(a[LOCAL_SSH])
+                    for j in self.jobs.owned_by(uid)
+                    if (
+                        a := (
+                            (j["spec"]["template"].get("metadata") or {}).get("annotations") or {}
+                        )
+                    ).get(LOCAL_SSH)
+                ),
+                "",
+            )
+            found = ssh_hosts(js)
+            if existing:
+                for port in (json.loads(existing).get("hosts") or {}).values():
+                    self.allocator.hold(int(port), uid)
+                self.ssh[uid] = existing
+            elif found is not None:
+                port, hosts = found
+                ports = {host: self.allocator.allocate(uid) for host in hosts}
+                self.ssh[uid] = json.dumps({"port": port, "hosts": ports}, sort_keys=True)
+            else:
+                self.ssh[uid] = ""
+        return self.ssh[uid]
+
     def release_ports(self) -> None:
         """Give back the ports of JobSets that are gone or being deleted."""
         live = {
@@ -151,6 +208,7 @@ class JobSetController:
         }
         for uid in [u for u in self.ports if u not in live]:
             del self.ports[uid]
+            self.ssh.pop(uid, None)
             self.allocator.release(uid)
 
     def new_job(
@@ -170,6 +228,8 @@ class JobSetController:
             **labels,
             LOCAL_PORTS: json.dumps(self.port_map(js)),
         }
+        if ssh := self.ssh_map(js):
+            pod_meta["annotations"][LOCAL_SSH] = ssh
         pod_spec = pod.setdefault("spec", {})
         network = spec.get("network") or {}
         if network.get("enableDNSHostnames", True):
@@ -231,6 +291,11 @@ class JobSetController:
             # Policies first: a JobSet that fails or completes now creates no more Jobs.
             await self._policies(js, status, rjobs, current)
             terminal = status.get("terminalState")
+        if not terminal and not suspended:
+            expired = self._ready_wait_expired(js, rjobs, current)
+            if expired:
+                await self._finish(js, status, "Failed", REASON_READY_TIMEOUT, expired)
+                terminal = status.get("terminalState")
         if not terminal and status.get("restarts", 0) == (js.get("status") or {}).get(
             "restarts", 0
         ):
@@ -319,6 +384,48 @@ class JobSetController:
             elif not all(self._job_ready(j) or job_finished(j) for j in jobs if j):
                 return False
         return True
+
+    def _ready_wait_expired(
+        self, js: dict[str, Any], rjobs: list[dict[str, Any]], current: dict[str, dict[str, Any]]
+    ) -> str:
+        """The failure message when a replicated job waited longer than ``ready_timeout`` for a
+        dependsOn on Ready, else ``""`` (and a requeue for when it would expire)."""
+        if self.ready_timeout is None:
+            return ""
+        uid, name = js["metadata"]["uid"], js["metadata"]["name"]
+        for rjob in rjobs:
+            deps = [
+                d
+                for d in rjob.get("dependsOn") or []
+                if d.get("status") != "Complete" and self._runs_sshd(rjobs, str(d.get("name")))
+            ]
+            key = (uid, str(rjob["name"]))
+            if not deps or self._dependencies_met(rjob, rjobs, current, name):
+                self._ready_waits.pop(key, None)
+                continue
+            started = self._ready_waits.setdefault(key, time.monotonic())
+            left = started + self.ready_timeout - time.monotonic()
+            if left > 0:
+                if self.requeue is not None:
+                    self.requeue(js["metadata"]["namespace"], name, left + 0.05)
+                continue
+            waits = ", ".join(str(d.get("name")) for d in deps)
+            pods = not_ready(self.pods.all(js["metadata"]["namespace"]), name) if self.pods else []
+            detail = "; ".join(pods) if pods else "no pod of it is Ready yet"
+            return (
+                f"replicated job {rjob['name']} waited more than {self.ready_timeout:g}s for "
+                f"{waits} to be Ready (trainer run --ready-timeout): {detail}"
+            )
+        return ""
+
+    @staticmethod
+    def _runs_sshd(rjobs: list[dict[str, Any]], name: str) -> bool:
+        """Whether replicated job ``name`` runs sshd (an MPI node)."""
+        rjob = next((r for r in rjobs if r.get("name") == name), {})
+        pod_spec = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get(
+            "spec"
+        ) or {}
+        return any(is_sshd(c) for c in pod_spec.get("containers") or [])
 
     @staticmethod
     def _job_ready(job: dict[str, Any]) -> bool:

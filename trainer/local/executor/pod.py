@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from trainer.api.times import now
-from trainer.local.executor import podenv, podfields
+from trainer.local.executor import podenv, podfields, sshpod
 from trainer.local.executor.client import API_TIMEOUT, TRANSIENT, ClientError
 from trainer.local.executor.client import path as client_path
 from trainer.local.executor.containers import run_container
@@ -45,7 +45,8 @@ from trainer.local.executor.podhost import (
     as_float,
     killpg,
 )
-from trainer.local.executor.volumes import plan_volumes, write_volume
+from trainer.local.executor.ssh import SSHSetupError
+from trainer.local.executor.volumes import plan_volumes, pod_dir, write_volume
 
 log = logging.getLogger(__name__)
 
@@ -334,6 +335,27 @@ class LocalPod:
             for c in self.containers:
                 c.state = {"waiting": {"reason": "ContainerCreating", "message": message}}
             self.failed, self.reason, self.message = True, "FailedMount", message
+            return False
+        try:
+            for c in self.containers:
+                if c.plan is not None:
+                    await asyncio.to_thread(
+                        sshpod.prepare,
+                        self.pod,
+                        c.spec,
+                        c.plan,
+                        sources=sources,
+                        volumes=paths,
+                        pod_dir=pod_dir(self.host.state_dir, self.pod),
+                        base_env=self.host.base_env,
+                    )
+        except (SSHSetupError, OSError) as exc:
+            message = f"cannot set up ssh for this pod: {exc}"
+            log.warning("pod %s: %s", self.key, message)
+            for c in self.containers:
+                c.state = {"waiting": {"reason": "CreateContainerError", "message": message}}
+                await self.sinks[c.name].line(f"[local kubelet] {message}")
+            self.failed, self.reason, self.message = True, "SSHSetupFailed", message
             return False
         for c in self.containers:
             if c.plan is not None and c.spec.get("image"):

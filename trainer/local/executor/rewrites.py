@@ -30,7 +30,9 @@ from trainer.local.executor.podfields import (
     LOOPBACK,
     PORT_OPTION,
     expand,
+    pod_hostname,
 )
+from trainer.local.executor.ssh import own_port
 
 # Private-use characters stand in for "$(VAR) of an exact mapped port" during rewriting; they
 # match none of the rewrite patterns and are swapped for the host port afterwards.
@@ -39,15 +41,18 @@ _HOLE = re.compile(f"{_HOLE_OPEN}([0-9]+){_HOLE_CLOSE}")
 
 
 def parse_ports(pod: dict[str, Any]) -> dict[int, int]:
-    """The pod's port map (:data:`LOCAL_PORTS`); an absent or malformed annotation maps none."""
+    """The pod's port map (:data:`LOCAL_PORTS`, plus its own sshd port from
+    :data:`~trainer.local.executor.ssh.LOCAL_SSH`); an absent or malformed annotation maps
+    none."""
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(LOCAL_PORTS)
-    if not raw:
-        return {}
-    try:
-        decoded = json.loads(raw)
-        return {int(k): int(v) for k, v in dict(decoded).items()}
-    except (ValueError, TypeError):
-        return {}
+    ports: dict[int, int] = {}
+    if raw:
+        try:
+            decoded = json.loads(raw)
+            ports = {int(k): int(v) for k, v in dict(decoded).items()}
+        except (ValueError, TypeError):
+            ports = {}
+    return {**ports, **own_port(pod, pod_hostname(pod))}
 
 
 def _norm_mount(path: str) -> str:

@@ -38,6 +38,7 @@ class Executor:
         ssl_context: ssl.SSLContext | None = None,
         on_log: Callable[[str, str, str], None] | None = None,
         kubelet: bool = True,
+        ready_timeout: float | None = None,
     ) -> None:
         self.client = LocalClient(url, token, ssl_context=ssl_context)
         self.jobsets = Cache(self.client, *JOBSETS)
@@ -45,7 +46,13 @@ class Executor:
         self.pods = Cache(self.client, "v1", "pods")
         self.services = Cache(self.client, "v1", "services")
         self.jobset_controller = JobSetController(
-            self.client, self.jobsets, self.jobs, self.services
+            self.client,
+            self.jobsets,
+            self.jobs,
+            self.services,
+            pods=self.pods,
+            ready_timeout=ready_timeout,
+            requeue=self._requeue_jobset,
         )
         self.job_controller = JobController(self.client, self.jobs, self.pods)
         self.workdir, self.state_dir, self.on_log = workdir, state_dir, on_log
@@ -56,6 +63,13 @@ class Executor:
         self._tasks: list[asyncio.Task[Any]] = []
         self._ttl: set[str] = set()
         self.kubelet: Any = None
+
+    def _requeue_jobset(self, ns: str, name: str, delay: float) -> None:
+        """Reconcile a JobSet again after ``delay`` seconds (a deadline, not an API event)."""
+        # The dirty set is looked up when the timer fires: the loop swaps it for a new one.
+        asyncio.get_running_loop().call_later(
+            delay, lambda: self._mark(self._dirty_jobsets, ns, name)
+        )
 
     def _mark(self, which: set[tuple[str, str]], ns: str, name: str) -> None:
         which.add((ns, name))

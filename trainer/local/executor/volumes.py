@@ -14,6 +14,16 @@ Volumes (materialised per pod under ``<state_dir>/<ns>/<pod>/volumes/<name>``)
     ``<state_dir>/<ns>/pvc/<claimName>``, shared by every pod of the namespace that mounts the
     claim (an initializer and the trainer share its data). ``ephemeral``: a per-pod directory.
     ``hostPath``: the host path itself.
+
+File modes and ``fsGroup``
+    On a cluster the kubelet owns these files (root) and gives them group ``fsGroup``, which
+    the container's user is in: a mode's group bits are how that user reads them (the MPI
+    plugin's ``id_rsa`` is 0640 for that reason). Locally the pod's processes run as you and
+    you own the files, so with ``fsGroup`` set the group bits are dropped (:func:`local_mode`):
+    the owner bits are what the processes use, and the host's group (not the pod's) gets no
+    access. Without ``fsGroup`` modes are written as given. Real OpenSSH refuses a private
+    key its owner's group or others can read, so this is what makes the generated key usable
+    locally (docs/local-plane.md, "MPI on the local plane").
 """
 
 from __future__ import annotations
@@ -141,10 +151,32 @@ def _downward_files(
     return files
 
 
+def local_mode(mode: int, fs_group: int | None) -> int:
+    """The mode a volume file gets locally: ``mode`` without its group bits when the pod sets
+    ``fsGroup`` (see the module docstring)."""
+    return mode & ~0o070 if fs_group is not None else mode
+
+
+def fs_group(pod: dict[str, Any]) -> int | None:
+    value = ((pod.get("spec") or {}).get("securityContext") or {}).get("fsGroup")
+    return int(value) if isinstance(value, int) else None
+
+
 def plan_volumes(
     pod: dict[str, Any], sources: Sources, state_dir: Path | str, node: Node
 ) -> list[VolumePlan]:
     """Where each of the pod's volumes lives on this host and what it contains."""
+    plans = _plan_volumes(pod, sources, state_dir, node)
+    group = fs_group(pod)
+    if group is not None:
+        for plan in plans:
+            plan.files = [VolumeFile(f.path, f.data, local_mode(f.mode, group)) for f in plan.files]
+    return plans
+
+
+def _plan_volumes(
+    pod: dict[str, Any], sources: Sources, state_dir: Path | str, node: Node
+) -> list[VolumePlan]:
     base = pod_dir(state_dir, pod) / "volumes"
     namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
     plans: list[VolumePlan] = []

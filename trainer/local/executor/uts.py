@@ -1,0 +1,166 @@
+"""Each pod's own hostname: its processes run in a UTS namespace of their own, and resolve
+that hostname as a pod does.
+
+On a cluster every pod has a hostname (``<job>-node-0-1`` for an indexed Job's pod with a
+subdomain), and ``hostname``, ``socket.gethostname()`` and MPI's node names report it; the
+kubelet also writes the pod's ``/etc/hosts`` so that the pod resolves its own names. The local
+kubelet runs every pod on this one host, so without help they would all report the host's
+name. It therefore starts each container's process through this module run as a script
+(``python -I uts.py NAME [--hosts FILE] -- EXE ARGV...``): it unshares a UTS namespace, sets
+the hostname to the pod's and ``exec``s the container's command, so the process keeps its pid
+and argv (only the executable is resolved beforehand). With ``--hosts`` it also unshares a
+mount namespace and bind-mounts FILE (this host's ``/etc/hosts`` plus a line mapping the pod's
+own names to 127.0.0.1, :func:`write_hosts`) over ``/etc/hosts``, so that
+``gethostbyname(gethostname())`` works as in a pod. Everything the process starts (an sshd's
+sessions, MPI ranks started through them) inherits both.
+
+- As root, plain ``unshare(CLONE_NEWUTS | CLONE_NEWNS)``.
+- As another user, a user namespace too (``CLONE_NEWUSER``) that maps the user to itself
+  (uid and gid unchanged, ``setgroups`` denied, as ``unshare --user --map-current-user``
+  does), which gives the right to set the hostname and mount in the new namespaces; the
+  process loses its capabilities at ``exec`` as usual.
+
+Where the kernel refuses (user namespaces disabled, a seccomp profile), :func:`available`
+says so once, the kubelet logs a warning and runs processes as before: they report this
+host's hostname, while ``$HOSTNAME`` still names the pod (docs/local-plane.md, "MPI on the
+local plane"). A hosts file that cannot be mounted is skipped with one line on stderr.
+
+Only the standard library is imported: the script runs with ``-I`` before every container.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterable
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWUSER = 0x10000000
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+ETC_HOSTS = "/etc/hosts"
+SCRIPT = os.path.abspath(__file__)
+CHECK = "--check"
+"""Argument for a dry run: unshare, set a hostname and bind-mount /etc/hosts onto itself."""
+HOSTS = "--hosts"
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _errno_error(what: str) -> OSError:
+    err = ctypes.get_errno()
+    return OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def enter(hostname: str, hosts: str | None = None) -> str:
+    """Move this process into a new UTS namespace (and mount namespace with ``hosts``, and user
+    namespace unless root) and set its hostname. Raises OSError when the kernel refuses the
+    namespaces; returns why ``hosts`` could not be mounted, or ``""``."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWUTS | (CLONE_NEWNS if hosts else 0) | (CLONE_NEWUSER if uid else 0)
+    if libc.unshare(flags) != 0:
+        raise _errno_error("unshare")
+    if uid != 0:
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    socket.sethostname(hostname)
+    if not hosts:
+        return ""
+    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return str(_errno_error("making mounts private"))
+    if libc.mount(hosts.encode(), ETC_HOSTS.encode(), None, MS_BIND, None) != 0:
+        return str(_errno_error(f"bind-mounting {hosts} on {ETC_HOSTS}"))
+    return ""
+
+
+def write_hosts(path: str, names: Iterable[str], base: str = ETC_HOSTS) -> None:
+    """Write the pod's hosts file: this host's (``base``) plus its own names at 127.0.0.1."""
+    try:
+        with open(base, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        text = "127.0.0.1\tlocalhost\n"
+    if text and not text.endswith("\n"):
+        text += "\n"
+    text += "# the pod's own names (trainer's local kubelet)\n127.0.0.1\t" + " ".join(names) + "\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def command(
+    hostname: str, executable: str, argv: list[str], hosts: str | None = None
+) -> tuple[str, list[str]]:
+    """The executable and argv that run ``argv`` (whose program is ``executable``) with the
+    pod's ``hostname`` (and ``/etc/hosts`` from the file ``hosts``)."""
+    extra = [HOSTS, hosts] if hosts else []
+    return sys.executable, [sys.executable, "-I", SCRIPT, hostname, *extra, "--", executable, *argv]
+
+
+@functools.cache
+def available() -> str:
+    """``""`` when processes can get a hostname (and hosts file) of their own here, else why
+    not (checked once per process, by running this script)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", SCRIPT, "probe-hostname", HOSTS, ETC_HOSTS, CHECK],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    if done.returncode == 0:
+        return ""
+    return done.stderr.strip() or f"exit code {done.returncode}"
+
+
+def main(args: list[str]) -> int:
+    """``uts.py NAME [--hosts FILE] -- EXE ARGV0 ARGS...`` or ``uts.py NAME [--hosts FILE]
+    --check``."""
+    hostname, rest = (args[0], args[1:]) if args else ("", [])
+    hosts = None
+    if len(rest) >= 2 and rest[0] == HOSTS:
+        hosts, rest = rest[1], rest[2:]
+    if hostname and rest == [CHECK]:
+        try:
+            problem = enter(hostname, hosts)
+        except OSError as exc:
+            print(f"cannot set a hostname of its own: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+        if problem:
+            print(f"cannot give a hosts file of its own: {problem}", file=sys.stderr)
+            return 1
+        return 0 if socket.gethostname() == hostname else 1
+    if not hostname or len(rest) < 3 or rest[0] != "--":
+        print(
+            "usage: uts.py HOSTNAME [--hosts FILE] -- EXECUTABLE ARGV0 [ARGS...]", file=sys.stderr
+        )
+        return 2
+    executable, argv = rest[1], rest[2:]
+    try:
+        problem = enter(hostname, hosts)
+    except OSError as exc:  # the kubelet checked available() first; run anyway
+        problem = f"hostname not set: {exc}"
+    if problem:
+        print(f"[local kubelet] {problem}", file=sys.stderr)
+    os.execv(executable, argv)
+    return 127  # pragma: no cover - execv does not return
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
