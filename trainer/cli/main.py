@@ -1,23 +1,41 @@
 """Entry point of the ``trainer`` command. Commands run under :class:`GuardedGroup`: an
-unexpected exception is one ``error: internal error`` line and exit 1, never a traceback."""
+unexpected exception is one ``error: internal error`` line and exit 1, never a traceback.
+Each command's module is imported only when that command runs (:mod:`trainer.cli.lazy`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import typer
 
 from trainer import __version__
-from trainer.cli import apiserver as apiserver_cmd
-from trainer.cli import controller as controller_cmd
-from trainer.cli import convert as convert_cmd
-from trainer.cli import crds as crds_cmd
-from trainer.cli import dashboard as dashboard_cmd
-from trainer.cli import datacache as datacache_cmd
-from trainer.cli import manifests as manifests_cmd
-from trainer.cli import render as render_cmd
-from trainer.cli import run as run_cmd
-from trainer.cli import validate as validate_cmd
-from trainer.cli import webhook as webhook_cmd
 from trainer.cli.guard import GuardedGroup
+from trainer.cli.lazy import LazyCommands
+
+# name -> (module, attribute): a command function, or a Typer app for a command group.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("trainer.cli.run", "run"),
+    "up": ("trainer.cli.run", "up"),
+    "render": ("trainer.cli.render", "render"),
+    "validate": ("trainer.cli.validate", "validate"),
+    "crds": ("trainer.cli.crds", "crds"),
+    "apiserver": ("trainer.cli.apiserver", "apiserver"),
+    "webhook": ("trainer.cli.webhook", "webhook"),
+    "controller": ("trainer.cli.controller", "controller"),
+    "convert": ("trainer.cli.convert", "convert_cmd"),
+    "manifests": ("trainer.cli.manifests", "manifests"),
+    "data-cache": ("trainer.cli.datacache", "app"),
+    "dashboard": ("trainer.cli.dashboard", "dashboard"),
+}
+
+
+class TrainerGroup(GuardedGroup):
+    """The ``trainer`` group: guarded, with its commands imported on use."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = LazyCommands(dict(self.commands), COMMANDS)
+
 
 app = typer.Typer(
     name="trainer",
@@ -25,20 +43,15 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    cls=GuardedGroup,
+    cls=TrainerGroup,
 )
-app.command(name="run")(run_cmd.run)
-app.command(name="up")(run_cmd.up)
-app.command(name="render")(render_cmd.render)
-app.command(name="validate")(validate_cmd.validate)
-app.command(name="crds")(crds_cmd.crds)
-app.command(name="apiserver")(apiserver_cmd.apiserver)
-app.command(name="webhook")(webhook_cmd.webhook)
-app.command(name="controller")(controller_cmd.controller)
-app.command(name="convert")(convert_cmd.convert_cmd)
-app.command(name="manifests")(manifests_cmd.manifests)
-app.add_typer(datacache_cmd.app, name="data-cache")
-app.command(name="dashboard")(dashboard_cmd.dashboard)
+
+
+@app.callback()
+def _group() -> None:
+    # A callback keeps ``trainer`` a group: with only ``version`` registered here (the other
+    # commands are lazy), Typer would otherwise make ``trainer`` that one command.
+    pass
 
 
 @app.command()
