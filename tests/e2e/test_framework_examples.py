@@ -1,13 +1,15 @@
-"""End to end: the JAX, XGBoost and MLX examples on their built-in runtimes
-(``jax-distributed``, ``xgboost-distributed``, ``mlx-distributed``) with ``trainer run``,
+"""End to end: the torch, JAX, XGBoost and MLX examples on their built-in runtimes
+(``torch-distributed``, ``jax-distributed``, ``xgboost-distributed``, ``mlx-distributed``)
+with ``trainer run``,
 proving that the framework really communicated across the node processes, not only that the
 pods exited 0.
 
 Each test runs the example exactly as a user would (``trainer run -f examples/.../trainjob.yaml``
 from the repository root) and reads what the pods printed, as ``trainer run`` streams it.
 A test whose framework (or MPI, for MLX) is not available here is skipped with the reason; the
-MLX TrainJob also needs the local executor to run MPI-shaped TrainJobs (sshd node pods, mpirun
-over ssh), which docs/local-plane.md documents under "MPI on the local plane"."""
+MLX TrainJob also needs sshd and mpirun here (docs/local-plane.md, "MPI on the local plane").
+(``torch-local-cpu`` is covered by tests/e2e/test_run.py, ``torch-distributed-with-cache`` by
+tests/e2e/test_datacache_run.py and ``deepspeed-distributed`` by tests/e2e/test_mpi_run.py.)"""
 
 from __future__ import annotations
 
@@ -160,3 +162,15 @@ def test_mlx_example_trains_on_the_mlx_distributed_runtime() -> None:
         names = {hosts[0][0], hosts[1][0]}
         assert names == {"mlx-allreduce-launcher-0-0", "mlx-allreduce-node-0-0"}, out
     assert_reduced_and_trained_together(out, "rank")
+
+
+def test_torch_multi_node_example_all_reduces_over_three_node_pods() -> None:
+    need("torch", "torch")
+    out = trainer_run("examples/multi-node.yaml")
+    assert "TrainJob default/multi-node: Complete" in out
+    # The program asserts the all-reduced sum of the ranks (0 + 1 + 2) before printing "ok".
+    ranks = sorted(re.findall(r"rank (\d)/3: all-reduce ok", out))
+    assert ranks == ["0", "1", "2"], out
+    # Each pod saw the rank the controller gave its node (PET_NODE_RANK) as torchrun's RANK.
+    seen = dict(re.findall(r"PET_NODE_RANK=(\d) .*? RANK=(\d) ", out))
+    assert seen == {"0": "0", "1": "1", "2": "2"}, out
