@@ -16,6 +16,7 @@ from pathlib import Path
 from trainer.kube.certs import SecretStore, inject_ca_bundle
 from trainer.kube.client import ApiClient
 from trainer.kube.lookup import Cache, KubeLookup
+from trainer.sockets import bind_socket
 from webhooks.app import create_app
 from webhooks.certs import (
     CertBundle,
@@ -27,7 +28,7 @@ from webhooks.certs import (
     tls_version,
     write_cert_dir,
 )
-from webhooks.server import WebhookServer, bind_socket
+from webhooks.server import WebhookServer
 
 log = logging.getLogger(__name__)
 

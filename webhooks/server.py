@@ -26,30 +26,13 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from trainer.sockets import bind_socket
+
 log = logging.getLogger(__name__)
 
 #: Longer than Go's default idle timeout (90 s), so the API server, not us, closes idle
 #: connections: a server-side close can race with a request the client just sent on it.
 KEEP_ALIVE_SECONDS = 120
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host``:``port`` (``port=0``: any free port)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say they are
-    # TCP, and accepted sockets inherit it. Without NODELAY, uvicorn's separate writes of the
-    # response head and body meet Nagle and the peer's delayed ACK: 40 ms per request.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 class _UvicornServer(uvicorn.Server):

@@ -46,7 +46,8 @@ from trainer.kube import resources as r
 from trainer.kube.authn import TokenReviewer, bearer_token
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import APIError, Kube
-from webhooks.server import WebhookServer, bind_socket
+from trainer.sockets import bind_socket
+from webhooks.server import WebhookServer
 
 log = logging.getLogger(__name__)
 

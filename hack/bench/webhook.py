@@ -54,10 +54,11 @@ from fastapi.responses import Response
 from webhook_client import HOST, Connection, expect_allowed, http_request, review_body
 
 from trainer.builtin import builtin_runtimes
+from trainer.sockets import bind_socket
 from webhooks.app import create_app
 from webhooks.certs import ServerTLS, generate_bundle, write_cert_dir
 from webhooks.lookup import StaticLookup
-from webhooks.server import WebhookServer, bind_socket
+from webhooks.server import WebhookServer
 
 ROOT = Path(__file__).resolve().parents[2]
 VALIDATE = "/validate-trainer-kubeflow-org-v1alpha1-trainjob"

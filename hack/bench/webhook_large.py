@@ -41,12 +41,13 @@ from webhook_client import HOST, Connection, http_request, review_body
 
 from trainer.admission.types import ClusterView
 from trainer.builtin import builtin_runtimes
+from trainer.sockets import bind_socket
 from webhooks.app import PATH_MUTATE_TRAINJOB, PATH_VALIDATE_TRAINJOB, create_app
 from webhooks.certs import ServerTLS, generate_bundle, write_cert_dir
 from webhooks.lookup import StaticLookup
 from webhooks.offload import Offload
 from webhooks.review import Answer, Needs, Outcome, answer, finish_review, run_review
-from webhooks.server import WebhookServer, bind_socket
+from webhooks.server import WebhookServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

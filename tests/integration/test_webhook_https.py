@@ -24,6 +24,7 @@ from trainer.api.jobset import JobSet
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime
 from trainer.runtime.info import Runtime
+from trainer.sockets import bind_socket
 from webhooks.app import (
     PATH_MUTATE_TRAINJOB,
     PATH_VALIDATE_CLUSTER_TRAINING_RUNTIME,
@@ -40,7 +41,7 @@ from webhooks.certs import (
     generate_serving_cert,
 )
 from webhooks.lookup import StaticLookup
-from webhooks.server import WebhookServer, bind_socket, serve
+from webhooks.server import WebhookServer, serve
 
 NOW = "2026-11-22T10:00:00Z"
 HOSTS = ["localhost", "127.0.0.1"]

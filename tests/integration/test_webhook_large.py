@@ -39,11 +39,12 @@ from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime
 from trainer.kube.client import new_api_client
 from trainer.local.apiserver import APIServer
+from trainer.sockets import bind_socket
 from webhooks.app import PATH_MUTATE_TRAINJOB, PATH_VALIDATE_TRAINJOB, create_app
 from webhooks.certs import ServerTLS, generate_bundle
 from webhooks.lookup import StaticLookup
 from webhooks.offload import Offload
-from webhooks.server import WebhookServer, bind_socket
+from webhooks.server import WebhookServer
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"

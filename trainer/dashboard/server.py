@@ -26,23 +26,9 @@ from trainer.dashboard.context import DashboardContext
 from trainer.dashboard.watch.cache import ClusterCache
 from trainer.kube.resources import TRAINJOBS
 from trainer.kube.rest import Kube
+from trainer.sockets import bind_socket
 
 SHUTDOWN_SECONDS = 2
-
-
-def bind(address: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((address, port))
-        sock.listen(128)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 def release_memory() -> None:
@@ -89,7 +75,7 @@ class Dashboard:
         self.kube = kube
         self.address = address
         self.cache = ClusterCache(kube, namespace)
-        self.sock = bind(address, port)
+        self.sock = bind_socket(address, port, backlog=128)
         self.port: int = self.sock.getsockname()[1]
         self.access = Access(
             cookie_name=f"trainer-dashboard-{self.port}", allowed_hosts=allowed_hosts
