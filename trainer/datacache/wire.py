@@ -29,35 +29,19 @@ import pyarrow as pa
 import pyarrow.flight as fl
 
 from trainer.datacache.sharding import RowRange
+from trainer.protowire import length_delimited
 
 SERVICE = "arrow.flight.protocol.FlightService"
 BATCH_ROWS = 65536
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def bytes_field(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field."""
-    return _varint((number << 3) | 2) + _varint(len(payload)) + payload
-
-
 def flight_data(ipc_message: Any) -> bytes:
     """A ``FlightData`` message carrying one encapsulated IPC message (a pyarrow Buffer)."""
     message = pa.ipc.read_message(ipc_message)
-    out = bytes_field(2, message.metadata.to_pybytes())
+    out = length_delimited(2, message.metadata.to_pybytes())
     body = message.body
     if body is not None and body.size:
-        out += bytes_field(1000, body.to_pybytes())
+        out += length_delimited(1000, body.to_pybytes())
     return out
 
 
@@ -70,7 +54,7 @@ def stream(table: Any) -> Iterator[bytes]:
 
 
 def schema_result(schema: Any) -> bytes:
-    return bytes_field(1, schema.serialize().to_pybytes())
+    return length_delimited(1, schema.serialize().to_pybytes())
 
 
 @dataclass(frozen=True)

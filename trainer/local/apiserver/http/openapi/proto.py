@@ -7,6 +7,7 @@ import struct
 from typing import Any
 
 from trainer.api import yamlout
+from trainer.protowire import field, length_delimited, varint
 
 # --- OpenAPI v2 in protobuf (gnostic openapi_v2.Document), what kubectl asks for ------------
 
@@ -30,39 +31,18 @@ _SCHEMA_INTS = {
 }
 
 
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1  # negative int64 values take ten bytes, as in Go
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _field(number: int, wire: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | wire) + payload
-
-
-def _pb_bytes(number: int, data: bytes) -> bytes:
-    return _field(number, 2, _varint(len(data)) + data)
-
-
 def _pb_string(number: int, text: str) -> bytes:
-    return _pb_bytes(number, text.encode()) if text else b""
+    return length_delimited(number, text.encode()) if text else b""
 
 
 def _pb_any(number: int, value: Any) -> bytes:
     """gnostic's ``Any``: the value as YAML text (field 2)."""
     text = yamlout.dump(value)
-    return _pb_bytes(number, _pb_string(2, text))
+    return length_delimited(number, _pb_string(2, text))
 
 
 def _pb_named_any(number: int, name: str, value: Any) -> bytes:
-    return _pb_bytes(number, _pb_string(1, name) + _pb_any(2, value))
+    return length_delimited(number, _pb_string(1, name) + _pb_any(2, value))
 
 
 def _pb_schema(schema: dict[str, Any]) -> bytes:
@@ -76,40 +56,40 @@ def _pb_schema(schema: dict[str, Any]) -> bytes:
     for key, number in _SCHEMA_DOUBLES.items():
         value = schema.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):
-            out += _field(number, 1, struct.pack("<d", float(value)))
+            out += field(number, 1, struct.pack("<d", float(value)))
     for key, number in _SCHEMA_BOOLS.items():
         if schema.get(key) is True:
-            out += _field(number, 0, b"\x01")
+            out += field(number, 0, b"\x01")
     for key, number in _SCHEMA_INTS.items():
         value = schema.get(key)
         if isinstance(value, int) and not isinstance(value, bool):
-            out += _field(number, 0, _varint(value))
+            out += field(number, 0, varint(value))
     for name in schema.get("required") or []:
         out += _pb_string(19, str(name))
     for value in schema.get("enum") or []:
         out += _pb_any(20, value)
     extra = schema.get("additionalProperties")
     if isinstance(extra, dict):
-        out += _pb_bytes(21, _pb_bytes(1, _pb_schema(extra)))
+        out += length_delimited(21, length_delimited(1, _pb_schema(extra)))
     elif isinstance(extra, bool):
-        out += _pb_bytes(21, _field(2, 0, b"\x01" if extra else b"\x00"))
+        out += length_delimited(21, field(2, 0, b"\x01" if extra else b"\x00"))
     types = schema.get("type")
     if types:
         names = types if isinstance(types, list) else [types]
-        out += _pb_bytes(22, b"".join(_pb_string(1, str(t)) for t in names))
+        out += length_delimited(22, b"".join(_pb_string(1, str(t)) for t in names))
     items = schema.get("items")
     if items:
         listed = items if isinstance(items, list) else [items]
-        out += _pb_bytes(23, b"".join(_pb_bytes(1, _pb_schema(i)) for i in listed))
+        out += length_delimited(23, b"".join(length_delimited(1, _pb_schema(i)) for i in listed))
     for sub in schema.get("allOf") or []:
-        out += _pb_bytes(24, _pb_schema(sub))
+        out += length_delimited(24, _pb_schema(sub))
     props = schema.get("properties")
     if isinstance(props, dict):
         named = b"".join(
-            _pb_bytes(1, _pb_string(1, name) + _pb_bytes(2, _pb_schema(sub)))
+            length_delimited(1, _pb_string(1, name) + length_delimited(2, _pb_schema(sub)))
             for name, sub in props.items()
         )
-        out += _pb_bytes(25, named)
+        out += length_delimited(25, named)
     if "example" in schema:
         out += _pb_any(30, schema["example"])
     for key, value in schema.items():
@@ -124,12 +104,12 @@ def swagger_protobuf(document: dict[str, Any]) -> bytes:
     ``x-kubernetes-group-version-kind``; it does not read paths from v2)."""
     info = document.get("info") or {}
     out = bytearray(_pb_string(1, str(document.get("swagger", "2.0"))))
-    out += _pb_bytes(
+    out += length_delimited(
         2, _pb_string(1, info.get("title", "")) + _pb_string(2, info.get("version", ""))
     )
     definitions = b"".join(
-        _pb_bytes(1, _pb_string(1, name) + _pb_bytes(2, _pb_schema(schema)))
+        length_delimited(1, _pb_string(1, name) + length_delimited(2, _pb_schema(schema)))
         for name, schema in (document.get("definitions") or {}).items()
     )
-    out += _pb_bytes(9, definitions)
+    out += length_delimited(9, definitions)
     return bytes(out)
