@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,16 @@ def pod_spec_of(kubectl: Kubectl, name: str) -> dict[str, Any]:
     return spec
 
 
+@pytest.fixture
+def created(kubectl: Kubectl) -> Iterator[list[str]]:
+    """Names of the ClusterTrainingRuntimes a test creates, deleted after it: the server is
+    shared by the whole session, and other tests list the cluster's runtimes."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        kubectl.run("delete", "clustertrainingruntime", name, "--ignore-not-found", check=False)
+
+
 def test_explain_shows_the_container_fields(kubectl: Kubectl, crds_applied: None) -> None:
     path = (
         "clustertrainingruntime.spec.template.spec.replicatedJobs.template.spec.template.spec"
@@ -108,12 +119,14 @@ def test_misspelt_pod_spec_field_is_rejected_with_its_path(
 
 
 def test_misspelt_pod_spec_field_is_pruned_when_not_strict(
-    kubectl: Kubectl, crds_applied: None
+    kubectl: Kubectl, crds_applied: None, created: list[str]
 ) -> None:
     warned = f"warn-{next(_names)}"
+    created.append(warned)
     out = kubectl.run("apply", "--validate=warn", "-f", "-", stdin=misspelt(warned))
     assert f'unknown field "{POD_SPEC}.containers[0].imagePullPolicyy"' in out.stderr
     ignored = f"ignore-{next(_names)}"
+    created.append(ignored)
     out = kubectl.run("apply", "--validate=false", "-f", "-", stdin=misspelt(ignored))
     assert "unknown field" not in out.stderr
     for name in (warned, ignored):
@@ -139,12 +152,13 @@ def test_invalid_pod_spec_value_is_rejected(kubectl: Kubectl, crds_applied: None
 
 
 def test_server_side_apply_merges_containers_and_env_by_key(
-    kubectl: Kubectl, crds_applied: None
+    kubectl: Kubectl, crds_applied: None, created: list[str]
 ) -> None:
     """Two field managers each own one env entry of the same container: both survive, with no
     conflict, because containers and env are list maps keyed by name (with atomic lists the
     second apply would conflict or replace the first one's list)."""
     name = f"ssa-{next(_names)}"
+    created.append(name)
     first = runtime(name)
     pod = first["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     pod["spec"]["containers"][0]["env"] = [{"name": "FROM_A", "value": "a"}]
