@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from trainer.api import crds
+from trainer.cli.signals import stop_on_signals
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
 from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.statefile import StateFileError
@@ -49,10 +49,7 @@ async def _serve(
         "0600): anyone who can read it controls this API server"
     )
     typer.echo(f"kubeconfig written to {kubeconfig}: export KUBECONFIG={kubeconfig}")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     await stop.wait()
     typer.echo("stopping")
     await server.stop()

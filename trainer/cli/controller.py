@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 from typing import Annotated
 
 import typer
 
 from trainer.cli.process import ProcessOptions, run_controller
+from trainer.cli.signals import stop_on_signals
 from trainer.controller.config import ConfigError, load_config, parse_feature_gates
 from trainer.kube.client import KubeconfigError, new_api_client
 from trainer.observability.logging import parse_level, setup_logging
@@ -21,10 +21,7 @@ async def _main(
     if gates:
         config = config.with_feature_gates(gates)
     api = await new_api_client(kubeconfig)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         await run_controller(api, config, stop, options=ProcessOptions(webhook=webhook))
     finally:

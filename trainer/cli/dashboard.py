@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from trainer.cli.signals import stop_on_signals
 from trainer.dashboard.server import Dashboard
 from trainer.kube.client import KubeconfigError, is_loopback, new_api_client
 from trainer.kube.kubeconfig import context_namespace, default_path
@@ -147,10 +147,7 @@ async def _main(
         except OSError as err:
             print(f"error: --address/--port {address}:{port}: {err.strerror}", file=sys.stderr)
             return 2
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        stop = stop_on_signals()
         try:
             await stop.wait()
         finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from trainer.cli.dashboard import DashboardOptions, DashboardPortError, beside_p
 from trainer.cli.failures import failed_containers
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
+from trainer.cli.signals import stop_on_signals
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
 from trainer.controller.config import parse_feature_gates
 from trainer.kube import resources as r
@@ -202,10 +202,7 @@ async def _run(
     plane = await start_local_plane(
         work_dir=Path.cwd(), on_log=printer.log, feature_gates=gates, ready_timeout=ready_timeout
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         printer.line(f"API server at {plane.server.url}")
         if dashboard is not None:
@@ -359,10 +356,7 @@ async def _up(
             await plane.close()
             raise
         plane.tasks.append(board)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         await stop.wait()
         printer.line("stopping")

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from typing import Annotated
 
 import typer
 
+from trainer.cli.signals import stop_on_signals
 from trainer.kube.client import KubeconfigError, new_api_client
 from webhooks.run import WebhookOptions, run_webhook
 
 
 async def _serve(kubeconfig: str | None, options: WebhookOptions) -> None:
     api = await new_api_client(kubeconfig)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         await run_webhook(api, options, stop)
     finally:
