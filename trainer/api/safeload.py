@@ -305,8 +305,30 @@ def _depth_bound(text: str) -> int:
 
 def _check_event_depth(text: str, source: str, limits: Limits) -> None:
     """Count collection start/end events (the parser does not recurse) and refuse at once
-    when nesting exceeds the limit, before anything is composed."""
-    parser = _CParser(text) if _CParser is not None else yaml.SafeLoader(text)
+    when nesting exceeds the limit, before anything is composed.
+
+    The libyaml in PyYAML 6.0.4's wheels refuses more than 1,000 nesting
+    levels in its scanner, which reads ahead of the events (a flow collection may be a simple
+    key), so it can refuse before the count reaches the limit. That refusal is replaced by
+    this reader's own, found by counting again with PyYAML's pure-Python parser: its scanner
+    reads at most 1,024 characters ahead, so it stops just past the limit."""
+    if _CParser is None:
+        _count_event_depth(yaml.SafeLoader(text), source, limits)
+        return
+    try:
+        _count_event_depth(_CParser(text), source, limits)
+    except yaml.MarkedYAMLError as exc:
+        if not _is_nesting_refusal(exc):
+            raise
+        _count_event_depth(yaml.SafeLoader(text), source, limits)
+        raise  # deeper than libyaml allows but within this reader's limit
+
+
+def _is_nesting_refusal(exc: yaml.MarkedYAMLError) -> bool:
+    return "maximum nesting depth" in (exc.problem or "")
+
+
+def _count_event_depth(parser: Any, source: str, limits: Limits) -> None:
     depth = 0
     try:
         while parser.check_event():
@@ -426,7 +448,9 @@ def _parse_yaml(
         return _yaml_documents(text, source, limits, allow_duplicate_keys)
     except yaml.MarkedYAMLError as exc:
         problem = exc.problem or str(exc)
-        if exc.context and exc.context not in problem and "duplicate" not in problem:
+        if _is_nesting_refusal(exc):
+            problem = f"nested deeper than the limit of {limits.max_depth} levels"
+        elif exc.context and exc.context not in problem and "duplicate" not in problem:
             problem = f"{problem} ({exc.context})"
         if not isinstance(exc, ConstructorError):
             problem = f"YAML syntax error: {problem}"
