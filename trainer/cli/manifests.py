@@ -20,6 +20,9 @@ def manifests(
         typer.Option(
             "--values",
             "-f",
+            # Our bounded reader reports an unreadable file on one `error:` line (exit 2);
+            # typer's default check would print a usage box that wraps long paths.
+            readable=False,
             help="YAML values (keys: namespace, image, imagePullPolicy, replicas, logLevel, "
             "resources, nodeSelector, tolerations, priorityClassName, trainJobConcurrency, "
             "featureGates, webhook.failurePolicy, webhook.timeoutSeconds).",
