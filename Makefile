@@ -17,9 +17,15 @@ FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.
 export FIND_LINKS
 INSTALL = $(UV) pip install --quiet --python $(BIN)/python --constraint $(LOCK) \
 	--build-constraint $(LOCK) $(foreach d,$(FIND_LINKS),--find-links $(d))
-# pytest workers: the suite is split across processes (tests/conftest.py groups the tests that
-# share a local control plane onto one worker).
+# pytest-xdist workers. Whole files go to one worker (--dist loadfile), so a file's module- and
+# session-scoped fixtures (an API server for kubectl, a dashboard and its browser) start once.
+# Three on two cores: the end-to-end tests spend part of their time waiting on pods.
 PYTEST_WORKERS ?= 3
+# Python writes its bytecode caches (__pycache__, ignored by git) as it does by default: the
+# suite starts hundreds of Python processes (the CLI, pods, torchrun, mpirun's ranks), and with
+# PYTHONDONTWRITEBYTECODE set in the caller's environment each one would compile every module it
+# imports again.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: quickstart test lint typecheck unit crds check-crds check-lock manifests install lock \
 	clean help
@@ -74,7 +80,7 @@ check-crds: install
 	$(BIN)/python -m trainer.api.crds --check
 
 unit: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test: check-lock lint typecheck check-crds unit
 

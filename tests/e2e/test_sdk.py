@@ -21,11 +21,13 @@ Pending/Running state in ``status.state`` (not in conditions) so that inference 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import importlib.util
 import time
 import warnings
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -33,16 +35,21 @@ from tests.e2e.test_run import until
 from trainer.api import constants as c
 from trainer.cli.localplane import LocalPlane, start_local_plane
 
-try:
+if TYPE_CHECKING:
+    from kubeflow.trainer import TrainerClient
+
+# The SDK is imported by the tests that use it, not at collection (it takes seconds, and every
+# pytest-xdist worker collects every module).
+HAVE_SDK = importlib.util.find_spec("kubeflow") is not None
+
+
+def sdk_module() -> Any:
     # kubeflow 0.5 declares pydantic models with class-based Config (deprecated in pydantic 2):
     # not this project's warnings.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        from kubeflow.trainer import CustomTrainer, KubernetesBackendConfig, TrainerClient
+        return importlib.import_module("kubeflow.trainer")
 
-    HAVE_SDK = True
-except ImportError:  # pragma: no cover - the dev extra installs kubeflow==0.5.0
-    HAVE_SDK = False
 
 pytestmark = pytest.mark.skipif(
     not HAVE_SDK, reason="needs the Kubeflow SDK (pip install -e '.[dev]' installs kubeflow)"
@@ -73,8 +80,10 @@ async def sdk(call: Callable[[], T]) -> T:
 
 
 async def client_for(tmp_path: Path) -> TrainerClient:
-    config = KubernetesBackendConfig(config_file=str(kubeconfig(tmp_path)), namespace="default")
-    return await sdk(lambda: TrainerClient(backend_config=config))
+    kf = sdk_module()
+    config = kf.KubernetesBackendConfig(config_file=str(kubeconfig(tmp_path)), namespace="default")
+    client: TrainerClient = await sdk(lambda: kf.TrainerClient(backend_config=config))
+    return client
 
 
 def greet(greeting: str) -> None:
@@ -113,7 +122,7 @@ async def test_the_sdk_trains_a_function_waits_and_reads_its_logs(
     plane: LocalPlane, tmp_path: Path
 ) -> None:
     client = await client_for(tmp_path)
-    trainer = CustomTrainer(func=greet, func_args={"greeting": "hello"}, num_nodes=2)
+    trainer = sdk_module().CustomTrainer(func=greet, func_args={"greeting": "hello"}, num_nodes=2)
     name = await sdk(lambda: client.train(runtime="torch-local-cpu", trainer=trainer))
 
     job = await sdk(
@@ -147,7 +156,9 @@ async def test_the_sdk_trains_a_function_waits_and_reads_its_logs(
 async def test_the_sdk_follows_the_logs_of_a_running_job(plane: LocalPlane, tmp_path: Path) -> None:
     client = await client_for(tmp_path)
     name = await sdk(
-        lambda: client.train(runtime="torch-local-cpu", trainer=CustomTrainer(tick, {"count": 10}))
+        lambda: client.train(
+            runtime="torch-local-cpu", trainer=sdk_module().CustomTrainer(tick, {"count": 10})
+        )
     )
 
     def follow() -> list[str]:

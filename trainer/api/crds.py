@@ -425,20 +425,37 @@ def to_yaml(obj: Any) -> str:
     return HEADER + yamlout.dump(obj, allow_unicode=True)
 
 
-def rendered_files() -> Iterator[tuple[str, str]]:
-    """(relative path, content) of every generated file."""
-    names = []
+def _generated() -> list[tuple[str, dict[str, Any]]]:
+    """(relative path, object) of every generated file."""
+    out: list[tuple[str, dict[str, Any]]] = []
     for crd in trainer_crds():
         fname = f"{crd['spec']['group']}_{crd['spec']['names']['plural']}.yaml"
-        names.append(fname)
-        yield f"manifests/base/crds/{fname}", to_yaml(crd)
+        out.append((f"manifests/base/crds/{fname}", crd))
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": names,
+        "resources": [rel.rsplit("/", 1)[1] for rel, _ in out],
     }
-    yield "manifests/base/crds/kustomization.yaml", to_yaml(kustomization)
-    yield "manifests/local/jobset.x-k8s.io_jobsets.yaml", to_yaml(jobset_crd())
+    out.append(("manifests/base/crds/kustomization.yaml", kustomization))
+    out.append(("manifests/local/jobset.x-k8s.io_jobsets.yaml", jobset_crd()))
+    return out
+
+
+def generated_paths() -> list[str]:
+    """The relative path of every generated file (without writing any YAML)."""
+    return [rel for rel, _ in _generated()]
+
+
+@functools.cache
+def _rendered() -> tuple[tuple[str, str], ...]:
+    # The files are a pure function of the models; writing ~40k lines of YAML takes seconds,
+    # and `--check`, `make crds` and the tests ask for them more than once per process.
+    return tuple((rel, to_yaml(obj)) for rel, obj in _generated())
+
+
+def rendered_files() -> Iterator[tuple[str, str]]:
+    """(relative path, content) of every generated file."""
+    yield from _rendered()
 
 
 def sync_file(root: Path, rel: str, content: str, check: bool) -> bool:
