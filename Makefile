@@ -33,7 +33,8 @@ unexport PYTHONDONTWRITEBYTECODE
 help:
 	@echo "make quickstart  - install the base package and the torch extra into $(VENV), then train the quickstart TrainJob"
 	@echo "make install     - install every extra (dev, examples) and the Debian packages the tests use"
-	@echo "make test        - make install, then lint, type-check and run every test"
+	@echo "make test        - make install, then check the lock, lint, type-check and run every test"
+	@echo "                   (PYTEST_WORKERS=3 pytest-xdist workers; 0 runs pytest in one process)"
 	@echo "make lock        - re-resolve $(LOCK) from pyproject.toml (newest versions the registries serve)"
 	@echo "make crds        - regenerate manifests/ CRDs from the API models (and trainer/api/kubeschema.json from kubernetes-validate)"
 	@echo "make manifests   - regenerate manifests/base and overlays from trainer/deploy/templates"

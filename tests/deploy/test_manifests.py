@@ -26,6 +26,8 @@ from trainer.deploy.render import install_objects, runtime_objects
 from trainer.deploy.values import Values, load_values
 from trainer.local.apiserver import APIServer
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 MIN_KUBERNETES = render.MIN_KUBERNETES + ".0"
 """The oldest Kubernetes this install supports (docs/install.md): every built-in object must

@@ -31,6 +31,8 @@ from typer.testing import CliRunner
 from tests.e2e.hostile import CASES, Case, is_root
 from trainer.cli.main import app
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 TIME_BOUND = 20.0
 runner = CliRunner()

@@ -60,6 +60,8 @@ if KUBECTL is None:
 
 TRAIN = """
 import datetime, json, os, ssl, sys, time, urllib.request
+
+pytestmark = pytest.mark.slow
 gate = os.environ["GATE"]
 def report(pct, eta, **metrics):
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -29,6 +29,8 @@ from trainer.cli.main import app
 from trainer.kube.client import new_api_client
 from trainer.kube.rest import Kube
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 KUBECTL = shutil.which("kubectl")

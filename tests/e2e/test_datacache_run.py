@@ -21,9 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples/data-cache/trainjob.yaml"
 MISSING = deps.available()
 
-pytestmark = pytest.mark.skipif(
-    MISSING is not None, reason=f"the data cache's extra is not installed: {MISSING}"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        MISSING is not None, reason=f"the data cache's extra is not installed: {MISSING}"
+    ),
+]
 
 try:
     import torch  # noqa: F401

@@ -58,7 +58,7 @@ def _missing() -> str:
 
 
 MISSING = _missing()
-pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(MISSING), reason=MISSING)]
 
 
 def trainer_run(path: Path) -> subprocess.CompletedProcess[str]:

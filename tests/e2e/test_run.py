@@ -19,6 +19,8 @@ from trainer.api import constants as c
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.kube import resources as r
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 try:

@@ -16,7 +16,10 @@ from tests.e2e.test_run_flows import KUBECTL, kubectl
 
 PY = sys.executable
 READY = "local control plane ready"
-pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed"),
+]
 
 
 async def start_up(cwd: Path, kubeconfig: Path, state: Path) -> asyncio.subprocess.Process:

@@ -46,6 +46,8 @@ from webhooks.lookup import StaticLookup
 from webhooks.offload import Offload
 from webhooks.server import WebhookServer
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 MIB = 1024 * 1024

@@ -10,6 +10,8 @@ import yaml
 
 from trainer.api import crds
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

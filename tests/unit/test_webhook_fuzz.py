@@ -42,6 +42,8 @@ from webhooks.app import (
 from webhooks.lookup import StaticLookup
 from webhooks.testing import asgi_request
 
+pytestmark = pytest.mark.slow
+
 TRAINJOB_PATHS = [PATH_VALIDATE_TRAINJOB, PATH_MUTATE_TRAINJOB]
 RUNTIME_PATHS = [PATH_VALIDATE_TRAINING_RUNTIME, PATH_VALIDATE_CLUSTER_TRAINING_RUNTIME]
 ALL_PATHS = TRAINJOB_PATHS + RUNTIME_PATHS
