@@ -6,8 +6,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 LOCK := requirements.lock
-# uv resolves the lock and installs from it (about ten times faster than pip here); it is
-# itself pinned, and installed into the venv with pip.
+# uv resolves the lock and installs from it (the test environment in 18 s with an empty cache,
+# against pip's 146 s: docs/install.md); it is itself pinned, and installed into the venv with pip.
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv
 # Folders of wheels to install from besides PyPI (uv does not read pip's configuration): by
