@@ -46,6 +46,8 @@ CHROMIUM_ARGS = [
 WAIT_MS = 45_000
 SHOTS = os.environ.get("TRAINER_DASHBOARD_SCREENSHOTS")
 
+pytestmark = pytest.mark.slow
+
 try:
     from playwright.sync_api import Browser, Page, expect, sync_playwright
 except ImportError:  # pragma: no cover - the dev extra installs it
@@ -60,8 +62,6 @@ if KUBECTL is None:
 
 TRAIN = """
 import datetime, json, os, ssl, sys, time, urllib.request
-
-pytestmark = pytest.mark.slow
 gate = os.environ["GATE"]
 def report(pct, eta, **metrics):
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
