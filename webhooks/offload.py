@@ -41,12 +41,11 @@ import logging
 import os
 import pickle
 import struct
-import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from trainer.admission.types import ClusterView
+from trainer.pyexec import module_command, module_env
 from webhooks.review import Answer, Needs, Outcome
 
 log = logging.getLogger("webhooks.admission")
@@ -61,7 +60,6 @@ START_TIMEOUT = 60.0
 #: The workers' CPU priority (nice): module docstring.
 WORKER_NICE = 10
 _LENGTH = struct.Struct(">Q")
-_ROOT = str(Path(__file__).resolve().parents[1])
 
 
 def _slim(view: ClusterView) -> ClusterView:
@@ -92,17 +90,12 @@ class _Worker:
 
     @classmethod
     async def start(cls, nice: int) -> _Worker:
-        path = os.environ.get("PYTHONPATH", "")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (_ROOT, path) if p)}
+        # Not from the working directory (trainer/pyexec.py): the worker is our own code.
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "webhooks.worker",
-            "--nice",
-            str(nice),
+            *module_command("webhooks.worker", "--nice", str(nice)),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            env=env,
+            env=module_env(os.environ),
         )
         return cls(proc)
 

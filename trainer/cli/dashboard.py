@@ -20,6 +20,7 @@ from trainer.kube.client import KubeconfigError, is_loopback, new_api_client
 from trainer.kube.kubeconfig import context_namespace, default_path
 from trainer.kube.rest import APIError, Kube
 from trainer.observability.logging import setup_logging
+from trainer.pyexec import module_command, module_env
 
 LOOPBACK = "127.0.0.1"
 LEAN_ENV = "TRAINER_DASHBOARD_LEAN"
@@ -39,8 +40,9 @@ def reexec_lean() -> None:
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    argv = [sys.executable, "-m", "trainer.cli.dashboard_main", *sys.argv[2:]]
-    os.execve(sys.executable, argv, {**os.environ, LEAN_ENV: "1"})
+    # Not from the working directory (trainer/pyexec.py): the lean entry point is our own code.
+    argv = module_command("trainer.cli.dashboard_main", *sys.argv[2:])
+    os.execve(sys.executable, argv, module_env({**os.environ, LEAN_ENV: "1"}))
 
 
 def address_warning(address: str) -> str | None:
