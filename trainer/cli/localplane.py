@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -154,6 +155,16 @@ class LocalPlane:
             self._tmp.cleanup()
 
 
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only this user can enter (0700), made so from the start; one
+    that exists must be ours and is closed to others."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.is_symlink() or path.stat().st_uid != os.geteuid():
+        raise RuntimeError(f"{path}: not a directory of this user's")
+    path.chmod(0o700)
+    return path
+
+
 def install_basics(server: APIServer) -> None:
     """CRDs, the system namespace and the built-in runtimes (labelled to skip the runtime
     webhooks, as the runtimes overlay does), unless already present (a state file)."""
@@ -218,6 +229,7 @@ async def start_local_plane(
         tmp = tempfile.TemporaryDirectory(prefix="trainer-local-", dir=private_parent())
         state_dir = Path(tmp.name)
     state_dir.mkdir(parents=True, exist_ok=True)
+    cert_dir = private_dir(state_dir / "webhook-certs")
     kubeconfig = state_dir / "kubeconfig"
     server.write_kubeconfig(str(kubeconfig))
     api = await new_api_client(str(kubeconfig))
@@ -238,6 +250,7 @@ async def start_local_plane(
                 webhook_extra_hosts=("127.0.0.1",),
                 status_server_url=f"https://127.0.0.1:{status_port}",
                 status_server_host="127.0.0.1",
+                webhook_cert_dir=str(cert_dir),
             ),
             ready=ready,
             state=controller_state,

@@ -69,6 +69,11 @@ class ProcessOptions:
     ``https://<webhookServiceName>.<namespace>.svc:<statusServer.port>``."""
     status_server_host: str = ""
     """Address the status server binds ("" = all)."""
+    webhook_cert_dir: str | None = None
+    """Where the webhook's serving certificate is written and read; None: upstream's
+    ``/tmp/k8s-webhook-server/serving-certs`` (a Deployment's own emptyDir or Secret mount).
+    The local plane passes a private directory of its own: that fixed path is shared by every
+    user of a machine."""
 
 
 @dataclass
@@ -299,6 +304,7 @@ async def _webhook(
             tls_ciphers=config.tls.openssl_ciphers(),
             alpn_protocols=config.tls.served_protocols(),
             runtime_cache=cached_runtime,
+            cert_dir=options.webhook_cert_dir or WebhookOptions().cert_dir,
         ),
         stop,
         started,
@@ -320,9 +326,10 @@ async def _server_tls(
     if options.webhook:
         context: ssl.SSLContext = (await webhook_started).tls.context
         return context
-    files = read_cert_dir(WebhookOptions().cert_dir)
+    cert_dir = options.webhook_cert_dir or WebhookOptions().cert_dir
+    files = read_cert_dir(cert_dir)
     if files is None:
-        log.error("%s: no certificate in %s", what, WebhookOptions().cert_dir)
+        log.error("%s: no certificate in %s", what, cert_dir)
         return None
     tls = ServerTLS(
         min_version=tls_version(config.tls.min_version or "1.2"),
