@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from trainer.files import write_file
 from webhooks.certgen import (
     BACKDATE,
     CA_CERT,
@@ -111,21 +112,6 @@ log = logging.getLogger(__name__)
 # Files
 
 
-def _atomic_write(path: Path, data: bytes, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), mode)
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def write_cert_dir(directory: str | os.PathLike[str], bundle: CertBundle) -> None:
     """Write ``tls.crt``, ``tls.key`` and ``ca.crt`` into ``directory``, each atomically (a
     temporary file in the same directory, then rename), so a reader never sees half a file.
@@ -137,9 +123,9 @@ def write_cert_dir(directory: str | os.PathLike[str], bundle: CertBundle) -> Non
     """
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
-    _atomic_write(root / TLS_KEY, bundle.key, 0o600)
-    _atomic_write(root / TLS_CERT, bundle.cert, 0o644)
-    _atomic_write(root / CA_CERT, bundle.ca_cert, 0o644)
+    write_file(root / TLS_KEY, bundle.key, 0o600)
+    write_file(root / TLS_CERT, bundle.cert, 0o644)
+    write_file(root / CA_CERT, bundle.ca_cert, 0o644)
 
 
 def read_cert_dir(directory: str | os.PathLike[str]) -> tuple[bytes, bytes] | None:

@@ -64,6 +64,8 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
 )
 
+from trainer.files import write_file
+
 LOCAL_SSH = "trainer.kubeflow.org/local-ssh"
 """Pod annotation: JSON ``{"port": <container port>, "hosts": {"<hostname>": <host port>}}``."""
 SSH_AUTH_TYPE = "kubernetes.io/ssh-auth"
@@ -228,8 +230,7 @@ def _host_key(path: Path) -> None:
         return
     key = ed25519.Ed25519PrivateKey.generate()
     pem = key.private_bytes(Encoding.PEM, PrivateFormat.OpenSSH, NoEncryption())
-    path.write_bytes(pem)
-    path.chmod(0o600)
+    write_file(path, pem, 0o600)  # never readable by others, not even for a moment
 
 
 def _quote(value: str) -> str:

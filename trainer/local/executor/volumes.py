@@ -28,11 +28,11 @@ File modes and ``fsGroup``
 
 from __future__ import annotations
 
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from trainer.files import write_file
 from trainer.local.executor.podfields import (
     DEFAULT_FILE_MODE,
     ConfigError,
@@ -274,7 +274,6 @@ def write_volume(plan: VolumePlan) -> None:
     for f in plan.files:
         target = root / f.path
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists():
-            target.chmod(stat.S_IRUSR | stat.S_IWUSR)
-        target.write_bytes(f.data)
-        target.chmod(f.mode & 0o7777)
+        # Created with its final mode (a Secret's key is never briefly 0644) and renamed over
+        # the old file, which may be read-only.
+        write_file(target, f.data, f.mode & 0o7777)
