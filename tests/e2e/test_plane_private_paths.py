@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.cli.localplane import private_dir, start_local_plane
+from trainer.cli.localplane import start_local_plane
+from trainer.files import private_dir
 
 
 def mode(path: Path) -> int:

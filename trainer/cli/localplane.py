@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from trainer.api import crds
 from trainer.builtin import builtin_runtime_documents
 from trainer.cli.process import ProcessOptions, ProcessState, run_controller
 from trainer.controller.config import Configuration, parse_config
+from trainer.files import private_dir
 from trainer.kube.client import ApiClient, new_api_client
 from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
@@ -153,16 +153,6 @@ class LocalPlane:
         await self.server.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
-
-
-def private_dir(path: Path) -> Path:
-    """``path`` as a directory only this user can enter (0700), made so from the start; one
-    that exists must be ours and is closed to others."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.is_symlink() or path.stat().st_uid != os.geteuid():
-        raise RuntimeError(f"{path}: not a directory of this user's")
-    path.chmod(0o700)
-    return path
 
 
 def install_basics(server: APIServer) -> None:
