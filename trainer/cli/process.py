@@ -304,11 +304,18 @@ async def _webhook(
             tls_ciphers=config.tls.openssl_ciphers(),
             alpn_protocols=config.tls.served_protocols(),
             runtime_cache=cached_runtime,
-            cert_dir=options.webhook_cert_dir or WebhookOptions().cert_dir,
+            cert_dir=_cert_dir(options),
         ),
         stop,
         started,
     )
+
+
+def _cert_dir(options: ProcessOptions) -> str:
+    """The webhook's certificate directory: the process's own, else upstream's default."""
+    from webhooks.run import WebhookOptions  # noqa: PLC0415 - FastAPI stays unloaded without it
+
+    return options.webhook_cert_dir or WebhookOptions().cert_dir
 
 
 async def _server_tls(
@@ -321,12 +328,11 @@ async def _server_tls(
     certificates are ready; without the webhook in this process, one made from the cert dir's
     files (None, logged, when there are none)."""
     from webhooks.certs import ServerTLS, read_cert_dir, tls_version  # noqa: PLC0415
-    from webhooks.run import WebhookOptions  # noqa: PLC0415
 
     if options.webhook:
         context: ssl.SSLContext = (await webhook_started).tls.context
         return context
-    cert_dir = options.webhook_cert_dir or WebhookOptions().cert_dir
+    cert_dir = _cert_dir(options)
     files = read_cert_dir(cert_dir)
     if files is None:
         log.error("%s: no certificate in %s", what, cert_dir)
