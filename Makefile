@@ -13,7 +13,10 @@ UV := $(BIN)/uv
 # Folders of wheels to install from besides PyPI (uv does not read pip's configuration): by
 # default those pip is configured with, which on this project's machines hold the CPU build of
 # torch the lock pins. Elsewhere: UV_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu.
-FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+# Worked out once per make run (an exported recursive variable would ask pip for every recipe).
+ifndef FIND_LINKS
+FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+endif
 export FIND_LINKS
 INSTALL = $(UV) pip install --quiet --python $(BIN)/python --constraint $(LOCK) \
 	--build-constraint $(LOCK) $(foreach d,$(FIND_LINKS),--find-links $(d))

@@ -307,9 +307,9 @@ def _check_event_depth(text: str, source: str, limits: Limits) -> None:
     """Count collection start/end events (the parser does not recurse) and refuse at once
     when nesting exceeds the limit, before anything is composed.
 
-    The libyaml in PyYAML 6.0.4's wheels refuses more than 1,000 nesting
-    levels in its scanner, which reads ahead of the events (a flow collection may be a simple
-    key), so it can refuse before the count reaches the limit. That refusal is replaced by
+    The libyaml in PyYAML 6.0.4's wheels refuses more than 1,000 nesting levels in its
+    scanner, which reads ahead of the events (a flow collection may be a simple key), so it
+    can refuse before the count reaches the limit. That refusal is replaced by
     this reader's own, found by counting again with PyYAML's pure-Python parser: its scanner
     reads at most 1,024 characters ahead, so it stops just past the limit."""
     if _CParser is None:
