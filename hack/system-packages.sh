@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the end-to-end tests run for real (see docs/install.md,
-# "Developing"): OpenSSH's server and client for MPI pods on the local plane, and Chromium
-# for the dashboard's browser tests. Called by `make install`; safe to run again (packages
+# "Developing"): OpenSSH's server and client for MPI pods on the local plane, passt's pasta
+# for the egress of the pods' network sandboxes (docs/local-plane.md, "The network sandbox"),
+# and Chromium for the dashboard's browser tests. Called by `make install`; safe to run again (packages
 # already present are skipped). Without root or apt-get it prints what is missing and
 # returns 0: the tests that need a missing program are then skipped with the reason printed.
 set -euo pipefail
@@ -10,6 +11,7 @@ set -euo pipefail
 declare -A NEEDED=(
     [/usr/sbin/sshd]=openssh-server
     [/usr/bin/ssh]=openssh-client
+    [/usr/bin/pasta]=passt
     [/usr/bin/chromium]=chromium
 )
 

@@ -119,17 +119,19 @@ def cache(parquet: Path) -> Iterator[list[CacheServer]]:
 
 def test_health_is_serving_only_once_loaded(cache: list[CacheServer]) -> None:
     head = cache[0]
-    assert check_health(head.port, "", 2.0) is False
+    assert check_health(f"127.0.0.1:{head.port}", "", 2.0) is False
     with pytest.raises(fl.FlightUnavailableError, match="the cache is loading"):
         fl.connect(f"grpc://127.0.0.1:{head.port}").get_flight_info(
             fl.FlightDescriptor.for_path("sales", "tx")
         )
     assert head.load() == (ROWS, head.state.rows)
-    assert check_health(head.port, "", 2.0) is True
-    assert check_health(head.port, "arrow.flight.protocol.FlightService", 2.0) is True
-    assert check_health(head.port, "unknown", 2.0) is False
+    assert check_health(f"127.0.0.1:{head.port}", "", 2.0) is True
+    assert (
+        check_health(f"127.0.0.1:{head.port}", "arrow.flight.protocol.FlightService", 2.0) is True
+    )
+    assert check_health(f"127.0.0.1:{head.port}", "unknown", 2.0) is False
     head.stop(0)
-    assert check_health(head.port, "", 1.0) is False
+    assert check_health(f"127.0.0.1:{head.port}", "", 1.0) is False
 
 
 def test_flight_info_points_readers_at_the_pods_holding_each_part(
@@ -238,7 +240,7 @@ def test_serve_loads_serves_and_stops_on_sigterm(parquet: Path) -> None:
         ready = proc.stdout.readline()
         assert "ready: table sales/tx, rows 0-1000 of 1000" in ready, ready
         port = int(ready.rsplit("port ", 1)[1].split(",")[0])
-        assert check_health(port, "", 2.0) is True
+        assert check_health(f"127.0.0.1:{port}", "", 2.0) is True
         with CacheClient(f"127.0.0.1:{port}") as client:
             assert client.read_table().num_rows == ROWS
         proc.send_signal(signal.SIGTERM)
@@ -279,13 +281,15 @@ def test_pods_on_one_shared_address_register_with_pod_0(parquet: Path) -> None:
     try:
         assert [s.start() for s in others] != [port, port]
         head.load()
-        assert check_health(port, "", 2.0) is False  # pods 1 and 2 have not registered
+        assert (
+            check_health(f"127.0.0.1:{port}", "", 2.0) is False
+        )  # pods 1 and 2 have not registered
         with pytest.raises(fl.FlightUnavailableError, match=r"waiting for cache pods \[1, 2\]"):
             fl.connect(f"grpc://127.0.0.1:{port}").list_flights().__next__()
         for server in others:
             server.load()
             assert server.register(timeout=10) == f"grpc://127.0.0.1:{server.port}"
-        assert check_health(port, "", 2.0) is True
+        assert check_health(f"127.0.0.1:{port}", "", 2.0) is True
         info = fl.connect(f"grpc://127.0.0.1:{port}").get_flight_info(
             fl.FlightDescriptor.for_path("sales", "tx")
         )

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from trainer.api import constants as c
 from trainer.api import crds
@@ -203,10 +204,12 @@ async def start_local_plane(
     feature_gates: dict[str, bool] | None = None,
     reset_damaged_state: bool = False,
     ready_timeout: float | None = None,
+    allow_exposed_ports: bool = False,
 ) -> LocalPlane:
     """Start the local plane. With ``feature_gates`` TrainJobStatus=true the status server
     runs too, on 127.0.0.1 (its certificate covers 127.0.0.1), and pods are told
-    ``https://127.0.0.1:<port>`` as its base URL."""
+    ``https://127.0.0.1:<port>`` as its base URL. ``allow_exposed_ports`` lets elastic
+    TrainJobs run where pods cannot get a network sandbox."""
     server = APIServer(port=port, state_file=state_file, reset_damaged_state=reset_damaged_state)
     await server.start()
     install_basics(server)
@@ -255,6 +258,10 @@ async def start_local_plane(
         state_dir=state_dir,
         on_log=on_log,
         ready_timeout=ready_timeout,
+        # What the pods' network sandboxes forward in (docs/local-plane.md, "The network
+        # sandbox"): the status server and, for in-cluster clients, the API server.
+        plane_ports=(status_port, urlsplit(server.url).port or 0),
+        allow_exposed_ports=allow_exposed_ports,
     )
     await executor.start()
     await asyncio.wait(

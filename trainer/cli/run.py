@@ -184,6 +184,7 @@ async def _run(
     strict_fields: bool = True,
     dashboard: DashboardOptions | None = None,
     ready_timeout: float | None = None,
+    allow_exposed_ports: bool = False,
 ) -> int:
     printer = Printer()
     try:
@@ -200,7 +201,11 @@ async def _run(
         return refused
     printer.line("starting the local control plane (API server, webhook, controller, executor)")
     plane = await start_local_plane(
-        work_dir=Path.cwd(), on_log=printer.log, feature_gates=gates, ready_timeout=ready_timeout
+        work_dir=Path.cwd(),
+        on_log=printer.log,
+        feature_gates=gates,
+        ready_timeout=ready_timeout,
+        allow_exposed_ports=allow_exposed_ports,
     )
     stop = stop_on_signals()
     try:
@@ -224,6 +229,16 @@ async def _run(
     finally:
         await plane.close()
 
+
+AllowExposedPortsOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-exposed-ports",
+        help="Where pods cannot get a network sandbox (namespaces refused), run elastic "
+        "(c10d) TrainJobs anyway, their rendezvous store open to other users and the network "
+        "(docs/local-plane.md, 'The network sandbox').",
+    ),
+]
 
 FEATURE_GATES_HELP = (
     "Controller feature gates, e.g. TrainJobStatus=true: the status server runs on 127.0.0.1 "
@@ -276,6 +291,7 @@ def run(
             "runs only: JobSet itself waits forever.",
         ),
     ] = DEFAULT_READY_TIMEOUT,
+    allow_exposed_ports: AllowExposedPortsOption = False,
     dashboard: Annotated[
         bool,
         typer.Option(
@@ -310,6 +326,7 @@ def run(
                 strict_fields,
                 dashboard=board,
                 ready_timeout=ready_timeout,
+                allow_exposed_ports=allow_exposed_ports,
             )
         )
     except DashboardPortError as err:
@@ -325,6 +342,7 @@ async def _up(
     gates: dict[str, bool] | None = None,
     reset_damaged_state: bool = False,
     dashboard: DashboardOptions | None = None,
+    allow_exposed_ports: bool = False,
 ) -> None:
     printer = Printer()
     plane = await start_local_plane(
@@ -334,6 +352,7 @@ async def _up(
         port=port,
         on_log=printer.log,
         feature_gates=gates,
+        allow_exposed_ports=allow_exposed_ports,
     )
     plane.server.write_kubeconfig(str(kubeconfig))
     printer.line(f"local control plane ready: API server {plane.server.url}")
@@ -389,6 +408,7 @@ def up(
         bool,
         typer.Option(help="Enable the dashboard's suspend, resume and delete buttons."),
     ] = False,
+    allow_exposed_ports: AllowExposedPortsOption = False,
 ) -> None:
     """Start the local control plane and leave it running (kubectl, the Kubeflow SDK and
     `trainer` commands work against the kubeconfig it writes) until SIGINT/SIGTERM.
@@ -404,7 +424,17 @@ def up(
             if dashboard
             else None
         )
-        asyncio.run(_up(kubeconfig, state_file, port, gates, reset_damaged_state, board))
+        asyncio.run(
+            _up(
+                kubeconfig,
+                state_file,
+                port,
+                gates,
+                reset_damaged_state,
+                board,
+                allow_exposed_ports=allow_exposed_ports,
+            )
+        )
     except StateFileError as err:
         raise refuse(err) from None
     except DashboardPortError as err:

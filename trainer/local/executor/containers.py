@@ -34,6 +34,7 @@ from trainer.local.executor.podhost import (
     RunningPod,
     host_env_path,
     killpg,
+    process_entry,
 )
 from trainer.local.executor.probes import run_probes
 from trainer.local.executor.ssh import host_names
@@ -195,16 +196,7 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
     if plan.cwd != str(host.workdir) and host.owns(plan.cwd):
         with contextlib.suppress(OSError):
             os.makedirs(plan.cwd, exist_ok=True)
-    executable, argv = exe, plan.argv
-    refused = await asyncio.to_thread(uts.available)
-    if refused:
-        host.warn_once(
-            "uts",
-            f"pods share this host's hostname ({refused}): `hostname` in a pod prints this "
-            "host's name; $HOSTNAME still names the pod",
-        )
-    else:
-        executable, argv = uts.command(pod_hostname(pod.pod), exe, plan.argv, _hosts_file(pod))
+    executable, argv, keep = await process_entry(pod, exe, plan.argv, hosts=_hosts_file(pod))
     try:
         proc = await asyncio.create_subprocess_exec(
             argv[0],
@@ -216,6 +208,7 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
+            pass_fds=keep,
         )
     except OSError as exc:
         await cannot_run(pod, c, f"cannot start {command!r} in {plan.cwd}: {exc.strerror or exc}")

@@ -40,15 +40,15 @@ def grpc_modules() -> tuple[ModuleType, ModuleType, ModuleType] | None:
         return None
 
 
-def check_health(port: int, service: str, timeout: float) -> bool:
-    """One Health/Check call to 127.0.0.1:``port``; True when SERVING. Raises ImportError
-    when grpcio is not installed."""
+def check_health(target: str, service: str, timeout: float) -> bool:
+    """One Health/Check call to ``target`` (``127.0.0.1:PORT``, or ``unix:PATH`` into a pod's
+    network sandbox); True when SERVING. Raises ImportError when grpcio is not installed."""
     modules = grpc_modules()
     if modules is None:
         raise ImportError(MISSING_GRPC)
     grpc, health_pb2, health_pb2_grpc = modules
     options: list[tuple[str, Any]] = [("grpc.enable_http_proxy", 0)]
-    with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
+    with grpc.insecure_channel(target, options=options) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
@@ -57,6 +57,6 @@ def check_health(port: int, service: str, timeout: float) -> bool:
     return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
-async def grpc_check(port: int, service: str, timeout: float) -> bool:
+async def grpc_check(target: str, service: str, timeout: float) -> bool:
     """:func:`check_health` off the event loop."""
-    return await asyncio.to_thread(check_health, port, service, timeout)
+    return await asyncio.to_thread(check_health, target, service, timeout)

@@ -74,7 +74,7 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,10 @@ from trainer.local.executor.pod import LocalPod
 from trainer.local.executor.pod_status import scheduling_gated_status
 from trainer.local.executor.podfields import NODE_NAME, Node
 from trainer.local.executor.podhost import BACKOFF_CAP, BACKOFF_START, GRACE_CAP, killpg
+from trainer.local.executor.sandbox import Sandboxes
+
+SANDBOX_DIR = "sandboxes"
+"""Under the state directory: each sandbox's private files (gRPC probe sockets)."""
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +135,11 @@ class Kubelet:
     ``<state_dir>/<ns>/<pod>/volumes`` and ``<state_dir>/<ns>/pvc``. ``on_log(pod, container,
     line)`` receives every log line as it is read. ``base_env`` (default
     :func:`default_base_env`) is the environment the processes inherit; ``node`` the capacity
-    reported through resourceFieldRef (default: this host's).
+    reported through resourceFieldRef (default: this host's). The pods of a JobSet share a
+    network sandbox (:mod:`~trainer.local.executor.sandbox`) into which ``plane_ports`` (the
+    status server's, the API server's) are forwarded; ``sandbox=False`` runs them in the host's
+    network namespace, as happens anyway where the kernel refuses namespaces, and then a pod
+    with an elastic rendezvous is refused unless ``allow_exposed_ports``.
     """
 
     def __init__(
@@ -143,6 +151,9 @@ class Kubelet:
         on_log: LogCallback | None = None,
         base_env: Mapping[str, str] | None = None,
         node: Node | None = None,
+        plane_ports: Iterable[int] = (),
+        sandbox: bool = True,
+        allow_exposed_ports: bool = False,
     ) -> None:
         self.client = client
         self.workdir = Path(workdir).resolve()
@@ -150,6 +161,10 @@ class Kubelet:
         self.on_log = on_log
         self.base_env = dict(base_env) if base_env is not None else default_base_env()
         self.node = node or local_node(self.state_dir)
+        self.allow_exposed_ports = allow_exposed_ports
+        self.sandboxes: Sandboxes | None = (
+            Sandboxes(self.state_dir / SANDBOX_DIR, plane_ports) if sandbox else None
+        )
         self.stopping = False
         self._stop_event = asyncio.Event()
         self._pods: dict[str, LocalPod] = {}
@@ -256,6 +271,8 @@ class Kubelet:
         for task in background:
             task.cancel()
         await asyncio.gather(*tasks, *background, return_exceptions=True)
+        if self.sandboxes is not None:
+            await self.sandboxes.close()
 
     async def _watch_loop(self) -> None:
         backoff = BACKOFF_START

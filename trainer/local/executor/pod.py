@@ -28,11 +28,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from trainer.api.times import now
-from trainer.local.executor import podenv, podfields, sshpod
+from trainer.local.executor import podenv, podfields, sandbox, sshpod
 from trainer.local.executor.client import API_TIMEOUT, TRANSIENT, ClientError
 from trainer.local.executor.client import path as client_path
 from trainer.local.executor.containers import run_container
-from trainer.local.executor.events import NORMAL
+from trainer.local.executor.events import NORMAL, WARNING
 from trainer.local.executor.logsink import AppendLog, LogSink
 from trainer.local.executor.pod_status import PodState, final_phase, pod_status
 from trainer.local.executor.podfields import ConfigError, Sources
@@ -118,6 +118,7 @@ class LocalPod:
         self.finished = False
         self.deleted = False
         self.terminating = asyncio.Event()
+        self.sandbox: sandbox.Sandbox | None = None
         self.done = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self._kill_task: asyncio.Task[None] | None = None
@@ -165,6 +166,10 @@ class LocalPod:
             for sink in self.sinks.values():
                 with contextlib.suppress(Exception):
                     await sink.close()
+            if self.sandbox is not None:
+                self.sandbox = None
+                with contextlib.suppress(Exception):
+                    await self.host.sandboxes.release(self.pod)  # type: ignore[union-attr]
             self.finished = True
             self.phase = final_phase(
                 failed=self.failed, reason=self.reason, main=[c.report() for c in self.main]
@@ -186,6 +191,8 @@ class LocalPod:
                     c.restart_count += 1
         await self.sync_status()
         if not await self._prepare():
+            return
+        if not await self._enter_sandbox():
             return
         for c in self.init:
             if self.terminating.is_set():
@@ -287,6 +294,44 @@ class LocalPod:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.terminating.wait(), seconds)
         return self.terminating.is_set()
+
+    # --- network sandbox --------------------------------------------------------------------------
+    async def _enter_sandbox(self) -> bool:
+        """Get the pod's network sandbox (docs/local-plane.md, "The network sandbox"). Where
+        none can be made the pod runs in the host's namespace, after one warning, unless it
+        runs an elastic rendezvous and exposed ports were not allowed: then it fails. False
+        when the pod must not run."""
+        host = self.host
+        boxes = host.sandboxes
+        why = "turned off" if boxes is None else await asyncio.to_thread(sandbox.available)
+        if boxes is not None and not why:
+            try:
+                self.sandbox = await boxes.acquire(self.pod)
+            except OSError as exc:
+                message = f"Failed to create pod sandbox: {exc}"
+                self.event(WARNING, "FailedCreatePodSandBox", message)
+                self.failed = True
+                self.reason, self.message = "FailedCreatePodSandBox", message
+                return False
+            if self.sandbox.egress:
+                host.warn_once(
+                    "sandbox-egress",
+                    "pods reach nothing beyond their JobSet and the plane's services "
+                    f'({self.sandbox.egress}; docs/local-plane.md, "The network sandbox")',
+                )
+            return True
+        host.warn_once("sandbox", sandbox.EXPOSED.format(why=why))
+        if host.allow_exposed_ports:
+            return True
+        for c in self.containers:
+            if c.plan is not None and sandbox.elastic_rendezvous(c.plan.argv, c.plan.env):
+                self.failed = True
+                self.reason = "NetworkSandboxUnavailable"
+                self.message = sandbox.ELASTIC_REFUSED.format(why=why, container=c.name)
+                self.event(WARNING, self.reason, self.message)
+                log.warning("pod %s: %s", self.key, self.message)
+                return False
+        return True
 
     # --- preparation ------------------------------------------------------------------------------
     async def _prepare(self) -> bool:

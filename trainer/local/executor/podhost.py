@@ -20,12 +20,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from trainer.local.executor import uts
 from trainer.local.executor.client import LocalClient
 from trainer.local.executor.events import Recorder
 from trainer.local.executor.logsink import LogCallback, LogSink
 from trainer.local.executor.pod_status import ContainerReport
 from trainer.local.executor.podenv import ContainerPlan
-from trainer.local.executor.podfields import Node
+from trainer.local.executor.podfields import Node, pod_hostname
+from trainer.local.executor.sandbox import Sandbox, Sandboxes
 
 GRACE_CAP = 5.0
 """Upper bound of terminationGracePeriodSeconds locally."""
@@ -43,6 +45,8 @@ class PodHost(Protocol):
     node: Node
     base_env: dict[str, str]
     on_log: LogCallback | None
+    sandboxes: Sandboxes | None
+    allow_exposed_ports: bool
 
     @property
     def stopping(self) -> bool:
@@ -139,6 +143,7 @@ class RunningPod(Protocol):
     failed: bool
     terminating: asyncio.Event
     sinks: dict[str, LogSink]
+    sandbox: Sandbox | None
 
     def event(self, type_: str, reason: str, message: str) -> None:
         """Post an Event about the pod (best effort, in the background)."""
@@ -164,3 +169,25 @@ def as_float(value: Any, default: float) -> float:
 def host_env_path(env: Mapping[str, str]) -> str:
     """The PATH a process started with ``env`` searches."""
     return env.get("PATH", os.defpath)
+
+
+async def process_entry(
+    pod: RunningPod, exe: str, argv: list[str], *, hosts: str | None = None
+) -> tuple[str, list[str], tuple[int, ...]]:
+    """How to start ``argv`` (program ``exe``) as a process of ``pod``: in its network
+    sandbox when it has one, with its hostname (and ``hosts`` file) where namespaces are
+    allowed. The executable, argv and the descriptors the process must inherit."""
+    box = pod.sandbox
+    if box is not None:
+        executable, full = uts.command(pod_hostname(pod.pod), exe, argv, hosts, box.fds)
+        return executable, full, tuple(fd for fd in box.fds if fd >= 0)
+    refused = await asyncio.to_thread(uts.available)
+    if refused:
+        pod.host.warn_once(
+            "uts",
+            f"pods share this host's hostname ({refused}): `hostname` in a pod prints this "
+            "host's name; $HOSTNAME still names the pod",
+        )
+        return exe, argv, ()
+    executable, full = uts.command(pod_hostname(pod.pod), exe, argv, hosts)
+    return executable, full, ()

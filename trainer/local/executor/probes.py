@@ -25,7 +25,14 @@ from typing import Any
 from trainer.local.executor import podenv
 from trainer.local.executor.grpc_probe import grpc_check
 from trainer.local.executor.podfields import LOOPBACK
-from trainer.local.executor.podhost import Container, RunningPod, as_float, host_env_path, killpg
+from trainer.local.executor.podhost import (
+    Container,
+    RunningPod,
+    as_float,
+    host_env_path,
+    killpg,
+    process_entry,
+)
 
 PROBE_FAST = 0.25
 PROBE_PERIOD_CAP = 5.0
@@ -92,6 +99,19 @@ async def probe_loop(
         await asyncio.sleep(timing.period if c.ready else min(timing.period, PROBE_FAST))
 
 
+async def connect(
+    pod: RunningPod, port: int, ssl_context: ssl.SSLContext | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to ``port`` on the pod's loopback: inside its network sandbox when it has
+    one, else on the host's."""
+    if pod.sandbox is None:
+        return await asyncio.open_connection(LOOPBACK, port, ssl=ssl_context)
+    reader, writer = await pod.sandbox.connect(port)
+    if ssl_context is not None:
+        await writer.start_tls(ssl_context, server_hostname=LOOPBACK)
+    return reader, writer
+
+
 async def check(pod: RunningPod, c: Container, probe: dict[str, Any], *, timeout: float) -> bool:
     """Run ``probe`` once; a kind this executor does not run passes (with a warning, once)."""
     try:
@@ -99,7 +119,7 @@ async def check(pod: RunningPod, c: Container, probe: dict[str, Any], *, timeout
             port = podenv.host_port(pod.pod, c.spec, probe["tcpSocket"].get("port"))
             if port is None:
                 return False
-            _, writer = await asyncio.wait_for(asyncio.open_connection(LOOPBACK, port), timeout)
+            _, writer = await asyncio.wait_for(connect(pod, port), timeout)
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
@@ -113,7 +133,12 @@ async def check(pod: RunningPod, c: Container, probe: dict[str, Any], *, timeout
             port = podenv.host_port(pod.pod, c.spec, spec.get("port"))
             if port is None:
                 return False
-            return await grpc_check(port, str(spec.get("service") or ""), timeout)
+            target = (
+                f"unix:{await pod.sandbox.unix_path(port)}"
+                if pod.sandbox is not None
+                else f"{LOOPBACK}:{port}"
+            )
+            return await grpc_check(target, str(spec.get("service") or ""), timeout)
     except ImportError as exc:
         pod.host.warn_once(f"grpc-probe:{pod.uid}:{c.name}", f"pod {pod.key}: {exc}")
         return False
@@ -137,9 +162,7 @@ async def http_probe(pod: RunningPod, c: Container, spec: dict[str, Any], timeou
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(LOOPBACK, port, ssl=context), timeout
-    )
+    reader, writer = await asyncio.wait_for(connect(pod, port, context), timeout)
     try:
         path = str(spec.get("path") or "/")
         headers = "".join(
@@ -165,16 +188,18 @@ async def exec_probe(pod: RunningPod, c: Container, spec: dict[str, Any], timeou
     exe = podenv.find_executable(argv[0], c.plan.cwd, host_env_path(env))
     if exe is None:
         return False
+    executable, full, keep = await process_entry(pod, exe, argv)
     proc = await asyncio.create_subprocess_exec(
-        argv[0],
-        *argv[1:],
-        executable=exe,
+        full[0],
+        *full[1:],
+        executable=executable,
         cwd=c.plan.cwd,
         env=env,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
         start_new_session=True,
+        pass_fds=keep,
     )
     try:
         return await asyncio.wait_for(proc.wait(), timeout) == 0

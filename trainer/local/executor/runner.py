@@ -39,6 +39,8 @@ class Executor:
         on_log: Callable[[str, str, str], None] | None = None,
         kubelet: bool = True,
         ready_timeout: float | None = None,
+        plane_ports: tuple[int, ...] = (),
+        allow_exposed_ports: bool = False,
     ) -> None:
         self.client = LocalClient(url, token, ssl_context=ssl_context)
         self.jobsets = Cache(self.client, *JOBSETS)
@@ -57,6 +59,7 @@ class Executor:
         self.job_controller = JobController(self.client, self.jobs, self.pods)
         self.workdir, self.state_dir, self.on_log = workdir, state_dir, on_log
         self.run_kubelet = kubelet
+        self.plane_ports, self.allow_exposed_ports = plane_ports, allow_exposed_ports
         self._dirty_jobsets: set[tuple[str, str]] = set()
         self._dirty_jobs: set[tuple[str, str]] = set()
         self._wake = asyncio.Event()
@@ -133,7 +136,12 @@ class Executor:
             from trainer.local.executor.kubelet import Kubelet  # noqa: PLC0415 - optional part
 
             self.kubelet = Kubelet(
-                self.client, workdir=self.workdir, state_dir=self.state_dir, on_log=self.on_log
+                self.client,
+                workdir=self.workdir,
+                state_dir=self.state_dir,
+                on_log=self.on_log,
+                plane_ports=self.plane_ports,
+                allow_exposed_ports=self.allow_exposed_ports,
             )
             self._tasks.append(asyncio.create_task(self.kubelet.run(), name="kubelet"))
 

@@ -39,6 +39,7 @@ import sys
 from collections.abc import Iterable
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWUSER = 0x10000000
 MS_BIND = 0x1000
@@ -49,6 +50,7 @@ SCRIPT = os.path.abspath(__file__)
 CHECK = "--check"
 """Argument for a dry run: unshare, set a hostname and bind-mount /etc/hosts onto itself."""
 HOSTS = "--hosts"
+SANDBOX = "--sandbox"
 
 
 def _write(path: str, text: str) -> None:
@@ -64,16 +66,37 @@ def _errno_error(what: str) -> OSError:
     return OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def enter(hostname: str, hosts: str | None = None) -> str:
+def join(fds: tuple[int, int]) -> None:
+    """Join a sandbox's namespaces (docs/local-plane.md, "The network sandbox"): ``fds`` are
+    its user namespace (-1 when the plane runs as root, which keeps the host's) and its
+    network namespace, both closed afterwards. Raises OSError when the kernel refuses."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    userns, netns = fds
+    try:
+        if userns >= 0 and libc.setns(userns, CLONE_NEWUSER) != 0:
+            raise _errno_error("joining the sandbox's user namespace")
+        if libc.setns(netns, CLONE_NEWNET) != 0:
+            raise _errno_error("joining the sandbox's network namespace")
+    finally:
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
+
+
+def enter(hostname: str, hosts: str | None = None, sandbox: tuple[int, int] | None = None) -> str:
     """Move this process into a new UTS namespace (and mount namespace with ``hosts``, and user
-    namespace unless root) and set its hostname. Raises OSError when the kernel refuses the
-    namespaces; returns why ``hosts`` could not be mounted, or ``""``."""
+    namespace unless root or already in a sandbox's) and set its hostname; with ``sandbox``
+    (see :func:`join`) into a sandbox's network namespace first. Raises OSError when the
+    kernel refuses the namespaces; returns why ``hosts`` could not be mounted, or ``""``."""
     libc = ctypes.CDLL(None, use_errno=True)
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWUTS | (CLONE_NEWNS if hosts else 0) | (CLONE_NEWUSER if uid else 0)
+    own_userns = uid != 0 and sandbox is None
+    if sandbox is not None:
+        join(sandbox)
+    flags = CLONE_NEWUTS | (CLONE_NEWNS if hosts else 0) | (CLONE_NEWUSER if own_userns else 0)
     if libc.unshare(flags) != 0:
         raise _errno_error("unshare")
-    if uid != 0:
+    if own_userns:
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1")
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
@@ -102,11 +125,18 @@ def write_hosts(path: str, names: Iterable[str], base: str = ETC_HOSTS) -> None:
 
 
 def command(
-    hostname: str, executable: str, argv: list[str], hosts: str | None = None
+    hostname: str,
+    executable: str,
+    argv: list[str],
+    hosts: str | None = None,
+    sandbox: tuple[int, int] | None = None,
 ) -> tuple[str, list[str]]:
     """The executable and argv that run ``argv`` (whose program is ``executable``) with the
-    pod's ``hostname`` (and ``/etc/hosts`` from the file ``hosts``)."""
+    pod's ``hostname`` (and ``/etc/hosts`` from the file ``hosts``), in the sandbox whose
+    namespace descriptors ``sandbox`` names (they must be passed to the child: ``pass_fds``)."""
     extra = [HOSTS, hosts] if hosts else []
+    if sandbox is not None:
+        extra += [SANDBOX, f"{sandbox[0]},{sandbox[1]}"]
     return sys.executable, [sys.executable, "-I", SCRIPT, hostname, *extra, "--", executable, *argv]
 
 
@@ -130,12 +160,20 @@ def available() -> str:
 
 
 def main(args: list[str]) -> int:
-    """``uts.py NAME [--hosts FILE] -- EXE ARGV0 ARGS...`` or ``uts.py NAME [--hosts FILE]
-    --check``."""
+    """``uts.py NAME [--hosts FILE] [--sandbox USERNS_FD,NETNS_FD] -- EXE ARGV0 ARGS...`` or
+    ``uts.py NAME [--hosts FILE] --check``."""
     hostname, rest = (args[0], args[1:]) if args else ("", [])
     hosts = None
+    sandbox: tuple[int, int] | None = None
     if len(rest) >= 2 and rest[0] == HOSTS:
         hosts, rest = rest[1], rest[2:]
+    if len(rest) >= 2 and rest[0] == SANDBOX:
+        try:
+            userns, netns = (int(v) for v in rest[1].split(","))
+        except ValueError:
+            print(f"uts.py: bad {SANDBOX} value {rest[1]!r}", file=sys.stderr)
+            return 2
+        sandbox, rest = (userns, netns), rest[2:]
     if hostname and rest == [CHECK]:
         try:
             problem = enter(hostname, hosts)
@@ -148,14 +186,19 @@ def main(args: list[str]) -> int:
         return 0 if socket.gethostname() == hostname else 1
     if not hostname or len(rest) < 3 or rest[0] != "--":
         print(
-            "usage: uts.py HOSTNAME [--hosts FILE] -- EXECUTABLE ARGV0 [ARGS...]", file=sys.stderr
+            "usage: uts.py HOSTNAME [--hosts FILE] [--sandbox USERNS_FD,NETNS_FD] -- EXECUTABLE "
+            "ARGV0 [ARGS...]",
+            file=sys.stderr,
         )
         return 2
     executable, argv = rest[1], rest[2:]
     try:
-        problem = enter(hostname, hosts)
-    except OSError as exc:  # the kubelet checked available() first; run anyway
-        problem = f"hostname not set: {exc}"
+        problem = enter(hostname, hosts, sandbox)
+    except OSError as exc:
+        if sandbox is not None:  # never run a pod outside the sandbox it was given
+            print(f"[local kubelet] cannot enter the pod's sandbox: {exc}", file=sys.stderr)
+            return 126
+        problem = f"hostname not set: {exc}"  # the kubelet checked available() first
     if problem:
         print(f"[local kubelet] {problem}", file=sys.stderr)
     os.execv(executable, argv)
