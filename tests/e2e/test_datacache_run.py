@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.e2e.listeners import assert_no_pod_listeners, run_watched
 from trainer.datacache import deps
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,24 +38,17 @@ except ImportError:  # pragma: no cover - the dev install includes the torch ext
 
 
 def trainer_run(path: Path, timeout: int = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.cli.main",
-            "run",
-            "-f",
-            str(path),
-            "--timeout",
-            str(timeout),
-        ],
+    """``trainer run -f PATH``, after checking that no pod listened in the host's network
+    namespace while it ran (tests/e2e/listeners.py)."""
+    argv = ["-m", "trainer.cli.main", "run", "-f", str(path), "--timeout", str(timeout)]
+    done, listeners = run_watched(
+        [sys.executable, *argv],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=timeout + 60,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        check=False,
     )
+    assert_no_pod_listeners(listeners, done.stdout + done.stderr)
+    return done
 
 
 def first(lines: list[str], pattern: str) -> int:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.listeners import assert_no_pod_listeners, run_watched
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,17 +39,16 @@ def need(module: str, extra: str) -> None:
 
 def trainer_run(example: str, timeout: float = 120) -> str:
     """``trainer run -f`` of an example from the repository root; its output, after asserting
-    the run exited 0."""
-    proc = subprocess.run(
+    the run exited 0 and no pod listened in the host's network namespace meanwhile."""
+    proc, listeners = run_watched(
         [sys.executable, "-m", "trainer.cli.main", "run", "-f", example, "--timeout", "90"],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=timeout,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # No rank, coordinator or tracker listened in the host's network namespace.
+    assert_no_pod_listeners(listeners, proc.stdout + proc.stderr)
     return proc.stdout + proc.stderr  # pod logs and progress, then the executor's warnings
 
 
@@ -176,3 +177,13 @@ def test_torch_multi_node_example_all_reduces_over_three_node_pods() -> None:
     # Each pod saw the rank the controller gave its node (PET_NODE_RANK) as torchrun's RANK.
     seen = dict(re.findall(r"PET_NODE_RANK=(\d) .*? RANK=(\d) ", out))
     assert seen == {"0": "0", "1": "1", "2": "2"}, out
+
+
+def test_torch_elastic_example_trains_both_nodes_to_the_same_weights() -> None:
+    """examples/torch-elastic: torchrun's c10d rendezvous (inside the TrainJob's network
+    sandbox) joins both nodes, and DDP leaves both ranks with the same loss and weights."""
+    need("torch", "torch")
+    out = trainer_run("examples/torch-elastic/trainjob.yaml")
+    finals = per_process(r"rank (\d) final loss: (\S+) weights checksum: (\S+)", out)
+    assert sorted(finals) == [0, 1], out
+    assert finals[0] == finals[1], out

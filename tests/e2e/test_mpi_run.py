@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.e2e.listeners import assert_no_pod_listeners, run_watched
 from trainer.api import constants as c
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.kube import resources as r
@@ -62,16 +63,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(MISSING), reason=MISSING
 
 
 def trainer_run(path: Path) -> subprocess.CompletedProcess[str]:
+    """``trainer run -f PATH``, after checking that no pod (sshd, prterun, prted, a rank)
+    listened in the host's network namespace while it ran (tests/e2e/listeners.py)."""
     argv = ["-m", "trainer.cli.main", "run", "-f", str(path), "--timeout", str(RUN_TIMEOUT)]
-    return subprocess.run(
+    done, listeners = run_watched(
         [sys.executable, *argv],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=RUN_TIMEOUT + 30,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        check=False,
     )
+    assert_no_pod_listeners(listeners, done.stdout + done.stderr)
+    return done
 
 
 def pod_lines(out: str, pod_prefix: str) -> list[str]:

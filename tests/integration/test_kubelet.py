@@ -580,3 +580,29 @@ async def test_a_gated_pod_waits_until_its_gates_are_removed(env: Env) -> None:
     scheduled = next(c for c in p["status"]["conditions"] if c["type"] == "PodScheduled")
     assert scheduled["status"] == "True"
     assert await env.log("gated") == "ran\n"
+
+
+async def test_without_a_sandbox_an_elastic_rendezvous_is_refused_unless_allowed(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where pods cannot be sandboxed (here: turned off), torchrun's c10d store would be open
+    to everyone: such a pod fails, naming the option that accepts it (docs/local-plane.md,
+    "The network sandbox")."""
+    env.kubelet.sandboxes = None
+    elastic = {"env": [{"name": "PET_RDZV_BACKEND", "value": "c10d"}]}
+    await env.client.create(pod("elastic", [PY, "-c", "print('ran')"], container=elastic), "pods")
+    p = await env.finished("elastic")
+    assert p["status"]["phase"] == "Failed"
+    assert p["status"]["reason"] == "NetworkSandboxUnavailable"
+    assert "--allow-exposed-ports" in p["status"]["message"]
+    assert "ran" not in await env.log("elastic")
+    warnings = [
+        r.getMessage() for r in caplog.records if "without a network sandbox" in r.getMessage()
+    ]
+    assert len(warnings) == 1 and "torchrun's TCPStore" in warnings[0]
+
+    env.kubelet.allow_exposed_ports = True
+    await env.client.create(pod("allowed", [PY, "-c", "print('ran')"], container=elastic), "pods")
+    p = await env.finished("allowed")
+    assert p["status"]["phase"] == "Succeeded"
+    assert await env.log("allowed") == "ran\n"

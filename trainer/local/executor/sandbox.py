@@ -214,7 +214,8 @@ class Sandbox:
         self._lock = threading.Lock()
         self._servers: list[asyncio.Server] = []
         self._unix: dict[int, str] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self.userns_fd = -1
         self.netns_fd = -1
         self._netns_file: Path | None = None
@@ -347,11 +348,13 @@ class Sandbox:
         sock.listen(128)
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self._track(writer)
             try:
                 outward = await asyncio.open_connection(LOOPBACK, host_port)
             except OSError:
                 writer.close()
                 return
+            self._track(outward[1])
             await _splice((reader, writer), outward)
 
         self._servers.append(await asyncio.start_server(handle, sock=sock))
@@ -368,11 +371,13 @@ class Sandbox:
             os.unlink(path)
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self._track(writer)
             try:
                 inward = await self.connect(port)
             except OSError:
                 writer.close()
                 return
+            self._track(inward[1])
             await _splice((reader, writer), inward)
 
         self._servers.append(await asyncio.start_unix_server(handle, path=path))
@@ -380,12 +385,26 @@ class Sandbox:
         self._unix[port] = path
         return path
 
+    def _track(self, writer: asyncio.StreamWriter) -> None:
+        """Remember a forwarded connection's transport, to close it with the sandbox."""
+        self._writers.add(writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(lambda _done: self._writers.discard(writer))
+
     async def close(self) -> None:
         """Stop forwarding, close the descriptors and end the holder (the namespace goes once
         the last process in it has exited)."""
         for server in self._servers:
             server.close()
         self._servers.clear()
+        for writer in self._writers:  # the copies see the end and the handlers return
+            writer.close()
+        self._writers.clear()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=START_TIMEOUT)
         for fd in (self.userns_fd, self.netns_fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
