@@ -15,10 +15,14 @@ revocation rules (a token bound to a deleted pod fails). The review must say aut
 echo the audience, and name a service account of namespace ``{ns}``
 (``system:serviceaccount:<ns>:<sa>``). Positive reviews are cached for a few seconds (never
 past the token's ``exp``), keyed by a SHA-256 of token and audience; the token itself is never
-stored or logged.
+stored or logged. Before any review, tokens that are not shaped like a service-account token
+for the audience and namespace are refused, and refused tokens are remembered for a minute
+(:mod:`webhooks.statusauth`).
 
 Every API call (TokenReview, apply) goes through the server's own token bucket
-(``statusServer.qps``/``burst``), apart from the controller's.
+(``statusServer.qps``/``burst``), apart from the controller's, shared fairly by the clients
+(:mod:`webhooks.fairlimit`, :mod:`webhooks.peers`): one client's flood of bad tokens does not
+hold up another's reports.
 """
 
 from __future__ import annotations
@@ -44,10 +48,12 @@ from trainer.api.openapi.validate import validate
 from trainer.api.status import failure, reason_for
 from trainer.kube import resources as r
 from trainer.kube.authn import TokenReviewer, bearer_token
-from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import APIError, Kube
 from trainer.sockets import bind_socket
+from webhooks.fairlimit import FairLimiter
+from webhooks.peers import Peer
 from webhooks.server import WebhookServer
+from webhooks.statusauth import Refused, StatusAuthenticator
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +82,8 @@ def _json(body: Any, code: int = 200, headers: dict[str, str] | None = None) -> 
     )
 
 
-def _status(code: int, message: str) -> Response:
-    return _json(status_body(code, message), code)
-
-
-# --- authentication ------------------------------------------------------------------------------
+def _status(code: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return _json(status_body(code, message), code, headers)
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -109,12 +112,13 @@ def validate_trainer_status(value: Any) -> list[FieldError]:
 
 
 class StatusService:
-    """What a post does: authenticate, read, validate, apply."""
+    """What a post does: authenticate, read, validate, apply. ``reviewer`` has no limiter of
+    its own: reviews and applies share ``limiter``, fairly by client."""
 
-    def __init__(self, kube: Kube, reviewer: TokenReviewer, limiter: RateLimiter) -> None:
+    def __init__(self, kube: Kube, reviewer: TokenReviewer, limiter: FairLimiter) -> None:
         self.kube = kube
-        self.reviewer = reviewer
         self.limiter = limiter
+        self.auth = StatusAuthenticator(reviewer, limiter)
 
     async def handle(self, request: Request) -> Response:
         match = ROUTE.match(request.url.path)
@@ -126,20 +130,15 @@ class StatusService:
         token = bearer_token(request.headers.getlist("authorization"))
         if token is None:
             return _status(403, "Forbidden")
+        client = Peer(request.scope.get("client"), request.scope.get("server"))
         try:
-            identity = await self.reviewer.review(token, audience(namespace, name))
+            await self.auth.authenticate(token, audience(namespace, name), namespace, client)
+        except Refused as refused:
+            retry = {"Retry-After": str(refused.retry_after)} if refused.retry_after else None
+            return _status(refused.code, refused.message, retry)
         except APIError as exc:
             log.error("status server: TokenReview failed: %s", exc.message)
             return _status(500, "Internal error")
-        if identity is None or identity.namespace != namespace:
-            if identity is not None:
-                log.info(
-                    "status server: %s may not report for %s/%s",
-                    identity.username,
-                    namespace,
-                    name,
-                )
-            return _status(403, "Forbidden")
 
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
@@ -161,7 +160,8 @@ class StatusService:
         errors = validate_trainer_status(trainer_status)
         if errors:
             return _status(422, f'TrainJob.{c.GROUP} "{name}" is invalid: {format_errors(errors)}')
-        await self.limiter.acquire()
+        # An authenticated report: it waits in its client's queue, whatever that queue holds.
+        await self.limiter.acquire(await client.key(), limit_waiting=False)
         try:
             await self.kube.apply(
                 {
@@ -232,8 +232,8 @@ async def run_status_server(
 ) -> None:
     """Serve HTTPS on ``tls`` (the webhook's context: same certificate, same reloads) until
     ``stop`` is set; ``started`` resolves once connections are accepted."""
-    limiter = RateLimiter(options.qps, options.burst)
-    service = StatusService(kube, TokenReviewer(kube, limiter), limiter)
+    limiter = FairLimiter(options.qps, options.burst)
+    service = StatusService(kube, TokenReviewer(kube), limiter)
     host = options.host or "0.0.0.0"
     server = WebhookServer(
         create_status_app(service), host, options.port, tls, sock=bind_socket(host, options.port)

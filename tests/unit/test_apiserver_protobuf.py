@@ -83,6 +83,33 @@ def test_priority_class_negative_values_and_bools() -> None:
     assert (decoded["value"], decoded["globalDefault"]) == (-5, True)
 
 
+def test_token_request_as_kubectl_create_token_sends_it() -> None:
+    # kubectl create token default --audience a --audience b --duration 10m
+    #   --bound-object-kind Pod --bound-object-name p: empty strings written, the zero
+    #   creationTimestamp and status.expirationTimestamp as empty messages.
+    empty_meta = b"".join(ld(n, "") for n in (1, 2, 3, 4, 5, 6)) + vi(7, 0) + ld(8, b"")
+    bound = ld(1, "Pod") + ld(2, "v1") + ld(3, "p") + ld(4, "")
+    spec = ld(1, "a") + ld(1, "b") + ld(3, bound) + vi(4, 600)
+    status = ld(1, "") + ld(2, b"")
+    body = envelope(
+        "authentication.k8s.io/v1", "TokenRequest", ld(1, empty_meta) + ld(2, spec) + ld(3, status)
+    )
+    assert protobuf.decode(body) == {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "metadata": {"generation": 0},
+        "spec": {
+            "audiences": ["a", "b"],
+            "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p"},
+            "expirationSeconds": 600,
+        },
+        "status": {},
+    }
+    # without --duration kubectl leaves expirationSeconds out (the server's default applies)
+    bare = envelope("authentication.k8s.io/v1", "TokenRequest", ld(1, empty_meta) + ld(2, b""))
+    assert protobuf.decode(bare)["spec"] == {}
+
+
 @pytest.mark.parametrize(
     ("body", "code"),
     [

@@ -5,6 +5,7 @@ signatures are checked as a cluster would."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -15,6 +16,7 @@ from trainer.kube.authn import TokenReviewer, bearer_token, namespace_of
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import APIError
 from trainer.local.apiserver.tokens import TokenIssuer
+from webhooks.fairlimit import FairLimiter
 from webhooks.statusserver import (
     MAX_BODY_BYTES,
     StatusService,
@@ -102,8 +104,7 @@ async def post(
     path: str = PATH,
     method: str = "POST",
 ) -> tuple[int, Any]:
-    limiter = RateLimiter(0, 1)
-    service = StatusService(kube, TokenReviewer(kube, limiter), limiter)  # type: ignore[arg-type]
+    service = StatusService(kube, TokenReviewer(kube), FairLimiter(0, 1))  # type: ignore[arg-type]
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = [("authorization", a) for a in auth or []]
     resp = await asgi_request(create_status_app(service), method, path, raw, headers=headers)
@@ -116,6 +117,7 @@ def failure(code: int, message: str) -> dict[str, Any]:
         404: "NotFound",
         413: "RequestEntityTooLarge",
         422: "Invalid",
+        429: "TooManyRequests",
         500: "InternalError",
     }
     return {
@@ -149,8 +151,7 @@ async def test_scheme_is_case_insensitive_and_reviews_are_cached(
     issuer: TokenIssuer, kube: FakeKube
 ) -> None:
     tok = token(issuer, kube)
-    limiter = RateLimiter(0, 1)
-    service = StatusService(kube, TokenReviewer(kube, limiter), limiter)  # type: ignore[arg-type]
+    service = StatusService(kube, TokenReviewer(kube), FairLimiter(0, 1))  # type: ignore[arg-type]
     app = create_status_app(service)
     for scheme in ("bearer", "BEARER", "Bearer"):
         resp = await asgi_request(
@@ -184,7 +185,7 @@ async def test_empty_request_is_ok_and_writes_nothing(issuer: TokenIssuer, kube:
 )
 async def test_bad_authorization_is_forbidden(kube: FakeKube, auth: list[str] | None) -> None:
     assert await post(kube, {"trainerStatus": STATUS}, auth) == (403, failure(403, "Forbidden"))
-    assert kube.applied == []
+    assert kube.applied == [] and kube.reviews == 0
 
 
 async def test_two_authorization_headers_are_forbidden(issuer: TokenIssuer, kube: FakeKube) -> None:
@@ -201,13 +202,14 @@ async def test_token_of_another_namespace_is_forbidden(issuer: TokenIssuer, kube
         failure(403, "Forbidden"),
     )
     assert kube.applied == []
+    assert kube.reviews == 0  # its claims name another namespace: refused without a review
 
 
 async def test_token_for_another_trainjob_is_forbidden(issuer: TokenIssuer, kube: FakeKube) -> None:
     other = "trainer.kubeflow.org/v1alpha1/namespaces/team/trainjobs/other/status"
     tok = token(issuer, kube, aud=other)
     assert (await post(kube, {"trainerStatus": STATUS}, [f"Bearer {tok}"]))[0] == 403
-    assert kube.applied == []
+    assert kube.applied == [] and kube.reviews == 0  # another audience: no review
 
 
 async def test_expired_token_is_forbidden(issuer: TokenIssuer, kube: FakeKube) -> None:
@@ -216,9 +218,42 @@ async def test_expired_token_is_forbidden(issuer: TokenIssuer, kube: FakeKube) -
     assert (await post(kube, {"trainerStatus": STATUS}, [f"Bearer {tok}"]))[0] == 403
 
 
-async def test_token_signed_by_another_issuer_is_forbidden(kube: FakeKube) -> None:
+async def test_token_signed_by_another_issuer_is_forbidden_and_remembered(
+    kube: FakeKube,
+) -> None:
+    # Well-formed, so only the TokenReview can refuse it; the refusal is then remembered.
     tok = token(TokenIssuer(), kube)
-    assert (await post(kube, {"trainerStatus": STATUS}, [f"Bearer {tok}"]))[0] == 403
+    service = StatusService(kube, TokenReviewer(kube), FairLimiter(0, 1))  # type: ignore[arg-type]
+    app = create_status_app(service)
+    for _ in range(3):
+        resp = await asgi_request(
+            app, "POST", PATH, json.dumps({"trainerStatus": STATUS}).encode(),
+            headers=[("authorization", f"Bearer {tok}")],
+        )  # fmt: skip
+        assert (resp.status, resp.json()) == (403, failure(403, "Forbidden"))
+    assert kube.reviews == 1
+
+
+async def test_a_client_with_too_many_reviews_waiting_is_told_to_retry(
+    issuer: TokenIssuer, kube: FakeKube
+) -> None:
+    limiter = FairLimiter(20, 1, max_waiting=1)
+    app = create_status_app(StatusService(kube, TokenReviewer(kube), limiter))  # type: ignore[arg-type]
+    body = json.dumps({"trainerStatus": STATUS}).encode()
+
+    def send(tok: str) -> Any:
+        return asgi_request(app, "POST", PATH, body, headers=[("authorization", f"Bearer {tok}")])
+
+    await limiter.acquire("loopback")  # the bucket is empty: the next review waits
+    first = asyncio.create_task(send(token(TokenIssuer(), kube)))
+    while limiter.waiting("loopback") == 0:
+        await asyncio.sleep(0)
+    refused = await send(token(TokenIssuer(), kube))
+    assert (refused.status, refused.json()) == (429, failure(429, "Too many requests"))
+    assert refused.header("retry-after") == "1"
+    assert (await first).status == 403  # the waiting one got its review
+    assert kube.reviews == 1
+    assert (await send(token(issuer, kube))).status == 200  # the queue is free again
 
 
 async def test_review_failure_is_an_internal_error(issuer: TokenIssuer, kube: FakeKube) -> None:

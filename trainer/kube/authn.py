@@ -94,16 +94,30 @@ class TokenReviewer:
         self.clock = clock
         self._cache: dict[str, tuple[float, Identity]] = {}
 
+    @staticmethod
+    def _key(token: str, aud: str | None) -> str:
+        return hashlib.sha256(f"{aud or ''}\0{token}".encode()).hexdigest()
+
+    def cached(self, token: str, aud: str | None = None) -> Identity | None:
+        """The identity a recent positive review of ``token`` gave, if still cached (no API
+        call: lets a caller skip its own queueing for a review that will not happen)."""
+        key = self._key(token, aud)
+        cached = self._cache.get(key)
+        if cached is None:
+            return None
+        if cached[0] > self.clock():
+            return cached[1]
+        del self._cache[key]
+        return None
+
     async def review(self, token: str, aud: str | None = None) -> Identity | None:
         """The identity of ``token`` (for audience ``aud``, else the API server's own); None
         when the API server does not authenticate it. API errors propagate."""
-        key = hashlib.sha256(f"{aud or ''}\0{token}".encode()).hexdigest()
-        now = self.clock()
-        cached = self._cache.get(key)
+        cached = self.cached(token, aud)
         if cached is not None:
-            if cached[0] > now:
-                return cached[1]
-            del self._cache[key]
+            return cached
+        key = self._key(token, aud)
+        now = self.clock()
         if self.limiter is not None:
             await self.limiter.acquire()
         spec: dict[str, Any] = {"token": token}

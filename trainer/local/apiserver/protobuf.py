@@ -1,7 +1,7 @@
 """Decoding Kubernetes protobuf request bodies (``application/vnd.kubernetes.protobuf``).
 
 kubectl 1.32's typed clients (``kubectl create namespace|configmap|secret|serviceaccount|
-priorityclass``, ``kubectl auth whoami|can-i``) send built-in kinds as protobuf: the 4-byte
+priorityclass|token``, ``kubectl auth whoami|can-i``) send built-in kinds as protobuf: the 4-byte
 magic ``k8s\\x00`` and a ``runtime.Unknown`` envelope (typeMeta, raw) whose ``raw`` is the
 object's generated protobuf message. This module turns such a body into the object's JSON
 form for the kinds those commands create; other kinds answer 415 Unsupported Media Type
@@ -130,9 +130,28 @@ SCHEMAS: dict[str, dict[int, tuple[str, str]]] = {
         7: ("name", "string"),
     },
     "NonResourceAttributes": {1: ("path", "string"), 2: ("verb", "string")},
+    # kubectl create token (authentication.k8s.io/v1 TokenRequest on serviceaccounts/token)
+    "TokenRequest": {
+        1: ("metadata", "msg:ObjectMeta"),
+        2: ("spec", "msg:TokenRequestSpec"),
+        3: ("status", "msg:TokenRequestStatus"),
+    },
+    "TokenRequestSpec": {
+        1: ("audiences", "strings"),
+        3: ("boundObjectRef", "msg:BoundObjectReference"),
+        4: ("expirationSeconds", "int"),
+    },
+    "BoundObjectReference": {
+        1: ("kind", "string"),
+        2: ("apiVersion", "string"),
+        3: ("name", "string"),
+        4: ("uid", "string"),
+    },
+    "TokenRequestStatus": {1: ("token", "string"), 2: ("expirationTimestamp", "time")},
 }
 KINDS = {
     ("authentication.k8s.io/v1", "SelfSubjectReview"),
+    ("authentication.k8s.io/v1", "TokenRequest"),
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"),
     ("v1", "Namespace"),
     ("v1", "ConfigMap"),
@@ -191,7 +210,11 @@ def _signed(value: int) -> int:
 
 
 def _time(data: bytes) -> str | None:
-    """A metav1.Time; None for Go's zero time, which its JSON form omits."""
+    """A metav1.Time; None for Go's zero time, which its JSON form omits. metav1.Time writes
+    the zero time as an empty message (kubectl's TokenRequest ``status.expirationTimestamp``,
+    every ``creationTimestamp``) and reads an empty message back as the zero time."""
+    if not data:
+        return None
     seconds = 0
     for number, _, value in _fields(data):
         if number == 1:
