@@ -60,7 +60,8 @@ pod's lifecycle (steps 1, 2, 5, 6), :mod:`~trainer.local.executor.containers` a 
 process and restarts, :mod:`~trainer.local.executor.probes` the probes,
 :mod:`~trainer.local.executor.logsink` the log (step 3) and
 :mod:`~trainer.local.executor.pod_status` the status reported (step 4), a pure function of the
-containers' states. Every container's process gets the pod's hostname
+containers' states. Every container's process runs in its JobSet's network sandbox
+(:mod:`~trainer.local.executor.sandbox`) and gets the pod's hostname
 (:mod:`~trainer.local.executor.uts`), and MPI pods get sshd and ssh set up for this host
 (:mod:`~trainer.local.executor.ssh`, :mod:`~trainer.local.executor.sshpod`).
 """

@@ -12,7 +12,9 @@ and argv (only the executable is resolved beforehand). With ``--hosts`` it also 
 mount namespace and bind-mounts FILE (this host's ``/etc/hosts`` plus a line mapping the pod's
 own names to 127.0.0.1, :func:`write_hosts`) over ``/etc/hosts``, so that
 ``gethostbyname(gethostname())`` works as in a pod. Everything the process starts (an sshd's
-sessions, MPI ranks started through them) inherits both.
+sessions, MPI ranks started through them) inherits both. With ``--sandbox USERNS,NETNS`` it
+first joins a pod sandbox's namespaces by those inherited descriptors (:func:`join`;
+:mod:`~trainer.local.executor.sandbox`), and refuses to run the command if it cannot.
 
 - As root, plain ``unshare(CLONE_NEWUTS | CLONE_NEWNS)``.
 - As another user, a user namespace too (``CLONE_NEWUSER``) that maps the user to itself
