@@ -51,6 +51,8 @@ def enter() -> None:
     bring loopback up.
     Raises OSError when the kernel refuses."""
     libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "unshare"):
+        raise OSError(0, "this system has no network namespaces (Linux only)")
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     uid, gid = os.getuid(), os.getgid()
     if libc.unshare(CLONE_NEWNET | (CLONE_NEWUSER if uid else 0)) != 0:
