@@ -46,7 +46,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,10 @@ def elastic_rendezvous(argv: list[str], env: dict[str, str]) -> bool:
             ):
                 return True
     return False
+
+
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+ConnectionHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 class SandboxError(OSError):
@@ -188,10 +192,7 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 writer.write_eof()
 
 
-async def _splice(
-    a: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-    b: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-) -> None:
+async def _splice(a: Streams, b: Streams) -> None:
     """Copy both ways until both sides are done, then close both."""
     try:
         await asyncio.gather(_pipe(a[0], b[1]), _pipe(b[0], a[1]))
@@ -327,9 +328,7 @@ class Sandbox:
                 raise
             raise SandboxError(f"sandbox {self.key}: {exc}") from exc
 
-    async def connect(
-        self, port: int, host: str = LOOPBACK
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def connect(self, port: int, host: str = LOOPBACK) -> Streams:
         """Open a connection to ``host:port`` inside the namespace."""
         sock = await self.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         try:
@@ -347,16 +346,7 @@ class Sandbox:
         sock.bind((LOOPBACK, inner_port))
         sock.listen(128)
 
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self._track(writer)
-            try:
-                outward = await asyncio.open_connection(LOOPBACK, host_port)
-            except OSError:
-                writer.close()
-                return
-            self._track(outward[1])
-            await _splice((reader, writer), outward)
-
+        handle = self._forwarder(lambda: asyncio.open_connection(LOOPBACK, host_port))
         self._servers.append(await asyncio.start_server(handle, sock=sock))
 
     async def unix_path(self, port: int) -> str:
@@ -370,20 +360,27 @@ class Sandbox:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self._track(writer)
-            try:
-                inward = await self.connect(port)
-            except OSError:
-                writer.close()
-                return
-            self._track(inward[1])
-            await _splice((reader, writer), inward)
-
+        handle = self._forwarder(lambda: self.connect(port))
         self._servers.append(await asyncio.start_unix_server(handle, path=path))
         os.chmod(path, 0o600)
         self._unix[port] = path
         return path
+
+    def _forwarder(self, open_other: Callable[[], Awaitable[Streams]]) -> ConnectionHandler:
+        """A connection handler that opens the other side with ``open_other`` and copies both
+        ways (a connection it cannot open is closed)."""
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self._track(writer)
+            try:
+                other = await open_other()
+            except OSError:
+                writer.close()
+                return
+            self._track(other[1])
+            await _splice((reader, writer), other)
+
+        return handle
 
     def _track(self, writer: asyncio.StreamWriter) -> None:
         """Remember a forwarded connection's transport, to close it with the sandbox."""
