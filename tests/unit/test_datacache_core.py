@@ -19,6 +19,7 @@ from trainer.datacache import config as cfg
 from trainer.datacache.sharding import RowRange, part_of, pieces, split
 from trainer.local.executor.jobset import declared_ports
 from trainer.plugins.registry import render
+from trainer.runtime.info import BuildContext
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,7 +164,7 @@ def test_cache_pods_get_every_peer_and_trainers_get_pod_0() -> None:
             },
         }
     )
-    jobset = render(job, runtime)[-1]
+    jobset = render(job, runtime, ctx=BuildContext(credential_gen=lambda: "c" * 43))[-1]
     cache_env = {
         e["name"]: e.get("value") for e in _containers(jobset, "cache-initializer")[0]["env"]
     }

@@ -5,10 +5,10 @@ Upstream admits any RFC-1035 TrainJob name of up to 63 characters, and the Train
 inside JobSet's webhook when a generated Job or Pod name is longer than 63
 (``<name>-dataset-initializer-0-0-abcde`` caps the name at 33). Here the TrainJob is rendered
 exactly as the controller would (pure: the MPI key generator returns a fixed dummy pair and
-the data cache's credential generator a fixed string, no randomness in admission) and every generated name is checked with
-:mod:`trainer.runtime.naming`. The names that are too long make an Invalid error at
-``metadata.name`` (one error: the longest offending name, how many more there are, and the
-longest TrainJob name this runtime allows with these settings).
+the data cache's credential generator a fixed string, no randomness in admission) and every
+generated name is checked with :mod:`trainer.runtime.naming`. The names that are too long
+make an Invalid error at ``metadata.name`` (one error: the longest offending name, how many
+more there are, and the longest TrainJob name this runtime allows with these settings).
 """
 
 from __future__ import annotations

@@ -82,17 +82,21 @@ def serve(
         config = cfg.from_env(
             os.environ, source=source, table=table, index=index, port=port, fmt=fmt
         )
-        if credential_file is not None:
-            credential = auth.read_credential(credential_file)
-        else:
-            credential = auth.credential_from_env(os.environ)
-    except (cfg.ConfigError, auth.CredentialError) as exc:
+    except cfg.ConfigError as exc:
         _log(f"error: data-cache: {exc}")
         raise typer.Exit(2) from None
     missing = deps.available()
     if missing is not None:
         _log(f"error: {missing}")
         raise typer.Exit(1)
+    try:
+        if credential_file is not None:
+            credential = auth.read_credential(credential_file)
+        else:
+            credential = auth.credential_from_env(os.environ)
+    except auth.CredentialError as exc:
+        _log(f"error: data-cache: {exc}")
+        raise typer.Exit(2) from None
     from trainer.datacache.server import serve as run_server  # noqa: PLC0415 - needs the extra
 
     code = run_server(config, credential, _log, host=host)

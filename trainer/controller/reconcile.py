@@ -40,8 +40,8 @@ from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError, Kube
 from trainer.plugins.registry import framework_for, render
-from trainer.runtime.framework import Framework
 from trainer.runtime.credentials import generate_credential
+from trainer.runtime.framework import Framework
 from trainer.runtime.info import BuildContext, BuildError, Observed, Runtime, SSHKeyPair
 from trainer.runtime.snapshot import read_snapshot, snapshot_name
 from trainer.runtime.watch import observe

@@ -91,7 +91,7 @@ def credential_from_env(env: Mapping[str, str] | None = None) -> bytes:
         raise CredentialError(
             f"{ENV_CREDENTIAL_FILE} is not set: it names the file holding the TrainJob's "
             "data-cache credential (the controller mounts the Secret <job>-data-cache-auth "
-            "into the cache and trainer pods and sets it; docs/data-cache.md, \"Security\")"
+            'into the cache and trainer pods and sets it; docs/data-cache.md, "Security")'
         )
     return read_credential(path)
 
@@ -144,7 +144,7 @@ class Verifier:
             raise Unauthenticated(
                 f"this call carries no data-cache credential (header {HEADER_CALL}): the "
                 "cache answers only the pods of its own TrainJob, which sign their calls with "
-                f"the credential in ${ENV_CREDENTIAL_FILE} (docs/data-cache.md, \"Security\")"
+                f'the credential in ${ENV_CREDENTIAL_FILE} (docs/data-cache.md, "Security")'
             )
         parts = header.split(" ")
         if len(parts) != 4 or parts[0] != VERSION or not parts[1].isdigit():

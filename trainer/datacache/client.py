@@ -106,8 +106,7 @@ class CacheClient:
             except fl.FlightUnauthenticatedError as exc:
                 client.close()
                 raise CacheClientError(
-                    f"the data cache at {location} and this pod do not share a credential: "
-                    f"{exc}"
+                    f"the data cache at {location} and this pod do not share a credential: {exc}"
                 ) from exc
             except fl.FlightError as exc:
                 client.close()
