@@ -6,7 +6,9 @@ Here every Flight call must be signed with the TrainJob's credential: unsigned a
 signed calls are UNAUTHENTICATED, a registered pod cannot be replaced, and a reader uses no
 answer from a server that cannot prove it holds the credential. The attack itself runs as a
 second, unprivileged user (``setpriv --reuid=65534``) against real ``trainer data-cache serve``
-processes on loopback, while the legitimate reader still gets the real rows.
+processes on the host's loopback (as on a plane where no network sandbox can be made, or a
+cluster where other pods reach the cache), while the legitimate reader still gets the real
+rows.
 """
 
 from __future__ import annotations
