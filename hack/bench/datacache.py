@@ -85,7 +85,7 @@ def start_cache(
     while waiting:
         if any(p.poll() is not None for p in procs):
             raise RuntimeError("a cache process exited before it was ready")
-        waiting = {port for port in waiting if not check_health(port, "", 1.0)}
+        waiting = {port for port in waiting if not check_health(f"127.0.0.1:{port}", "", 1.0)}
         if waiting:
             time.sleep(0.01)
     return procs, ports, time.monotonic() - began

@@ -231,7 +231,7 @@ def test_a_grpc_probe_without_grpcio_fails_and_says_which_extra(
 
     monkeypatch.setattr(grpc_probe, "grpc_modules", lambda: None)
     with pytest.raises(ImportError, match=r"the 'datacache' extra: pip install"):
-        grpc_probe.check_health(50051, "", 1.0)
+        grpc_probe.check_health("127.0.0.1:50051", "", 1.0)
 
 
 def test_the_dockerfile_builds_the_image_the_runtime_names() -> None:
