@@ -7,7 +7,9 @@ Each cache pod is a real ``trainer data-cache serve`` process on loopback (as th
 while it reads). "Ready" is measured from the process spawn (interpreter start and imports
 included) until a grpc.health.v1 Check answers SERVING, polled every 10 ms: what holds the
 training pods back. Throughput is rows (and bytes of Arrow data) of the whole table over the
-wall time from the first request to the last batch, the best of ``--rounds``.
+wall time from the first request to the last batch, the best of ``--rounds``. Every call is
+signed with a credential of the run's own, as a TrainJob's are (docs/data-cache.md,
+"Security").
 
 Cases: the data-cache example's own table (examples/data-cache/transactions.csv, 1,000 rows,
 2 ranks: the example's closing figures) and a generated table (``--rows``, default 2,000,000
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import secrets
 import socket
 import subprocess
 import sys
@@ -40,6 +43,7 @@ from trainer.local.executor.grpc_probe import check_health
 
 EXAMPLE = ROOT / "examples/data-cache/transactions.csv"
 SERVE = [sys.executable, "-m", "trainer.cli.main", "data-cache", "serve"]
+CREDENTIAL = secrets.token_urlsafe(32).encode()
 
 
 def import_seconds(modules: str) -> float:
@@ -55,7 +59,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_cache(source: Path, pods: int) -> tuple[list[subprocess.Popen[bytes]], list[int], float]:
+def start_cache(
+    source: Path, pods: int, credential: Path
+) -> tuple[list[subprocess.Popen[bytes]], list[int], float]:
     """Start ``pods`` cache processes; returns them, their ports and seconds until all SERVING."""
     ports = [free_port() for _ in range(pods)]
     peers = ",".join(f"127.0.0.1:{p}" for p in ports)
@@ -69,6 +75,7 @@ def start_cache(source: Path, pods: int) -> tuple[list[subprocess.Popen[bytes]],
                 "METADATA_LOC": str(source),
                 "JOB_COMPLETION_INDEX": str(i),
                 "DATA_CACHE_PEERS": peers,
+                "DATA_CACHE_CREDENTIAL_FILE": str(credential),
             },
             stdout=subprocess.DEVNULL,
         )
@@ -78,7 +85,7 @@ def start_cache(source: Path, pods: int) -> tuple[list[subprocess.Popen[bytes]],
     while waiting:
         if any(p.poll() is not None for p in procs):
             raise RuntimeError("a cache process exited before it was ready")
-        waiting = {port for port in waiting if not check_health(port, "", 1.0)}
+        waiting = {port for port in waiting if not check_health(f"127.0.0.1:{port}", "", 1.0)}
         if waiting:
             time.sleep(0.01)
     return procs, ports, time.monotonic() - began
@@ -90,7 +97,7 @@ def read_all(port: int, ranks: int) -> dict[str, Any]:
     barrier = threading.Barrier(ranks + 1)
 
     def reader(rank: int) -> None:
-        with CacheClient(f"127.0.0.1:{port}") as client:
+        with CacheClient(f"127.0.0.1:{port}", credential=CREDENTIAL) as client:
             barrier.wait()
             results[rank] = client.read_shard(rank, ranks, "bench/table")
 
@@ -124,8 +131,10 @@ def generate(path: Path, rows: int) -> None:
     pq.write_table(pa.table(columns), path)
 
 
-def case(name: str, source: Path, pods: int, ranks: int, rounds: int) -> dict[str, Any]:
-    procs, ports, ready_s = start_cache(source, pods)
+def case(
+    name: str, source: Path, pods: int, ranks: int, rounds: int, credential: Path
+) -> dict[str, Any]:
+    procs, ports, ready_s = start_cache(source, pods, credential)
     load = OtherLoad([p.pid for p in procs])
     try:
         runs = [read_all(ports[0], ranks) for _ in range(rounds)]
@@ -156,13 +165,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "hack/bench/reports/datacache.json")
     args = parser.parse_args()
-    results = [case("example (transactions.csv), 1 pod, 2 ranks", EXAMPLE, 1, 2, args.rounds)]
     with tempfile.TemporaryDirectory(prefix="datacache-bench-") as tmp:
+        credential = Path(tmp) / "credential"
+        credential.write_bytes(CREDENTIAL)
+        example = "example (transactions.csv), 1 pod, 2 ranks"
+        results = [case(example, EXAMPLE, 1, 2, args.rounds, credential)]
         table = Path(tmp) / "table.parquet"
         generate(table, args.rows)
         for pods, ranks in ((1, 2), (2, 2), (2, 4)):
             name = f"generated ({args.rows:,} rows), {pods} pod(s), {ranks} ranks"
-            results.append(case(name, table, pods, ranks, args.rounds))
+            results.append(case(name, table, pods, ranks, args.rounds, credential))
     report = {
         "benchmark": "datacache",
         "start_to_ready_includes": {

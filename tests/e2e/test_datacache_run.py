@@ -66,6 +66,12 @@ def test_ranks_stream_disjoint_shards_from_a_cache_ready_before_the_nodes_start(
     lines = out.splitlines()
     assert "TrainJob default/data-cache: Complete" in out
 
+    # On the local plane the cache listens on loopback only, and the ranks read it with the
+    # TrainJob's credential (docs/data-cache.md, "Security").
+    assert re.search(
+        r"cache-initializer-0-0-\w+ \| data-cache: pod 0 of 1 .* gRPC on 127\.0\.0\.1:", out
+    )
+
     # The cache loaded the whole table, and turned Ready, before any node pod existed.
     ready = first(lines, r"data-cache-cache-initializer-0-0-\w+ \| data-cache: ready: ")
     total = int(re.search(r"rows 0-(\d+) of (\d+)", lines[ready])[2])  # type: ignore[index]

@@ -80,6 +80,7 @@ def build_context(case: Path) -> BuildContext:
         settings = yaml.safe_load((case / "context.yaml").read_text()) or {}
     return BuildContext(
         lambda: FAKE_KEYS,
+        credential_gen=lambda: "golden-data-cache-credential",
         feature_gates=settings.get("featureGates") or {},
         status_server_url=settings.get("statusServerURL"),
     )

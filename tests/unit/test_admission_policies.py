@@ -624,6 +624,12 @@ spec:
             [reserved("DATA_CACHE_ENDPOINT PET_NNODES")],
             id="merged-with-torch-names",
         ),
+        pytest.param(
+            "torch-distributed-with-cache",
+            ("DATA_CACHE_CREDENTIAL_FILE",),
+            [reserved("DATA_CACHE_CREDENTIAL_FILE")],
+            id="cache-credential",
+        ),
         pytest.param("torch-distributed", ("DATA_CACHE_ENDPOINT",), [], id="no-cache-job"),
     ],
 )

@@ -19,6 +19,7 @@ from trainer.datacache import config as cfg
 from trainer.datacache.sharding import RowRange, part_of, pieces, split
 from trainer.local.executor.jobset import declared_ports
 from trainer.plugins.registry import render
+from trainer.runtime.info import BuildContext
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,7 +164,7 @@ def test_cache_pods_get_every_peer_and_trainers_get_pod_0() -> None:
             },
         }
     )
-    jobset = render(job, runtime)[-1]
+    jobset = render(job, runtime, ctx=BuildContext(credential_gen=lambda: "c" * 43))[-1]
     cache_env = {
         e["name"]: e.get("value") for e in _containers(jobset, "cache-initializer")[0]["env"]
     }
@@ -230,7 +231,7 @@ def test_a_grpc_probe_without_grpcio_fails_and_says_which_extra(
 
     monkeypatch.setattr(grpc_probe, "grpc_modules", lambda: None)
     with pytest.raises(ImportError, match=r"the 'datacache' extra: pip install"):
-        grpc_probe.check_health(50051, "", 1.0)
+        grpc_probe.check_health("127.0.0.1:50051", "", 1.0)
 
 
 def test_the_dockerfile_builds_the_image_the_runtime_names() -> None:

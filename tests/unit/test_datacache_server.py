@@ -28,9 +28,11 @@ from trainer.datacache.client import CacheClient, CacheClientError  # noqa: E402
 from trainer.datacache.config import CacheConfig  # noqa: E402
 from trainer.datacache.loader import DatasetError, load  # noqa: E402
 from trainer.datacache.server import BindError, CacheServer  # noqa: E402
+from trainer.datacache.signed import SignedClient  # noqa: E402
 from trainer.local.executor.grpc_probe import check_health  # noqa: E402
 
 ROWS = 1000
+CREDENTIAL = b"test-credential-0123456789abcdef"
 
 
 def table(rows: int = ROWS) -> Any:
@@ -42,6 +44,11 @@ def parquet(tmp_path: Path) -> Path:
     path = tmp_path / "t.parquet"
     pq.write_table(table(), path, row_group_size=300)
     return path
+
+
+def signed(port: int) -> SignedClient:
+    """pyarrow's Flight client, its calls signed with the test's credential."""
+    return SignedClient(f"grpc://127.0.0.1:{port}", CREDENTIAL)
 
 
 def config(source: Path, index: int = 0, peers: tuple[str, ...] = ()) -> CacheConfig:
@@ -105,7 +112,7 @@ def test_an_empty_directory_and_mismatched_files_are_errors(tmp_path: Path) -> N
 @pytest.fixture
 def cache(parquet: Path) -> Iterator[list[CacheServer]]:
     """Three cache pods on loopback holding one table between them."""
-    servers = [CacheServer(config(parquet), host="127.0.0.1") for _ in range(3)]
+    servers = [CacheServer(config(parquet), CREDENTIAL, host="127.0.0.1") for _ in range(3)]
     ports = [s.start() for s in servers]
     peers = tuple(f"127.0.0.1:{p}" for p in ports)
     for i, server in enumerate(servers):
@@ -121,9 +128,7 @@ def test_health_is_serving_only_once_loaded(cache: list[CacheServer]) -> None:
     head = cache[0]
     assert check_health(f"127.0.0.1:{head.port}", "", 2.0) is False
     with pytest.raises(fl.FlightUnavailableError, match="the cache is loading"):
-        fl.connect(f"grpc://127.0.0.1:{head.port}").get_flight_info(
-            fl.FlightDescriptor.for_path("sales", "tx")
-        )
+        signed(head.port).get_flight_info(fl.FlightDescriptor.for_path("sales", "tx"))
     assert head.load() == (ROWS, head.state.rows)
     assert check_health(f"127.0.0.1:{head.port}", "", 2.0) is True
     assert (
@@ -140,7 +145,7 @@ def test_flight_info_points_readers_at_the_pods_holding_each_part(
     for server in cache:
         server.load()
     assert [s.state.rows.length for s in cache] == [333, 333, 334]
-    client = fl.connect(f"grpc://127.0.0.1:{cache[0].port}")
+    client = signed(cache[0].port)
     info = client.get_flight_info(fl.FlightDescriptor.for_path("sales", "tx"))
     assert info.total_records == ROWS and info.schema.equals(table().schema)
     locations = [[loc.uri.decode() for loc in e.locations] for e in info.endpoints]
@@ -150,11 +155,11 @@ def test_flight_info_points_readers_at_the_pods_holding_each_part(
         [f"grpc://127.0.0.1:{cache[2].port}"],
     ]
     # Each pod serves its own rows and refuses another pod's.
-    parts = [fl.connect(f"grpc://127.0.0.1:{s.port}") for s in cache]
-    read = [parts[k].do_get(e.ticket).read_all() for k, e in enumerate(info.endpoints)]
+    parts = [signed(s.port) for s in cache]
+    read = [parts[k].read(e.ticket) for k, e in enumerate(info.endpoints)]
     assert pa.concat_tables(read).equals(table())
     with pytest.raises(pa.ArrowException, match="are not held by cache pod 1"):
-        parts[1].do_get(info.endpoints[0].ticket).read_all()
+        parts[1].read(info.endpoints[0].ticket)
     assert client.get_schema(fl.FlightDescriptor.for_path("sales", "tx")).schema.equals(
         table().schema
     )
@@ -171,7 +176,7 @@ def test_rank_shards_are_disjoint_and_cover_the_table_once(
     for server in cache:
         server.load()
     ids: list[int] = []
-    with CacheClient(f"127.0.0.1:{cache[0].port}", timeout=5) as client:
+    with CacheClient(f"127.0.0.1:{cache[0].port}", credential=CREDENTIAL, timeout=5) as client:
         assert client.tables() == ["sales/tx"]
         for rank in range(world):
             shard = client.read_shard(rank, world)
@@ -182,11 +187,11 @@ def test_rank_shards_are_disjoint_and_cover_the_table_once(
 
 
 def test_an_empty_shard_has_the_schema(parquet: Path) -> None:
-    server = CacheServer(config(parquet), host="127.0.0.1")
+    server = CacheServer(config(parquet), CREDENTIAL, host="127.0.0.1")
     server.start()
     try:
         server.load()
-        with CacheClient(f"127.0.0.1:{server.port}") as client:
+        with CacheClient(f"127.0.0.1:{server.port}", credential=CREDENTIAL) as client:
             shards = [client.read_shard(r, ROWS + 1) for r in range(2)]
         assert [s.num_rows for s in shards] == [0, 1]
         assert shards[0].schema.equals(table().schema)
@@ -195,12 +200,12 @@ def test_an_empty_shard_has_the_schema(parquet: Path) -> None:
 
 
 def test_a_port_in_use_is_refused(parquet: Path) -> None:
-    first = CacheServer(config(parquet), host="127.0.0.1")
+    first = CacheServer(config(parquet), CREDENTIAL, host="127.0.0.1")
     port = first.start()
     taken = CacheConfig("sales", "tx", parquet, None, 0, (), port=port)
     try:
         with pytest.raises(BindError, match=f"cannot listen on 127.0.0.1:{port}"):
-            CacheServer(taken, host="127.0.0.1").start()
+            CacheServer(taken, CREDENTIAL, host="127.0.0.1").start()
     finally:
         first.stop(0)
 
@@ -209,7 +214,7 @@ def test_the_client_says_when_the_cache_is_unreachable() -> None:
     with pytest.raises(
         CacheClientError, match=r"cannot reach the data cache at grpc://127\.0\.0\.1:1"
     ):
-        CacheClient("127.0.0.1:1", timeout=0.5)
+        CacheClient("127.0.0.1:1", credential=CREDENTIAL, timeout=0.5)
 
 
 # --- the command --------------------------------------------------------------------------------
@@ -225,23 +230,35 @@ def trainer_cmd(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
-def test_serve_loads_serves_and_stops_on_sigterm(parquet: Path) -> None:
+@pytest.fixture
+def credential_file(tmp_path: Path) -> Path:
+    path = tmp_path / "credential"
+    path.write_bytes(CREDENTIAL + b"\n")
+    return path
+
+
+def test_serve_loads_serves_and_stops_on_sigterm(parquet: Path, credential_file: Path) -> None:
+    """Run by hand (no DATA_CACHE_PEERS), the cache listens on loopback only."""
     proc = trainer_cmd(
         "--port",
         "0",
-        "--host",
-        "127.0.0.1",
-        env={"STORAGE_URI": "cache://sales/tx", "METADATA_LOC": f"file://{parquet}"},
+        env={
+            "STORAGE_URI": "cache://sales/tx",
+            "METADATA_LOC": f"file://{parquet}",
+            "DATA_CACHE_PEERS": "",
+            "DATA_CACHE_CREDENTIAL_FILE": str(credential_file),
+        },
     )
     assert proc.stdout is not None
     try:
         first = proc.stdout.readline()
         assert "pod 0 of 1 loading table sales/tx" in first, first
+        assert "gRPC on 127.0.0.1:" in first, first
         ready = proc.stdout.readline()
         assert "ready: table sales/tx, rows 0-1000 of 1000" in ready, ready
         port = int(ready.rsplit("port ", 1)[1].split(",")[0])
         assert check_health(f"127.0.0.1:{port}", "", 2.0) is True
-        with CacheClient(f"127.0.0.1:{port}") as client:
+        with CacheClient(f"127.0.0.1:{port}", credential=CREDENTIAL) as client:
             assert client.read_table().num_rows == ROWS
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
@@ -260,10 +277,36 @@ def test_serve_loads_serves_and_stops_on_sigterm(parquet: Path) -> None:
             "error: data-cache: cannot load table a/b: METADATA_LOC: /no/such/file.parquet: "
             "no such file or directory",
         ),
+        (
+            {"STORAGE_URI": "cache://a/b", "METADATA_LOC": "/x.csv", "CRED": ""},
+            2,
+            "error: data-cache: DATA_CACHE_CREDENTIAL_FILE is not set: it names the file "
+            "holding the TrainJob's data-cache credential",
+        ),
+        (
+            {"STORAGE_URI": "cache://a/b", "METADATA_LOC": "/x.csv", "CRED": "/no/such/cred"},
+            2,
+            "error: data-cache: cannot read the data-cache credential /no/such/cred: "
+            "No such file or directory",
+        ),
+        (
+            {"STORAGE_URI": "cache://a/b", "METADATA_LOC": "/x.csv", "CRED": "short"},
+            2,
+            "error: data-cache: the data-cache credential ",
+        ),
     ],
 )
-def test_serve_fails_with_one_clear_line(env: dict[str, str], code: int, message: str) -> None:
+def test_serve_fails_with_one_clear_line(
+    env: dict[str, str], code: int, message: str, credential_file: Path
+) -> None:
     clean = dict.fromkeys(("STORAGE_URI", "METADATA_LOC", "DATA_CACHE_PEERS"), "")
+    env = dict(env)
+    cred = env.pop("CRED", str(credential_file))
+    if cred == "short":
+        cred = str(credential_file)
+        credential_file.write_text("too short\n")
+        message += f"{cred} holds 9 bytes; at least 16 are needed"
+    env["DATA_CACHE_CREDENTIAL_FILE"] = cred
     proc = trainer_cmd("--port", "0", "--host", "127.0.0.1", env={**clean, **env})
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == code
@@ -273,11 +316,11 @@ def test_serve_fails_with_one_clear_line(env: dict[str, str], code: int, message
 def test_pods_on_one_shared_address_register_with_pod_0(parquet: Path) -> None:
     """The local plane's case: every pod's name and port map to one address, so pods 1 and 2
     listen on free ports and tell pod 0; pod 0 is SERVING only once both did."""
-    head = CacheServer(config(parquet), host="127.0.0.1")
+    head = CacheServer(config(parquet), CREDENTIAL, host="127.0.0.1")
     port = head.start()
     shared = (f"127.0.0.1:{port}",) * 3
     head.config = head.state.config = config(parquet, 0, shared)
-    others = [CacheServer(config(parquet, i, shared), host="127.0.0.1") for i in (1, 2)]
+    others = [CacheServer(config(parquet, i, shared), CREDENTIAL, host="127.0.0.1") for i in (1, 2)]
     try:
         assert [s.start() for s in others] != [port, port]
         head.load()
@@ -285,25 +328,21 @@ def test_pods_on_one_shared_address_register_with_pod_0(parquet: Path) -> None:
             check_health(f"127.0.0.1:{port}", "", 2.0) is False
         )  # pods 1 and 2 have not registered
         with pytest.raises(fl.FlightUnavailableError, match=r"waiting for cache pods \[1, 2\]"):
-            fl.connect(f"grpc://127.0.0.1:{port}").list_flights().__next__()
+            signed(port).list_flights()
         for server in others:
             server.load()
             assert server.register(timeout=10) == f"grpc://127.0.0.1:{server.port}"
         assert check_health(f"127.0.0.1:{port}", "", 2.0) is True
-        info = fl.connect(f"grpc://127.0.0.1:{port}").get_flight_info(
-            fl.FlightDescriptor.for_path("sales", "tx")
-        )
+        info = signed(port).get_flight_info(fl.FlightDescriptor.for_path("sales", "tx"))
         locations = [[loc.uri.decode() for loc in e.locations] for e in info.endpoints]
         assert locations == [[]] + [[f"grpc://127.0.0.1:{s.port}"] for s in others]
-        with CacheClient(f"127.0.0.1:{port}") as client:
+        with CacheClient(f"127.0.0.1:{port}", credential=CREDENTIAL) as client:
             ids = [i for r in range(2) for i in client.read_shard(r, 2).column("id").to_pylist()]
         assert ids == list(range(ROWS))
         # Only pod 0 takes registrations.
         with pytest.raises(pa.ArrowException, match="only pod 0"):
-            list(
-                fl.connect(f"grpc://127.0.0.1:{others[0].port}").do_action(
-                    fl.Action("register", b'{"index": 2, "location": "x", "total": 1}')
-                )
+            signed(others[0].port).do_action(
+                fl.Action("register", b'{"index": 2, "location": "x", "total": 1}')
             )
     finally:
         for server in [head, *others]:

@@ -4,11 +4,11 @@ the rule is JobSet's: trainer.runtime.naming).
 Upstream admits any RFC-1035 TrainJob name of up to 63 characters, and the TrainJob then fails
 inside JobSet's webhook when a generated Job or Pod name is longer than 63
 (``<name>-dataset-initializer-0-0-abcde`` caps the name at 33). Here the TrainJob is rendered
-exactly as the controller would (pure: the MPI key generator returns a fixed dummy pair, no
-randomness in admission) and every generated name is checked with
-:mod:`trainer.runtime.naming`. The names that are too long make an Invalid error at
-``metadata.name`` (one error: the longest offending name, how many more there are, and the
-longest TrainJob name this runtime allows with these settings).
+exactly as the controller would (pure: the MPI key generator returns a fixed dummy pair and
+the data cache's credential generator a fixed string, no randomness in admission) and every
+generated name is checked with :mod:`trainer.runtime.naming`. The names that are too long
+make an Invalid error at ``metadata.name`` (one error: the longest offending name, how many
+more there are, and the longest TrainJob name this runtime allows with these settings).
 """
 
 from __future__ import annotations
@@ -35,10 +35,16 @@ def _dummy_keygen() -> SSHKeyPair:
     return _DUMMY_KEYS
 
 
-ADMISSION_CONTEXT = BuildContext(ssh_keygen=_dummy_keygen)
+def _dummy_credential() -> str:
+    return "admission"
+
+
+ADMISSION_CONTEXT = BuildContext(ssh_keygen=_dummy_keygen, credential_gen=_dummy_credential)
 """The build context of an admission render: no randomness, default configuration."""
 
-NAME_CHECK_CONTEXT = BuildContext(ssh_keygen=_dummy_keygen, objects=False)
+NAME_CHECK_CONTEXT = BuildContext(
+    ssh_keygen=_dummy_keygen, credential_gen=_dummy_credential, objects=False
+)
 """The same, for a render whose objects are not looked at (only the JobSet spec is)."""
 
 _KIND_TEXT = {

@@ -4,8 +4,9 @@ cache image's entrypoint on a cluster.
 
 Exit status: 0 when stopped by SIGTERM / SIGINT after serving; 1 when the cache cannot start
 (the dataset is missing or unreadable, the port cannot be bound, the ``datacache`` extra is
-not installed); 2 for a malformed setting (an env variable or option, named in the message).
-pyarrow and grpcio are imported only here, when serving starts.
+not installed); 2 for a malformed setting (an env variable or option, named in the message),
+a missing or unreadable credential included. pyarrow and grpcio are imported only here, when
+serving starts.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Annotated
 
 import typer
 
+from trainer.datacache import auth, deps
 from trainer.datacache import config as cfg
-from trainer.datacache import deps
 
 app = typer.Typer(
     help="The data cache: an in-memory Arrow table served over Arrow Flight.",
@@ -35,7 +36,22 @@ def serve(
     port: Annotated[
         int, typer.Option("--port", help="gRPC port for Flight and grpc.health.v1 (0: any).")
     ] = cfg.DEFAULT_PORT,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "0.0.0.0",
+    host: Annotated[
+        str | None,
+        typer.Option(
+            "--host",
+            help="Address to listen on (default: 127.0.0.1 when this pod's "
+            f"${cfg.ENV_PEERS} entry is a loopback address or there is none, else 0.0.0.0).",
+        ),
+    ] = None,
+    credential_file: Annotated[
+        str | None,
+        typer.Option(
+            "--credential-file",
+            help="File holding the TrainJob's data-cache credential "
+            f"(default: ${auth.ENV_CREDENTIAL_FILE}).",
+        ),
+    ] = None,
     source: Annotated[
         str | None,
         typer.Option(
@@ -60,6 +76,7 @@ def serve(
     """Load this pod's part of the table and serve it over Arrow Flight until stopped.
 
     Reports gRPC health NOT_SERVING while loading and SERVING once loaded, on the same port.
+    Every Flight call must be signed with the TrainJob's credential.
     """
     try:
         config = cfg.from_env(
@@ -72,8 +89,16 @@ def serve(
     if missing is not None:
         _log(f"error: {missing}")
         raise typer.Exit(1)
+    try:
+        if credential_file is not None:
+            credential = auth.read_credential(credential_file)
+        else:
+            credential = auth.credential_from_env(os.environ)
+    except auth.CredentialError as exc:
+        _log(f"error: data-cache: {exc}")
+        raise typer.Exit(2) from None
     from trainer.datacache.server import serve as run_server  # noqa: PLC0415 - needs the extra
 
-    code = run_server(config, _log, host=host)
+    code = run_server(config, credential, _log, host=host)
     if code:
         raise typer.Exit(code)

@@ -20,6 +20,7 @@ from trainer.cli.catalog import RuntimeCatalog, is_runtime, with_namespace
 from trainer.cli.files import read_or_exit
 from trainer.controller.config import parse_feature_gates
 from trainer.plugins.registry import render as render_objects
+from trainer.runtime.credentials import generate_credential
 from trainer.runtime.info import BuildContext, BuildError, Observed
 from trainer.runtime.sshkeys import generate_ssh_keypair
 
@@ -181,6 +182,7 @@ def render(
     objects: list[dict[str, Any]] = []
     ctx = BuildContext(
         ssh_keygen=generate_ssh_keypair,
+        credential_gen=generate_credential,
         feature_gates=gates,
         status_server_url=status_server_url,
     )

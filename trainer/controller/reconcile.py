@@ -40,6 +40,7 @@ from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError, Kube
 from trainer.plugins.registry import framework_for, render
+from trainer.runtime.credentials import generate_credential
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import BuildContext, BuildError, Observed, Runtime, SSHKeyPair
 from trainer.runtime.snapshot import read_snapshot, snapshot_name
@@ -215,6 +216,7 @@ def build_context(
     feature_gates: dict[str, bool] | None = None,
     status_server_url: str | None = None,
     status_server_secret: tuple[str, str] | None = None,
+    credential_gen: Callable[[], str] = generate_credential,
 ) -> BuildContext:
     """The controller's build context. ``status_server_url`` (base URL, ``https://host:port``)
     and ``status_server_secret`` (namespace and name of the webhook certificate Secret) are
@@ -225,6 +227,7 @@ def build_context(
     )
     return BuildContext(
         ssh_keygen=ssh_keygen,
+        credential_gen=credential_gen,
         feature_gates=feature_gates or {},
         status_server_url=status_server_url,
         status_server_secret_name=name,

@@ -10,6 +10,11 @@ The first call asks the cache's pod 0 for the shard's FlightInfo; its endpoints 
 pods holding the rows, and each piece is read (DoGet) from the pod holding it, so no rows pass
 through pod 0 that pod 0 does not hold.
 
+Every call is signed with the TrainJob's credential, read from the file
+``$DATA_CACHE_CREDENTIAL_FILE`` names (the controller mounts it into the trainer's containers),
+and every answer is used only once its server has proved it holds the same credential
+(:mod:`~trainer.datacache.signed`; docs/data-cache.md, "Security").
+
     from trainer.datacache.client import read_shard
     shard = read_shard()            # a pyarrow.Table
     features = shard.to_pandas()    # or .column("x").to_numpy(), ...
@@ -24,7 +29,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from trainer.datacache import wire
+from trainer.datacache import auth, wire
+from trainer.datacache.signed import SignedClient
 
 ENV_ENDPOINT = "DATA_CACHE_ENDPOINT"
 CONNECT_TIMEOUT = 30.0
@@ -66,21 +72,42 @@ def _location(endpoint: str) -> str:
     return endpoint if "://" in endpoint else f"grpc://{endpoint}"
 
 
-class CacheClient:
-    """Flight clients of the cache: pod 0 (the endpoint), and the pods it points at."""
+def credential_from_env(env: Mapping[str, str] | None = None) -> bytes:
+    """The TrainJob's data-cache credential, from the file ``$DATA_CACHE_CREDENTIAL_FILE``."""
+    try:
+        return auth.credential_from_env(env)
+    except auth.CredentialError as exc:
+        raise CacheClientError(str(exc)) from exc
 
-    def __init__(self, endpoint: str | None = None, *, timeout: float = CONNECT_TIMEOUT) -> None:
+
+class CacheClient:
+    """Flight clients of the cache: pod 0 (the endpoint), and the pods it points at.
+    ``credential``: the TrainJob's (default: read from ``$DATA_CACHE_CREDENTIAL_FILE``)."""
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        credential: bytes | None = None,
+        timeout: float = CONNECT_TIMEOUT,
+    ) -> None:
         self.endpoint = _location(endpoint or endpoint_from_env())
+        self.credential = credential if credential is not None else credential_from_env()
         self.timeout = timeout
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[str, SignedClient] = {}
         self.head = self._client(self.endpoint)
         self.last_read: list[tuple[str, int]] = []  # (location, rows) of the last read
 
-    def _client(self, location: str) -> Any:
+    def _client(self, location: str) -> SignedClient:
         if location not in self._clients:
-            client = fl.FlightClient(location)
+            client = SignedClient(location, self.credential)
             try:
                 client.wait_for_available(timeout=self.timeout)
+            except fl.FlightUnauthenticatedError as exc:
+                client.close()
+                raise CacheClientError(
+                    f"the data cache at {location} and this pod do not share a credential: {exc}"
+                ) from exc
             except fl.FlightError as exc:
                 client.close()
                 raise CacheClientError(f"cannot reach the data cache at {location}: {exc}") from exc
@@ -90,7 +117,13 @@ class CacheClient:
     def tables(self) -> list[str]:
         """The tables the cache serves, as ``<schema>/<table>``."""
         names = []
-        for info in self.head.list_flights():
+        try:
+            infos = self.head.list_flights()
+        except pa.ArrowException as exc:
+            raise CacheClientError(
+                f"listing the tables of the data cache at {self.endpoint}: {exc}"
+            ) from exc
+        for info in infos:
             path = [p.decode() if isinstance(p, bytes) else str(p) for p in info.descriptor.path]
             names.append("/".join(path))
         return names
@@ -112,7 +145,7 @@ class CacheClient:
             for endpoint in info.endpoints:
                 locations = [str(loc.uri.decode()) for loc in endpoint.locations]
                 location = locations[0] if locations else self.endpoint
-                tables.append(self._client(location).do_get(endpoint.ticket).read_all())
+                tables.append(self._client(location).read(endpoint.ticket))
                 self.last_read.append((location, tables[-1].num_rows))
         except pa.ArrowException as exc:  # Flight errors, and KeyError for NOT_FOUND
             raise CacheClientError(
@@ -147,11 +180,12 @@ def read_shard(
     *,
     endpoint: str | None = None,
     table: str | None = None,
+    credential: bytes | None = None,
 ) -> Any:
     """This rank's shard of the cached table (see the module docstring)."""
     if rank is None or world_size is None:
         env_rank, env_world = rank_from_env()
         rank = env_rank if rank is None else rank
         world_size = env_world if world_size is None else world_size
-    with CacheClient(endpoint) as client:
+    with CacheClient(endpoint, credential=credential) as client:
         return client.read_shard(rank, world_size, table)

@@ -12,6 +12,10 @@ Environment (docs/data-cache.md, "Environment")
     ``JOB_COMPLETION_INDEX`` this pod's index in the cache (an Indexed Job sets it).
     ``DATA_CACHE_PEERS``  ``host:port`` of every cache pod in index order, comma-separated
                           (the controller injects it); absent means a cache of one pod.
+    ``DATA_CACHE_CREDENTIAL_FILE`` the file holding the TrainJob's credential
+                          (:mod:`~trainer.datacache.auth`; the controller mounts it).
+
+The address to listen on, unless ``--host`` says: :func:`default_host`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ ENV_FORMAT = "DATA_CACHE_FORMAT"
 ENV_INDEX = "JOB_COMPLETION_INDEX"
 ENV_PEERS = "DATA_CACHE_PEERS"
 DEFAULT_PORT = 50051
+LOOPBACK = "127.0.0.1"
+ANY = "0.0.0.0"
+_LOOPBACK_NAMES = ("localhost", "::1")
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
@@ -103,6 +110,36 @@ def parse_source(location: str) -> Path:
             "(only a local path or file://); copy the data to a volume and give its path"
         )
     return Path(location)
+
+
+def split_host_port(peer: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) as ``(host, port)``; ValueError when it is not."""
+    host, sep, port = peer.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"{peer!r} is not host:port")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only: 127.0.0.0/8, ::1 or localhost."""
+    return host.startswith("127.") or host.lower() in _LOOPBACK_NAMES
+
+
+def default_host(config: CacheConfig) -> str:
+    """Where to listen when ``--host`` does not say (docs/data-cache.md, "Security").
+
+    On a cluster the controller's ``DATA_CACHE_PEERS`` names this pod by its DNS name, which
+    other pods reach on the pod's own IP: listen on every interface of the pod (0.0.0.0).
+    On the local plane the same entry arrives rewritten to ``127.0.0.1:<port>`` (every pod is
+    a process of this host): listen on loopback only, so the host's other interfaces never
+    see the cache. With no peers at all (``trainer data-cache serve`` run by hand) there is
+    nobody else to serve: loopback too."""
+    if not config.peers:
+        return LOOPBACK
+    host = split_host_port(config.peers[config.index])[0]
+    if not is_loopback(host):
+        return ANY
+    return "::1" if host == "::1" else LOOPBACK
 
 
 def parse_peers(value: str) -> tuple[str, ...]:

@@ -14,12 +14,19 @@ Flight methods served (messages in :mod:`~trainer.datacache.wire`)
     ``GetSchema``, ``ListFlights``: the table's schema; the one table served.
 Until the part is loaded every Flight call answers UNAVAILABLE ("the cache is loading").
 
+Every Flight call must be signed with the TrainJob's credential (:mod:`~trainer.datacache.auth`)
+or is answered UNAUTHENTICATED, before anything else; a good call's answer carries the
+server's proof. grpc.health.v1 answers anyone (the kubelet's gRPC probe carries no
+credential), and tells only whether the cache is loaded.
+
 How the rows are split: :mod:`~trainer.datacache.sharding`. Each pod reads the whole dataset
 and keeps its part, so all pods agree on the split without talking to each other.
 
 Pods on one shared address (the local plane, :attr:`CacheConfig.shared_address`): pod 0 binds
 the declared port; every other pod binds a free port, loads its part and registers its
-location with pod 0 (Flight action ``register``, JSON ``{"index", "location", "total"}``).
+location with pod 0 (Flight action ``register``, JSON ``{"index", "location", "total"}``,
+signed like every call). The first registration of an index stands: another location for it
+is refused (ALREADY_EXISTS), and a location must be on the pods' shared host.
 Pod 0 points readers at the registered locations and reports SERVING only once its own part
 is loaded and every other pod has registered; as the probes of all cache pods reach pod 0's
 port there, the cache turns Ready only when every part is in memory.
@@ -40,10 +47,11 @@ import pyarrow as pa
 import pyarrow.flight as fl
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from trainer.datacache import wire
-from trainer.datacache.config import CacheConfig
+from trainer.datacache import auth, wire
+from trainer.datacache.config import CacheConfig, default_host, split_host_port
 from trainer.datacache.loader import DatasetError, load_part
 from trainer.datacache.sharding import RowRange, pieces, split
+from trainer.datacache.signed import SignedClient
 
 Log = Callable[[str], None]
 REGISTER_TIMEOUT = 120.0
@@ -101,12 +109,31 @@ def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -
     raise AssertionError(message)  # pragma: no cover
 
 
+def _call_header(context: grpc.ServicerContext) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == auth.HEADER_CALL:
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return None
+
+
 class FlightService:
     """The Flight methods, on raw bytes (see :mod:`~trainer.datacache.wire`)."""
 
-    def __init__(self, state: CacheState, on_register: Callable[[], None]) -> None:
+    def __init__(
+        self, state: CacheState, verifier: auth.Verifier, on_register: Callable[[], None]
+    ) -> None:
         self.state = state
+        self.verifier = verifier
         self.on_register = on_register
+
+    def _authenticate(self, method: str, raw: bytes, context: grpc.ServicerContext) -> None:
+        """Refuse an unsigned or badly signed call (UNAUTHENTICATED); answer a good one with
+        the server's proof (docs/data-cache.md, "Security")."""
+        try:
+            answer = self.verifier.check(method, raw, _call_header(context))
+        except auth.Unauthenticated as exc:
+            _abort(context, grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        context.send_initial_metadata(((auth.HEADER_PROOF, answer),))
 
     def _ready(self, context: grpc.ServicerContext) -> CacheState:
         if not self.state.serving.is_set():
@@ -143,22 +170,26 @@ class FlightService:
         return fl.FlightInfo(state.part.schema, descriptor, endpoints, wanted.length, -1)
 
     def get_flight_info(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        self._authenticate("GetFlightInfo", raw, context)
         self._ready(context)
         request = self._request(raw, context)
         return bytes(self.info(request, fl.FlightDescriptor.deserialize(raw)).serialize())
 
     def get_schema(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        self._authenticate("GetSchema", raw, context)
         state = self._ready(context)
         self._request(raw, context)
         return wire.schema_result(state.part.schema)
 
     def list_flights(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        self._authenticate("ListFlights", raw, context)
         state = self._ready(context)
         schema, table = state.config.schema, state.config.table
         descriptor = fl.FlightDescriptor.for_path(schema, table)
         yield bytes(self.info(wire.Request(state.config.name), descriptor).serialize())
 
     def do_get(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        self._authenticate("DoGet", raw, context)
         state = self._ready(context)
         try:
             name, rows = wire.parse_ticket(raw)
@@ -176,9 +207,14 @@ class FlightService:
         yield from wire.stream(piece)
 
     def do_action(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
-        """``register``: another pod of a cache on one shared address says where it listens."""
+        """``register``: another pod of a cache on one shared address says where it listens.
+        Signed like every call; the first registration of an index stands."""
+        self._authenticate("DoAction", raw, context)
         state = self.state
-        action = fl.Action.deserialize(raw)
+        try:
+            action = fl.Action.deserialize(raw)
+        except (pa.ArrowException, ValueError, TypeError) as exc:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"not a Flight Action: {exc}")
         if action.type != "register":
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"unknown action {action.type!r}")
         if not state.takes_registrations:
@@ -194,6 +230,14 @@ class FlightService:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"bad registration: {exc}")
         if not 0 < index < state.config.size:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"no cache pod {index}")
+        shared_host = split_host_port(state.config.peers[0])[0]
+        if not _is_location_on(location, shared_host):
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"cache pod {index} registered {location!r}: a location must be "
+                f"grpc://{shared_host}:<port>, on the address the cache pods share",
+            )
         if state.loaded.is_set() and total != state.total:
             _abort(
                 context,
@@ -202,7 +246,14 @@ class FlightService:
                 "must read the same dataset",
             )
         with state.lock:
-            state.registered[index] = location
+            before = state.registered.setdefault(index, location)
+        if before != location:
+            _abort(
+                context,
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"cache pod {index} is already registered at {before}; a second registration "
+                f"({location}) is refused",
+            )
         self.on_register()
         yield fl.Result(b"registered").serialize()
 
@@ -232,12 +283,27 @@ class FlightService:
         )
 
 
-class CacheServer:
-    """The gRPC server of one cache pod: start (health NOT_SERVING), load, serve, stop."""
+def _is_location_on(location: str, host: str) -> bool:
+    """Whether ``location`` is ``grpc://<host>:<port>``."""
+    scheme, sep, rest = location.partition("://")
+    if scheme != "grpc" or not sep:
+        return False
+    try:
+        found, port = split_host_port(rest)
+    except ValueError:
+        return False
+    return found == host and 0 < port < 65536
 
-    def __init__(self, config: CacheConfig, *, host: str = "0.0.0.0") -> None:
+
+class CacheServer:
+    """The gRPC server of one cache pod: start (health NOT_SERVING), load, serve, stop.
+    ``credential``: the TrainJob's (:mod:`~trainer.datacache.auth`); ``host``: the address to
+    bind (:func:`~trainer.datacache.config.default_host` by default)."""
+
+    def __init__(self, config: CacheConfig, credential: bytes, *, host: str | None = None) -> None:
         self.config = config
-        self.host = host
+        self.credential = credential
+        self.host = host if host is not None else default_host(config)
         self.state = CacheState(config)
         self.health = health.HealthServicer()
         # No SO_REUSEPORT (grpcio's default on Linux): a second cache on a port in use must
@@ -245,7 +311,7 @@ class CacheServer:
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=WORKERS), options=[("grpc.so_reuseport", 0)]
         )
-        service = FlightService(self.state, self._maybe_serving)
+        service = FlightService(self.state, auth.Verifier(credential), self._maybe_serving)
         self.server.add_generic_rpc_handlers((service.handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = 0
@@ -268,7 +334,7 @@ class CacheServer:
         address only pod 0 binds the declared port; the others take a free one."""
         config = self.config
         port = 0 if config.shared_address and config.index > 0 else config.port
-        address = f"{self.host}:{port}"
+        address = f"[{self.host}]:{port}" if ":" in self.host else f"{self.host}:{port}"
         try:
             port = int(self.server.add_insecure_port(address))
         except RuntimeError as exc:
@@ -297,11 +363,11 @@ class CacheServer:
         body = {"index": config.index, "location": location, "total": self.state.total}
         action = fl.Action("register", json.dumps(body).encode())
         deadline = time.monotonic() + timeout
-        client = fl.FlightClient(head)
+        client = SignedClient(head, self.credential)
         try:
             while True:
                 try:
-                    list(client.do_action(action, fl.FlightCallOptions(timeout=5)))
+                    client.do_action(action, timeout=5)
                     return location
                 except fl.FlightUnavailableError as exc:  # pod 0 is not listening yet
                     if time.monotonic() > deadline:
@@ -317,10 +383,10 @@ class CacheServer:
         self.server.stop(grace).wait()
 
 
-def serve(config: CacheConfig, log: Log, *, host: str = "0.0.0.0") -> int:
+def serve(config: CacheConfig, credential: bytes, log: Log, *, host: str | None = None) -> int:
     """Run one cache pod until SIGTERM or SIGINT; the exit status (1: could not load)."""
     began = time.monotonic()
-    server = CacheServer(config, host=host)
+    server = CacheServer(config, credential, host=host)
     try:
         port = server.start()
     except BindError as exc:
@@ -328,7 +394,8 @@ def serve(config: CacheConfig, log: Log, *, host: str = "0.0.0.0") -> int:
         return 1
     log(
         f"data-cache: pod {config.index} of {config.size} loading table {config.name} from "
-        f"{config.source}; gRPC on port {port} (health NOT_SERVING until loaded)"
+        f"{config.source}; gRPC on {server.host}:{port} (health NOT_SERVING until loaded; "
+        "Flight calls need the TrainJob's credential)"
     )
     try:
         total, rows = server.load()

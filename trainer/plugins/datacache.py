@@ -9,18 +9,46 @@ containers get ``DATA_CACHE_PEERS``, every cache pod's ``host:50051`` in index o
 can point readers at the pods holding each part (docs/data-cache.md). (Routing a
 ``cache://`` dataset's STORAGE_URI, env and secretRef to the cache container happens where
 the TrainJob is merged onto the runtime: trainer.runtime.assemble.)
+
+The credential (docs/data-cache.md, "Security"), on the pattern of the MPI plugin's SSH key:
+  - Build: Secret ``<job>-data-cache-auth`` (Opaque, immutable, owned by the TrainJob) with
+    key ``credential``, made from ``BuildContext.credential_gen`` only when none is observed,
+    so an existing credential is reused, never rotated under running pods;
+  - EnforcePodSpec: the Secret as volume ``data-cache-auth`` (``defaultMode`` 0444, read-only)
+    at ``/var/run/secrets/trainer.kubeflow.org/data-cache`` in the cache-initializer container
+    and every trainer container, with ``DATA_CACHE_CREDENTIAL_FILE`` naming the file;
+  - Watch: that Secret (by the TrainJob-name label, events by owner).
+Runtimes without a cache-initializer job get none of it.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
+from typing import Any
 
 from trainer.api import constants as c
+from trainer.api.core import Container, KeyToPath, SecretVolumeSource, Volume, VolumeMount
 from trainer.api.jobset import JobSetSpec, ReplicatedJob
+from trainer.api.v1alpha1 import TrainJob
 from trainer.runtime import apply
 from trainer.runtime.assemble import ancestor_of
-from trainer.runtime.info import BuildContext, Info, Runtime
+from trainer.runtime.info import BuildContext, BuildError, Info, Runtime
+from trainer.runtime.objects import object_meta
 from trainer.runtime.validation import Verdict, runtime_jobs, runtime_jobset_spec, runtime_name
+from trainer.runtime.watch import SECRETS, ByOwner, Obj, Store, Watch
+
+VOLUME_AUTH = "data-cache-auth"
+AUTH_MOUNT_PATH = "/var/run/secrets/trainer.kubeflow.org/data-cache"
+CREDENTIAL_KEY = "credential"
+CREDENTIAL_FILE = f"{AUTH_MOUNT_PATH}/{CREDENTIAL_KEY}"
+# Read-only for every user of the container: the cache image runs as 65532 without an
+# fsGroup, and a Secret volume's files belong to root (docs/data-cache.md, "Security").
+AUTH_MODE = 0o444
+
+
+def auth_secret_name(trainjob_name: str) -> str:
+    return f"{trainjob_name}{c.DATA_CACHE_AUTH_SUFFIX}"
 
 
 def cache_endpoint(info: Info) -> str | None:
@@ -76,16 +104,57 @@ def cache_warnings(runtime: Runtime) -> list[str]:
     ]
 
 
+def _auth_volume(info: Info) -> Volume:
+    return Volume(
+        name=VOLUME_AUTH,
+        secret=SecretVolumeSource(
+            secret_name=auth_secret_name(info.name),
+            default_mode=AUTH_MODE,
+            items=[KeyToPath(key=CREDENTIAL_KEY, path=CREDENTIAL_KEY)],
+        ),
+    )
+
+
+def _mount_credential(ctr: Container) -> None:
+    apply.upsert_volume_mount(
+        ctr, VolumeMount(name=VOLUME_AUTH, mount_path=AUTH_MOUNT_PATH, read_only=True)
+    )
+    apply.upsert_env(ctr, [apply.env(c.ENV_DATA_CACHE_CREDENTIAL_FILE, CREDENTIAL_FILE)])
+
+
+def _auth_secret(store: Store, trainjob: TrainJob, runtime: Runtime) -> dict[str, Obj]:
+    meta = trainjob.metadata
+    name = auth_secret_name((meta.name if meta else None) or "")
+    found = store.get((meta.namespace if meta else None) or "default", name)
+    return {name: found} if found is not None else {}
+
+
+AUTH_WATCH = Watch(
+    "data-cache-auth",
+    SECRETS,
+    ByOwner(),
+    _auth_secret,
+    into="secrets",
+    label_selector=c.LABEL_TRAINJOB_NAME,
+)
+"""The credential Secret, among the Secrets the builds create (they carry the TrainJob-name
+label)."""
+
+
 class DataCachePlugin:
     name = "DataCache"
+
+    def watches(self, ctx: BuildContext) -> Sequence[Watch]:
+        return [AUTH_WATCH]
 
     def validate_runtime(self, runtime: Runtime, old: Runtime | None) -> Verdict:
         return Verdict(cache_warnings(runtime))
 
     def reserved_envs(self, info: Info) -> Sequence[str]:
-        """With a cache-initializer job, ``DATA_CACHE_ENDPOINT`` is the plugin's."""
+        """With a cache-initializer job, ``DATA_CACHE_ENDPOINT`` and
+        ``DATA_CACHE_CREDENTIAL_FILE`` are the plugin's."""
         if info.pod_sets_with_ancestor(c.ANCESTOR_CACHE_INITIALIZER):
-            return (c.ENV_DATA_CACHE_ENDPOINT,)
+            return (c.ENV_DATA_CACHE_ENDPOINT, c.ENV_DATA_CACHE_CREDENTIAL_FILE)
         return ()
 
     def enforce_pod_spec(self, info: Info, ctx: BuildContext) -> None:
@@ -93,10 +162,38 @@ class DataCachePlugin:
         if endpoint is None:
             return
         for ps in info.pod_sets_with_ancestor(c.ANCESTOR_TRAINER):
-            for ctr in ps.pod_spec.containers or []:
+            containers = ps.pod_spec.containers or []
+            for ctr in containers:
                 apply.upsert_env(ctr, [apply.env(c.ENV_DATA_CACHE_ENDPOINT, endpoint)])
+                _mount_credential(ctr)
+            if containers:
+                apply.upsert_volume(ps.pod_spec, _auth_volume(info))
         peers = cache_peers(info)
         for ps in info.pod_sets_with_ancestor(c.ANCESTOR_CACHE_INITIALIZER)[:1]:
             cache = ps.container(c.CONTAINER_CACHE_INITIALIZER)
             if cache is not None and peers is not None:
                 apply.upsert_env(cache, [apply.env(c.ENV_DATA_CACHE_PEERS, peers)])
+            if cache is not None:
+                _mount_credential(cache)
+                apply.upsert_volume(ps.pod_spec, _auth_volume(info))
+
+    def build(self, info: Info, ctx: BuildContext) -> list[dict[str, Any]]:
+        """The credential Secret, unless one is observed (an existing one is reused)."""
+        if not info.pod_sets_with_ancestor(c.ANCESTOR_CACHE_INITIALIZER) or not ctx.objects:
+            return []
+        name = auth_secret_name(info.name)
+        if name in info.observed.secrets:
+            return []
+        if ctx.credential_gen is None:
+            raise BuildError("the data cache needs a credential generator")
+        credential = ctx.credential_gen().encode("ascii")
+        return [
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": object_meta(info.trainjob, name),
+                "type": "Opaque",
+                "immutable": True,
+                "data": {CREDENTIAL_KEY: base64.b64encode(credential).decode("ascii")},
+            }
+        ]

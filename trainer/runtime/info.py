@@ -67,6 +67,9 @@ class BuildContext:
 
     ssh_keygen: Callable[[], SSHKeyPair] | None = None
     """Makes a fresh key pair for an MPI job (only called when no Secret exists)."""
+    credential_gen: Callable[[], str] | None = None
+    """Makes a fresh random credential for a TrainJob's data cache (only called when its
+    Secret does not exist: docs/data-cache.md, "Security")."""
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     status_server_url: str | None = None
     """Base URL of the TrainJob status server (TrainJobStatus gate), ``https://host:port``
