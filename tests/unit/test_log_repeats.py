@@ -25,10 +25,11 @@ def test_a_flood_of_one_error_is_one_line_per_interval_with_the_count() -> None:
     clock = Clock()
     handler.filters[:] = [RepeatFilter(interval=60, clock=clock)]
     log = logging.getLogger("trainer.test.repeats")
+    log.propagate = False  # only our handler: pytest's would keep every record
     try:
-        for second in range(150):  # 150 s of 1,000 identical errors a second
+        for second in range(150):  # 150 s of 100 identical errors a second
             clock.now = float(second)
-            for _ in range(1000):
+            for _ in range(100):
                 try:
                     raise OSError(24, "Too many open files")
                 except OSError:
@@ -38,12 +39,13 @@ def test_a_flood_of_one_error_is_one_line_per_interval_with_the_count() -> None:
             log.info("Reconciled")  # nor is info, however often
             log.warning("port %d busy", i)  # nor a message that differs
     finally:
-        logging.getLogger("trainer.test.repeats").removeHandler(handler)
+        log.removeHandler(handler)
+        log.propagate = True
     lines = stream.getvalue().splitlines()
     accept = [line for line in lines if "out of system resource" in line]
     assert len(accept) == 3  # at 0 s, 60 s and 120 s
     assert "suppressed" not in accept[0]
-    assert all(" suppressed=59999 " in line for line in accept[1:])
+    assert all(" suppressed=5999 " in line for line in accept[1:])
     assert sum("something else" in line for line in lines) == 1
     assert sum("Reconciled" in line for line in lines) == 3
     assert sum("busy" in line for line in lines) == 3
