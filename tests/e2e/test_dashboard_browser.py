@@ -6,8 +6,8 @@ its progress bar moves as the training code reports, the metric charts gain poin
 panel shows the training output, a failing TrainJob shows its reason, suspend and resume work
 from the buttons, HTML in an annotation shows as text, and requests without the token, from a
 foreign Host or without the CSRF token are refused, as is the session cookie replayed by the
-server on another loopback port that the browser handed it to. The training code advances when the test
-creates a gate file, so nothing waits on a timer.
+server on another loopback port that the browser handed it to. The training code advances
+when the test creates a gate file, so nothing waits on a timer.
 
 With ``TRAINER_DASHBOARD_SCREENSHOTS=docs/images`` the run saves screenshots of the main pages
 there (docs/dashboard.md shows them).

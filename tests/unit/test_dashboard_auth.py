@@ -84,7 +84,7 @@ async def test_the_token_becomes_a_session_cookie_and_a_key_and_leaves_the_url()
     assert status == 303 and headers["location"] == f"/runtimes?a=1#session-key={key}"
     assert cookie.startswith("trainer-dashboard-8080=") and "HttpOnly" in cookie
     assert "SameSite=Strict" in cookie and f"Max-Age={SESSION_LIFETIME_SECONDS}" in cookie
-    status, headers, body, seen = await call(
+    status, headers, body, _ = await call(
         access, headers={"cookie": f"other=1; trainer-dashboard-8080={session}"}
     )
     assert status == 200 and body == b"app"  # a page: the cookie is enough
