@@ -1,7 +1,9 @@
 """Listeners under abuse (trainer/listeners, docs/local-plane.md "Listeners under abuse"): a
 connection that sends no complete request head in time is dropped, TLS handshake included; a
-request that has arrived is never cut, however long its answer streams; connections beyond
-the cap are closed at once and leave the others served; the descriptor limit is raised."""
+request that has arrived is never cut, however long its answer streams (the API server's
+watches); connections beyond the cap are closed at once and leave the others served; the API
+server closes the connection of a client that fails authentication; the descriptor limit is
+raised."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from trainer.listeners.guard import (
     default_limits,
 )
 from trainer.listeners.uvicorn_server import GuardedUvicornServer
+from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.tls import ServingTLS
 from trainer.sockets import bind_socket
 
@@ -205,3 +208,50 @@ def test_the_soft_descriptor_limit_is_raised_to_the_hard_one() -> None:
     )
     soft, cap = map(int, done.stdout.split())
     assert soft == hard and cap == max(16, min(4096, hard // 10))
+
+
+async def test_the_api_server_drops_idle_sockets_and_strangers_but_not_a_watch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(ENV_HEADER_TIMEOUT, str(TIMEOUT))
+    server = APIServer()
+    await server.start()
+    tls = server.client_ssl_context()
+
+    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(
+            "127.0.0.1", server.port, ssl=tls, server_hostname="127.0.0.1"
+        )
+
+    def request(path: str, token: str) -> bytes:
+        return (
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+            f"Authorization: Bearer {token}\r\n\r\n"
+        ).encode()
+
+    try:
+        idle, idle_writer = await connect()
+        assert TIMEOUT * 0.8 <= await closed_after(idle) < TIMEOUT + 2
+        idle_writer.close()
+        # A wrong token: 401, and the connection is closed (no keep-alive for strangers).
+        stranger, stranger_writer = await connect()
+        stranger_writer.write(request("/api/v1/namespaces", "not-the-token"))
+        answer = await asyncio.wait_for(stranger.read(), 5)  # to EOF
+        assert answer.startswith(b"HTTP/1.1 401")
+        stranger_writer.close()
+        # A watch outlives the deadline and still delivers.
+        watch, watch_writer = await connect()
+        watch_writer.write(request("/api/v1/namespaces/default/configmaps?watch=1", server.token))
+        assert b" 200 " in await watch.readuntil(b"\r\n\r\n")
+        with pytest.raises(TimeoutError):  # neither data nor a close for 3 deadlines
+            await asyncio.wait_for(watch.read(1), TIMEOUT * 3)
+        server.create_direct("v1", "ConfigMap", {"metadata": {"name": "late"}})
+        seen = b""
+        while b'"late"' not in seen:
+            chunk = await asyncio.wait_for(watch.read(4096), 5)
+            assert chunk, "the watch was closed"
+            seen += chunk
+        assert b'"ADDED"' in seen
+        watch_writer.close()
+    finally:
+        await server.stop()
