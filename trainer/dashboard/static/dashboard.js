@@ -31,9 +31,14 @@ function sessionEnded() {
   note.hidden = false;
 }
 
+// The access middleware refuses in plain text; a 403 in JSON is the cluster's answer (RBAC).
+function noSession(resp) {
+  return resp.status === 403 && !(resp.headers.get("content-type") || "").includes("json");
+}
+
 async function api(url, options = {}) {
   const resp = await fetch(url, { ...options, headers: { ...(options.headers || {}), "X-CSRF-Token": sessionKey() } });
-  if (resp.status === 403) sessionEnded();
+  if (noSession(resp)) sessionEnded();
   return resp;
 }
 
@@ -53,7 +58,7 @@ class EventStream extends EventTarget {
     while (!this.closed) {
       try {
         const resp = await api(this.url, { headers: { Accept: "text/event-stream" } });
-        if (resp.status === 403) { this.closed = true; this.dispatchEvent(new Event("error")); return; }
+        if (noSession(resp)) { this.closed = true; this.dispatchEvent(new Event("error")); return; }
         if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
         delay = 1000;
         this.dispatchEvent(new Event("open"));
