@@ -126,7 +126,12 @@ async def run_webhook(
         host = options.host or "0.0.0.0"
         app = create_app(KubeLookup(api, options.runtime_cache), ready=rotator.is_ready)
         server = WebhookServer(
-            app, host, options.port, tls.context, sock=bind_socket(host, options.port)
+            app,
+            host,
+            options.port,
+            tls.context,
+            sock=bind_socket(host, options.port),
+            name="webhook",
         )
         serving = asyncio.create_task(server.serve(), name="webhook-server")
         await server.ready.wait()

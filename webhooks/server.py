@@ -9,7 +9,9 @@ next handshake, without restarting the server or dropping open connections.
 
 The listening socket is bound here rather than by uvicorn, so a caller (a test) can ask for port
 0 and learn the real port before any request, and a bind failure raises ``OSError`` instead of
-uvicorn's ``sys.exit``.
+uvicorn's ``sys.exit``. It is served under the listener limits of :mod:`trainer.listeners.guard`
+(a connection cap, and a deadline for the TLS handshake and first request head;
+docs/local-plane.md, "Listeners under abuse").
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from trainer.listeners.guard import ListenerLimits
+from trainer.listeners.uvicorn_server import GuardedUvicornServer
 from trainer.sockets import bind_socket
 
 log = logging.getLogger(__name__)
@@ -35,20 +39,19 @@ log = logging.getLogger(__name__)
 KEEP_ALIVE_SECONDS = 120
 
 
-class _UvicornServer(uvicorn.Server):
-    """uvicorn's server, telling us when it listens and leaving signals alone when asked."""
+class _UvicornServer(GuardedUvicornServer):
+    """uvicorn's server on a guarded listener, leaving signals alone when asked."""
 
     def __init__(
-        self, config: uvicorn.Config, started: asyncio.Event, handle_signals: bool
+        self,
+        config: uvicorn.Config,
+        started: asyncio.Event,
+        handle_signals: bool,
+        limits: ListenerLimits | None,
+        name: str,
     ) -> None:
-        super().__init__(config)
-        self._started_event = started
+        super().__init__(config, name=name, ready=started, limits=limits)
         self._handle_signals = handle_signals
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            self._started_event.set()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -66,7 +69,9 @@ class WebhookServer:
     ``async with WebhookServer(...) as server:`` to run in the background; :attr:`port` is the
     bound port and :attr:`ready` is set once the server accepts connections.
     Shutdown is graceful: stop accepting, let in-flight requests finish (up to
-    ``graceful_timeout`` seconds), then close.
+    ``graceful_timeout`` seconds), then close. The listener is served under ``limits``
+    (:func:`trainer.listeners.guard.default_limits` when None); ``name`` is what its warnings
+    call it.
     """
 
     def __init__(
@@ -81,6 +86,8 @@ class WebhookServer:
         sock: socket.socket | None = None,
         ready: asyncio.Event | None = None,
         uvicorn_options: dict[str, Any] | None = None,
+        limits: ListenerLimits | None = None,
+        name: str | None = None,
     ) -> None:
         self.app = app
         self.host = host
@@ -107,7 +114,9 @@ class WebhookServer:
             ssl_context_factory=lambda _config, _default: context,
             **options,
         )
-        self._server = _UvicornServer(config, self.ready, handle_signals)
+        self._server = _UvicornServer(
+            config, self.ready, handle_signals, limits, name or f"HTTPS server on port {self.port}"
+        )
         self._task: asyncio.Task[None] | None = None
 
     async def serve(self) -> None:

@@ -8,8 +8,8 @@ every row has a progress bar. Then ``trainer dashboard -n bench`` starts in its 
 
 1. the dashboard process's memory once its watches hold every TrainJob (VmRSS, and VmHWM, the
    peak), and again after the page loads below;
-2. the TrainJobs page over HTTP: the HTML (with every row embedded) and ``/api/trainjobs``,
-   median and worst of ``--runs`` (10) loads;
+2. the TrainJobs page over HTTP: the HTML (a skeleton: the page draws its rows from its event
+   stream's first message) and ``/api/trainjobs``, median and worst of ``--runs`` (10) loads;
 3. the page in headless Chromium (when /usr/bin/chromium and Playwright are installed): from
    navigation to every row drawn in the table, median and worst of ``--runs`` loads, as this
    script sees it and as the page's own clock does (``performance`` marks relative to the

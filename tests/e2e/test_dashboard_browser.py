@@ -5,8 +5,9 @@ What a person sees is asserted: the TrainJob's row appears and goes Running then
 its progress bar moves as the training code reports, the metric charts gain points, the log
 panel shows the training output, a failing TrainJob shows its reason, suspend and resume work
 from the buttons, HTML in an annotation shows as text, and requests without the token, from a
-foreign Host or without the CSRF token are refused. The training code advances when the test
-creates a gate file, so nothing waits on a timer.
+foreign Host or without the CSRF token are refused, as is the session cookie replayed by the
+server on another loopback port that the browser handed it to. The training code advances
+when the test creates a gate file, so nothing waits on a timer.
 
 With ``TRAINER_DASHBOARD_SCREENSHOTS=docs/images`` the run saves screenshots of the main pages
 there (docs/dashboard.md shows them).
@@ -410,3 +411,60 @@ def test_a_restarted_container_shows_its_previous_log(
         "example.com/deprecation: <i>use torch-local-cpu</i>"
     )
     assert row.locator(".deprecated i").count() == 0
+
+
+# Another user's web server on another loopback port: it answers one request and prints the
+# Cookie header the browser sent with it.
+COOKIE_CATCHER = r"""
+import http.server
+class Catch(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        print("cookie:", self.headers.get("Cookie", ""), flush=True)
+        body = b"<!doctype html><link rel='icon' href='data:,'><title>elsewhere</title>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Catch)
+print("port:", server.server_address[1], flush=True)
+server.handle_request()
+"""
+
+
+def test_the_cookie_another_port_receives_reads_and_does_nothing(plane: Plane, page: Page) -> None:
+    """Browsers send 127.0.0.1's cookies to every port of 127.0.0.1: the dashboard's session
+    cookie reaches another user's server. Replayed, it opens only the page skeleton: the data,
+    the event streams and the actions need the session key that only the page holds."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the other port's server as a second user")
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    catcher = subprocess.Popen(
+        [*nobody, PY, "-I", "-c", COOKIE_CATCHER], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert catcher.stdout is not None
+        port = int(catcher.stdout.readline().split()[1])
+        page.goto(f"http://127.0.0.1:{port}/")
+        cookie = catcher.stdout.readline().split("cookie:", 1)[1].strip()
+    finally:
+        catcher.kill()
+        catcher.wait()
+    assert "trainer-dashboard-" in cookie  # the browser did hand it over
+    replay = {"Cookie": cookie}
+    for path, method in [
+        ("/api/trainjobs", "GET"),
+        ("/api/trainjobs/default/broken", "GET"),
+        ("/api/stream", "GET"),
+        ("/api/runtimes", "GET"),
+        ("/api/trainjobs/default/queued/resume", "POST"),
+    ]:
+        assert _status(plane.base + path, replay, method) == 403, path
+    req = urllib.request.Request(plane.base + "/", headers=replay)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        skeleton = resp.read().decode()
+    assert "TrainJobs" in skeleton
+    assert "broken" not in skeleton and "queued" not in skeleton  # no cluster data
+    assert json.loads(plane.kubectl("get", "trainjob", "queued", "-o", "json"))["spec"]["suspend"]

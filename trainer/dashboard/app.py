@@ -26,6 +26,7 @@ def build_app(ctx: DashboardContext) -> AccessMiddleware:
             Route("/", views.trainjobs_page),
             Route("/trainjobs/{namespace}/{name}", views.trainjob_page),
             Route("/runtimes", views.runtimes_page),
+            Route("/api/info", views.info_json),
             Route("/api/trainjobs", views.trainjobs_json),
             Route("/api/trainjobs/{namespace}/{name}", views.trainjob_json),
             Route("/api/trainjobs/{namespace}/{name}/{action}", actions.act, methods=["POST"]),

@@ -4,7 +4,9 @@
 :class:`Dashboard` connects to the cluster through the project's client
 (:mod:`trainer.kube`), checks once that the kubeconfig's user may list TrainJobs (so a wrong
 kubeconfig is one clear error rather than a page that stays empty), starts the watch caches,
-binds the socket (a bind failure raises ``OSError``; port 0 picks a free port) and serves.
+binds the socket (a bind failure raises ``OSError``; port 0 picks a free port) and serves it
+under the listener limits of :mod:`trainer.listeners.guard` (docs/local-plane.md, "Listeners
+under abuse").
 :attr:`Dashboard.url` is the address to open, with the access token.
 """
 
@@ -15,7 +17,6 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
-import socket
 from urllib.parse import quote
 
 import uvicorn
@@ -26,6 +27,7 @@ from trainer.dashboard.context import DashboardContext
 from trainer.dashboard.watch.cache import ClusterCache
 from trainer.kube.resources import TRAINJOBS
 from trainer.kube.rest import Kube
+from trainer.listeners.uvicorn_server import GuardedUvicornServer
 from trainer.sockets import bind_socket
 
 SHUTDOWN_SECONDS = 2
@@ -43,16 +45,7 @@ def release_memory() -> None:
             trim(0)
 
 
-class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, ready: asyncio.Event) -> None:
-        super().__init__(config)
-        self._ready = ready
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            self._ready.set()
-
+class _Server(GuardedUvicornServer):
     @contextlib.contextmanager
     def capture_signals(self):  # type: ignore[no-untyped-def]
         yield  # the command that runs us owns the signals
@@ -93,7 +86,7 @@ class Dashboard:
             server_header=False,
             timeout_graceful_shutdown=SHUTDOWN_SECONDS,
         )
-        self._server = _Server(config, self._ready)
+        self._server = _Server(config, name=f"dashboard on port {self.port}", ready=self._ready)
 
     @property
     def url(self) -> str:

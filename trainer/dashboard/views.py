@@ -1,10 +1,11 @@
-"""The pages (Jinja2, autoescaped) and their JSON twins.
+"""The pages (Jinja2, autoescaped) and the JSON they are drawn from.
 
-A page is a skeleton plus its data as JSON in a ``<script type="application/json">`` element
-(Jinja2's ``tojson`` escapes ``<``, ``>``, ``&`` and quotes, so data cannot end the element);
-``static/dashboard.js`` draws the data with ``textContent`` and DOM calls only, then keeps it
-current from the event stream (:mod:`trainer.dashboard.live`). The Runtimes page is drawn on
-the server, each value autoescaped. Nothing a cluster holds is ever inserted as markup.
+A page is a skeleton that holds nothing of the cluster: a browser navigation carries only the
+session cookie, which another port of the same host can capture, so a page must be worth
+nothing to whoever replays it (docs/dashboard.md, "Security"). ``static/dashboard.js`` fetches
+the data from ``/api/`` with the session key (:mod:`trainer.dashboard.auth`), draws it with
+``textContent`` and DOM calls only, and keeps it current from the event streams
+(:mod:`trainer.dashboard.live`). Nothing a cluster holds is ever inserted as markup.
 """
 
 from __future__ import annotations
@@ -31,53 +32,41 @@ def ctx_of(request: Request) -> DashboardContext:
 
 
 def page(request: Request, template: str, status: int = 200, **values: Any) -> HTMLResponse:
-    ctx = ctx_of(request)
-    html = ENV.get_template(template).render(
-        csrf=request.scope.get("state", {}).get("csrf", ""),
-        allow_actions=ctx.allow_actions,
-        scope=ctx.scope,
-        cluster=ctx.cluster,
-        unavailable=ctx.cache.unavailable,
-        **values,
-    )
+    """A skeleton page: the values come from the dashboard's options and the URL, never from
+    the cluster."""
+    html = ENV.get_template(template).render(allow_actions=ctx_of(request).allow_actions, **values)
     return HTMLResponse(html, status_code=status)
 
 
 async def trainjobs_page(request: Request) -> Response:
-    ctx = ctx_of(request)
-    data = {
-        "rows": ctx.cache.rows(),
-        "allowActions": ctx.allow_actions,
-        "namespace": ctx.cache.namespace,
-    }
-    return page(request, "trainjobs.html", data=data, title="TrainJobs")
-
-
-def _not_found(request: Request, namespace: str, name: str) -> HTMLResponse:
-    return page(
-        request,
-        "missing.html",
-        status=404,
-        title="Not found",
-        what=f"TrainJob {namespace}/{name}",
-    )
+    return page(request, "trainjobs.html", title="TrainJobs")
 
 
 async def trainjob_page(request: Request) -> Response:
-    ctx = ctx_of(request)
+    """The page of one TrainJob, whether or not it exists (the script asks, with the key)."""
     namespace, name = request.path_params["namespace"], request.path_params["name"]
-    detail = ctx.cache.detail(namespace, name)
-    if detail is None:
-        return _not_found(request, namespace, name)
-    data = {"detail": detail, "allowActions": ctx.allow_actions}
-    return page(request, "trainjob.html", data=data, title=f"{namespace}/{name}", job=detail["row"])
+    return page(
+        request, "trainjob.html", title=f"{namespace}/{name}", namespace=namespace, name=name
+    )
 
 
 async def runtimes_page(request: Request) -> Response:
-    rows = sorted(
-        ctx_of(request).cache.runtime_rows(), key=lambda x: (x["kind"], x["namespace"], x["name"])
+    return page(request, "runtimes.html", title="Runtimes")
+
+
+async def info_json(request: Request) -> Response:
+    """What the page's header says: the scope, the cluster, whether actions are on, and the
+    resources the cluster refused to list."""
+    ctx = ctx_of(request)
+    return JSONResponse(
+        {
+            "scope": ctx.scope,
+            "namespace": ctx.cache.namespace,
+            "cluster": ctx.cluster,
+            "allowActions": ctx.allow_actions,
+            "unavailable": ctx.cache.unavailable,
+        }
     )
-    return page(request, "runtimes.html", runtimes=rows, title="Runtimes")
 
 
 async def trainjobs_json(request: Request) -> Response:
@@ -93,7 +82,10 @@ async def trainjob_json(request: Request) -> Response:
 
 
 async def runtimes_json(request: Request) -> Response:
-    return JSONResponse(ctx_of(request).cache.runtime_rows())
+    rows = sorted(
+        ctx_of(request).cache.runtime_rows(), key=lambda x: (x["kind"], x["namespace"], x["name"])
+    )
+    return JSONResponse(rows)
 
 
 async def not_found(request: Request, _exc: Exception) -> Response:

@@ -14,6 +14,13 @@ secret, private key, ...) are replaced by ``[REDACTED]``, PEM private-key blocks
 tokens are cut out of every string (message, field values, tracebacks), and the ``data`` /
 ``stringData`` of anything that looks like a Secret object is dropped. Newlines in messages and
 tracebacks are escaped, so one event is always one line.
+
+Repeated warnings and errors are rate-limited (:class:`RepeatFilter`, on the handler
+:func:`setup_logging` installs): the same record (logger, level, message, exception) is written
+once per :data:`REPEAT_INTERVAL_SECONDS`; the next one written after that carries
+``suppressed=N``, the number of identical records left out in between. A failure that repeats
+thousands of times a second (a listener out of file descriptors) is then one line a minute, not
+a log that fills the disk (docs/local-plane.md, "Listeners under abuse").
 """
 
 from __future__ import annotations
@@ -22,8 +29,11 @@ import json
 import logging
 import re
 import sys
+import threading
+import time
 import traceback
-from collections.abc import Mapping, MutableMapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import IO, Any, Literal
 
 from trainer.api.times import format_micro_time
@@ -188,6 +198,60 @@ def formatter(fmt: Format) -> logging.Formatter:
     raise ValueError(f"invalid log format {fmt!r}: use one of {', '.join(FORMATS)}")
 
 
+REPEAT_INTERVAL_SECONDS = 60.0
+REPEAT_MIN_LEVEL = logging.WARNING
+"""Info and debug records are never suppressed: they are not repeated failures."""
+REPEAT_MAX_KEYS = 1024
+"""Distinct records remembered; the least recently written are forgotten first."""
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a warning or error through once per ``interval`` seconds: identical ones in
+    between are counted, and the next one let through carries the count as ``suppressed``."""
+
+    def __init__(
+        self,
+        interval: float = REPEAT_INTERVAL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[tuple[str, int, str, str], list[float]] = OrderedDict()
+        """key -> [when it was last let through, how many were suppressed since]."""
+
+    @staticmethod
+    def _key(record: logging.LogRecord) -> tuple[str, int, str, str]:
+        try:
+            message = record.getMessage()
+        except Exception:  # bad arguments: logging reports those itself
+            message = str(record.msg)
+        error = ""
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            error = f"{type(exc).__name__}: {exc}"
+        return record.name, record.levelno, message, error
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < REPEAT_MIN_LEVEL:
+            return True
+        key = self._key(record)
+        now = self._clock()
+        with self._lock:
+            seen = self._seen.get(key)
+            if seen is not None and now - seen[0] < self.interval:
+                seen[1] += 1
+                return False
+            if seen is not None and seen[1]:
+                record.suppressed = int(seen[1])
+            self._seen[key] = [now, 0]
+            self._seen.move_to_end(key)
+            while len(self._seen) > REPEAT_MAX_KEYS:
+                self._seen.popitem(last=False)
+        return True
+
+
 _HANDLER_MARK = "_trainer_structured"
 
 
@@ -199,7 +263,8 @@ def setup_logging(
     logger: str = "",
 ) -> logging.Handler:
     """Send ``logger`` (the root logger by default) to ``stream`` (stderr by default) as
-    structured one-line records at ``level`` (see :func:`parse_level`).
+    structured one-line records at ``level`` (see :func:`parse_level`), repeated warnings and
+    errors rate-limited (:class:`RepeatFilter`).
 
     Calling it again replaces the handler it installed before (so tests and the CLI can switch
     format), and leaves other handlers alone. Returns the installed handler.
@@ -207,6 +272,7 @@ def setup_logging(
     target = logging.getLogger(logger)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(formatter(fmt))
+    handler.addFilter(RepeatFilter())
     setattr(handler, _HANDLER_MARK, True)
     for old in list(target.handlers):
         if getattr(old, _HANDLER_MARK, False):

@@ -52,6 +52,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
 from trainer import __version__
+from trainer.listeners.aiohttp_site import GuardedSite
+from trainer.listeners.guard import dual_stack_socket
+from trainer.sockets import bind_socket
 
 RECONCILE_RESULTS = ("success", "error", "requeue")
 
@@ -451,11 +454,17 @@ class ObservabilityServer:
         host, port = parsed
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, ssl_context=self.ssl_context)
+        # Guarded: a connection cap and a deadline for the first request head
+        # (docs/local-plane.md, "Listeners under abuse"); host None is every interface.
+        sock = dual_stack_socket(port) if host is None else bind_socket(host, port)
+        site = GuardedSite(
+            self._runner,
+            sock,
+            name=f"metrics and probes on {self.bind_address}",
+            ssl_context=self.ssl_context,
+        )
         await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = int(sockets[0].getsockname()[1]) if sockets else port
+        self.port = site.port
         scheme = "https" if self.ssl_context is not None else "http"
         shown = host or "127.0.0.1"
         shown = f"[{shown}]" if ":" in shown else shown

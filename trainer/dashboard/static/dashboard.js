@@ -1,7 +1,102 @@
-// trainer dashboard: draws the data the server embeds in #data and keeps it live from the
-// server-sent event stream. Every value from the cluster goes into the page as text
-// (textContent, createTextNode, attribute setters), never as markup: no innerHTML.
+// trainer dashboard: fetches the data from /api/ with the session key, draws it and keeps it
+// live from the server-sent event streams. Every value from the cluster goes into the page as
+// text (textContent, createTextNode, attribute setters), never as markup: no innerHTML.
 "use strict";
+
+// --- the session key (docs/dashboard.md, "Security") ---------------------------------------
+// The server's redirect after login ends in #session-key=...: a fragment, never sent to a
+// server. It is kept in this origin's localStorage (another port is another origin and cannot
+// read it) and sent in X-CSRF-Token with every request below; the session cookie alone, which
+// the browser also sends to other ports of this host, opens no data.
+const KEY_STORE = "trainer-dashboard-session-key";
+let memoryKey = "";
+
+(function takeKey() {
+  const found = /^#session-key=([A-Za-z0-9_-]+)$/.exec(location.hash);
+  if (!found) return;
+  memoryKey = found[1];
+  try { localStorage.setItem(KEY_STORE, found[1]); } catch (_) { /* storage off: this tab only */ }
+  history.replaceState(null, "", location.pathname + location.search);
+})();
+
+function sessionKey() {
+  try { return localStorage.getItem(KEY_STORE) || memoryKey; } catch (_) { return memoryKey; }
+}
+
+function sessionEnded() {
+  const note = document.getElementById("session-ended");
+  if (!note || !note.hidden) return;
+  note.textContent = "This page has no session (it ended, or this browser has no key for it): " +
+    "open the URL that `trainer dashboard` or `trainer up` printed, the one ending in ?token=...";
+  note.hidden = false;
+}
+
+// The access middleware refuses in plain text; a 403 in JSON is the cluster's answer (RBAC).
+function noSession(resp) {
+  return resp.status === 403 && !(resp.headers.get("content-type") || "").includes("json");
+}
+
+async function api(url, options = {}) {
+  const resp = await fetch(url, { ...options, headers: { ...(options.headers || {}), "X-CSRF-Token": sessionKey() } });
+  if (noSession(resp)) sessionEnded();
+  return resp;
+}
+
+// A server-sent event stream read with fetch (EventSource cannot send the key): dispatches
+// "open", "error" and each event as a MessageEvent; reconnects after an error, until the
+// session is refused.
+class EventStream extends EventTarget {
+  constructor(url) {
+    super();
+    this.url = url;
+    this.closed = false;
+    this.run();
+  }
+
+  async run() {
+    let delay = 1000;
+    while (!this.closed) {
+      try {
+        const resp = await api(this.url, { headers: { Accept: "text/event-stream" } });
+        if (noSession(resp)) { this.closed = true; this.dispatchEvent(new Event("error")); return; }
+        if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+        delay = 1000;
+        this.dispatchEvent(new Event("open"));
+        const reader = resp.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          let end;
+          while ((end = buffer.indexOf("\n\n")) >= 0) {
+            this.deliver(buffer.slice(0, end));
+            buffer = buffer.slice(end + 2);
+          }
+        }
+      } catch (_) { /* the connection broke: reconnect below */ }
+      this.dispatchEvent(new Event("error"));
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      delay = Math.min(delay * 2, 15000);
+    }
+  }
+
+  deliver(block) {
+    let type = "message";
+    const data = [];
+    for (const line of block.split("\n")) {
+      if (!line || line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const name = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? "" : line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (name === "event") type = value;
+      else if (name === "data") data.push(value);
+    }
+    if (data.length) this.dispatchEvent(new MessageEvent(type, { data: data.join("\n") }));
+  }
+}
 
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -72,11 +167,6 @@ function stateBadge(row) {
   return badge;
 }
 
-function csrf() {
-  const meta = document.querySelector('meta[name="csrf-token"]');
-  return meta ? meta.content : "";
-}
-
 function live(source) {
   const dot = $("live");
   dot.hidden = false;
@@ -84,11 +174,21 @@ function live(source) {
   source.addEventListener("error", () => { dot.className = "live off"; dot.title = "reconnecting"; });
 }
 
-function embedded() { return JSON.parse($("data").textContent); }
+async function header() {
+  const resp = await api("/api/info");
+  if (!resp.ok) return;
+  const info = await resp.json();
+  $("scope").textContent = info.scope + (info.cluster ? ` · ${info.cluster}` : "");
+  const refused = Object.entries(info.unavailable);
+  if (refused.length) {
+    $("unavailable").textContent = "Not shown, the cluster refused to list them: " +
+      refused.map(([resource, why]) => `${resource} (${why})`).join(", ") + ".";
+    $("unavailable").hidden = false;
+  }
+}
 
 // --- the TrainJobs list -------------------------------------------------------------------
 function listPage() {
-  const data = embedded();
   const rows = new Map();
   const body = document.querySelector("#trainjobs tbody");
   const nsFilter = $("filter-namespace");
@@ -188,15 +288,18 @@ function listPage() {
       refresh();
     });
   }
-  replaceAll(data.rows);
-  // Read by hack/bench/dashboard.py: the rows are in the page, then on the screen (the frame
-  // after them was produced).
-  performance.mark("trainjobs-drawn");
-  requestAnimationFrame(() => setTimeout(() => performance.mark("trainjobs-painted")));
-
-  const source = new EventSource("/api/stream");
+  const source = new EventStream("/api/stream");
   live(source);
-  source.addEventListener("snapshot", (e) => replaceAll(JSON.parse(e.data)));
+  let drawn = false;
+  source.addEventListener("snapshot", (e) => {
+    replaceAll(JSON.parse(e.data));
+    if (drawn) return;
+    drawn = true;
+    // Read by hack/bench/dashboard.py: the rows are in the page, then on the screen (the
+    // frame after them was produced).
+    performance.mark("trainjobs-drawn");
+    requestAnimationFrame(() => setTimeout(() => performance.mark("trainjobs-painted")));
+  });
   source.addEventListener("row", (e) => { upsert(JSON.parse(e.data)); namespaces(); refresh(); });
   source.addEventListener("gone", (e) => {
     const gone = JSON.parse(e.data);
@@ -254,11 +357,20 @@ function chart(name, points, unit, logScale) {
 }
 
 // --- one TrainJob -------------------------------------------------------------------------
-function detailPage() {
-  const data = embedded();
-  let current = data.detail;
+async function detailPage() {
+  const heading = document.querySelector("h1[data-name]");
+  const ns = heading.dataset.namespace, name = heading.dataset.name;
+  const path = `${encodeURIComponent(ns)}/${encodeURIComponent(name)}`;
+  const first = await api(`/api/trainjobs/${path}`);
+  if (first.status === 404) {
+    document.querySelector("main").replaceChildren(el("h1", { text: "Not found" }),
+      el("p", {}, `TrainJob ${ns}/${name} does not exist (or was deleted). `,
+        el("a", { href: "/", text: "Back to the TrainJobs" }), "."));
+    return;
+  }
+  if (!first.ok) return;
+  let current = await first.json();
   let logAbort = null;
-  const ns = current.row.namespace, name = current.row.name;
 
   function fillTable(id, items, cells) {
     const body = document.querySelector(`#${id} tbody`);
@@ -328,7 +440,7 @@ function detailPage() {
     const follow = $("log-follow").checked && !previous;
     const q = new URLSearchParams({ container, follow: follow ? "1" : "0", previous: previous ? "1" : "0" });
     try {
-      const resp = await fetch(`/api/logs/${encodeURIComponent(ns)}/${encodeURIComponent(pod)}?${q}`, { signal });
+      const resp = await api(`/api/logs/${encodeURIComponent(ns)}/${encodeURIComponent(pod)}?${q}`, { signal });
       if (!resp.ok) {
         let message = `${resp.status}`;
         try { message = (await resp.json()).error; } catch (_) { /* not JSON */ }
@@ -359,8 +471,7 @@ function detailPage() {
       if (!confirm(`${action[0].toUpperCase()}${action.slice(1)} TrainJob ${ns}/${name}?`)) return;
       const result = $("action-result");
       result.textContent = `${action}…`;
-      const resp = await fetch(`/api/trainjobs/${encodeURIComponent(ns)}/${encodeURIComponent(name)}/${action}`,
-        { method: "POST", headers: { "X-CSRF-Token": csrf() } });
+      const resp = await api(`/api/trainjobs/${path}/${action}`, { method: "POST" });
       let body = {};
       try { body = await resp.json(); } catch (_) { body = { error: `${resp.status}` }; }
       result.textContent = resp.ok ? `${action}: done` : `${action} failed: ${body.error}`;
@@ -370,7 +481,7 @@ function detailPage() {
 
   $("log-scale").addEventListener("change", () => render(current));
   render(current);
-  const source = new EventSource(`/api/stream/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`);
+  const source = new EventStream(`/api/stream/${path}`);
   live(source);
   source.addEventListener("detail", (e) => render(JSON.parse(e.data)));
   source.addEventListener("gone", () => {
@@ -380,8 +491,29 @@ function detailPage() {
   setInterval(() => { $("age").textContent = age(current.row); $("eta").textContent = eta(current.row); }, 1000);
 }
 
+// --- runtimes -----------------------------------------------------------------------------
+async function runtimesPage() {
+  const resp = await api("/api/runtimes");
+  if (!resp.ok) return;
+  const body = document.querySelector("#runtimes tbody");
+  const rows = await resp.json();
+  body.replaceChildren(...rows.map((rt) => el("tr", {},
+    el("td", { text: rt.kind }),
+    el("td", { text: rt.namespace ? `${rt.namespace}/${rt.name}` : rt.name }),
+    el("td", { text: rt.framework }),
+    el("td", { text: rt.policy }),
+    el("td", { text: rt.numNodes === null || rt.numNodes === undefined ? "" : String(rt.numNodes) }),
+    el("td", { class: "images" }, ...rt.images.map((image) => el("div", { text: image }))),
+    el("td", { class: "deprecated", text: rt.deprecation }))));
+  if (!rows.length) {
+    body.append(el("tr", {}, el("td", { class: "muted", colSpan: 7, text: "No runtimes (or no permission to list them)." })));
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   const page = document.body.dataset.page;
+  header();
   if (page === "trainjobs") listPage();
   else if (page === "trainjob") detailPage();
+  else if (page === "runtimes") runtimesPage();
 });

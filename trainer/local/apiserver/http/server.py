@@ -35,6 +35,7 @@ from aiohttp import web
 
 from trainer.api import yamlout
 from trainer.api.status import reason_for
+from trainer.listeners.aiohttp_site import GuardedSite
 from trainer.local.apiserver import authn
 from trainer.local.apiserver.core.storage import Storage
 from trainer.local.apiserver.errors import APIError, internal, method_not_allowed, too_large
@@ -46,6 +47,7 @@ from trainer.local.apiserver.http.routing import Route
 from trainer.local.apiserver.http.webhook_client import WebhookClient
 from trainer.local.apiserver.tls import ServingTLS
 from trainer.local.apiserver.tokens import TokenIssuer
+from trainer.sockets import bind_socket
 
 log = logging.getLogger("trainer.apiserver")
 
@@ -96,8 +98,13 @@ class APIServer(Storage):
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(
-            self._runner, self.host, self.port, ssl_context=self.tls.server_context()
+        # Guarded: a connection cap and a deadline for the first request head
+        # (docs/local-plane.md, "Listeners under abuse").
+        site = GuardedSite(
+            self._runner,
+            bind_socket(self.host, self.port),
+            name="API server",
+            ssl_context=self.tls.server_context(),
         )
         await site.start()
         self.port = self._runner.addresses[0][1]
@@ -195,7 +202,13 @@ class APIServer(Storage):
             return resp
         except APIError as err:
             code = err.code
-            return status_response(err)
+            resp = status_response(err)
+            if code == 401:
+                # A client without a valid token keeps no keep-alive socket: it must come back
+                # through the listener's cap and request-head deadline (docs/local-plane.md,
+                # "Listeners under abuse").
+                resp.force_close()
+            return resp
         except web.HTTPRequestEntityTooLarge:
             code = 413
             return status_response(too_large(self.max_body))
