@@ -1,11 +1,12 @@
-"""The data cache under attack (docs/data-cache.md, "Security"; issue 25): another user of the
+"""The data cache under attack (docs/data-cache.md, "Security"): another user of the
 machine reached a cache that listened on every interface and answered anyone, read the whole
 table, registered itself as cache pod 1 (last registration won) and so fed rank 1 its own rows.
 
 Here every Flight call must be signed with the TrainJob's credential: unsigned and wrongly
 signed calls are UNAUTHENTICATED, a registered pod cannot be replaced, and a reader uses no
 answer from a server that cannot prove it holds the credential. The attack itself runs as a
-second, unprivileged user (``setpriv --reuid=65534``) against real ``trainer data-cache serve``
+second, unprivileged user (uid 65534, no groups: the attacker drops to it once pyarrow is
+loaded) against real ``trainer data-cache serve``
 processes on the host's loopback (as on a plane where no network sandbox can be made, or a
 cluster where other pods reach the cache), while the legitimate reader still gets the real
 rows.
@@ -17,7 +18,6 @@ import json
 import os
 import queue
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -48,7 +48,6 @@ from trainer.local.executor.grpc_probe import check_health  # noqa: E402
 ROWS = 1000
 CREDENTIAL = b"the-trainjobs-credential-0123456789abc"
 OTHER = b"another-trainjobs-credential-987654321"
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 UNAUTHENTICATED = "FlightUnauthenticatedError"
 
 
@@ -174,9 +173,15 @@ def test_a_reader_uses_no_answer_from_a_server_that_cannot_prove_the_credential(
 # --- as another user, against `trainer data-cache serve` --------------------------------------
 
 ATTACK = r"""
-import json, secrets, sys, time
+import json, os, secrets, sys, time
 import pyarrow as pa, pyarrow.flight as fl
 
+# Loaded as root, from a checkout uid 65534 may not be able to read (CI's is in a private
+# temporary directory); everything below runs as uid 65534, no groups, no capabilities.
+os.setgroups([])
+os.setresgid(65534, 65534, 65534)
+os.setresuid(65534, 65534, 65534)
+assert os.getuid() == os.geteuid() == 65534 and not os.getgroups()
 port, credential = int(sys.argv[1]), sys.argv[2]
 
 class Poison(fl.FlightServerBase):
@@ -265,7 +270,7 @@ def free_port() -> int:
 
 
 def attack(port: int, credential: Path) -> tuple[Process, dict[str, str]]:
-    attacker = Process([*NOBODY, sys.executable, "-I", "-c", ATTACK, str(port), str(credential)])
+    attacker = Process([sys.executable, "-I", "-c", ATTACK, str(port), str(credential)])
     return attacker, json.loads(attacker.wait_for(r"^\{.*\}$")[0])
 
 
@@ -280,8 +285,8 @@ def assert_refused(outcome: dict[str, str]) -> None:
 
 
 def test_another_user_can_neither_read_nor_poison_the_cache(tmp_path: Path, parquet: Path) -> None:
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to run the attacker as a second user (uid 65534)")
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the attacker as a second user (uid 65534)")
     credential = tmp_path / "credential"
     credential.write_bytes(CREDENTIAL)
     credential.chmod(0o600)

@@ -174,16 +174,17 @@ def test_runtime_rows_and_the_runtimes_page_escapes_html() -> None:
     assert row["policy"] == "mpi (runLauncherAsNode=true)"
     assert row["numNodes"] == 2 and row["images"] == ["img:1"] and row["framework"] == "torch"
     assert row["deprecation"].startswith("deprecated; example.com/deprecation: <script>")
+    # The page is a skeleton: the rows come from /api/, which needs the page's session key
+    # (docs/dashboard.md), so nothing of the runtime, hostile text included, is in it.
     html = ENV.get_template("runtimes.html").render(runtimes=[row], scope="all", csrf="c")
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;&lt;b&gt;use rt2&lt;/b&gt;" in html
-    assert "<script>alert" not in html and "<b>use" not in html
+    assert "alert(1)" not in html and "use rt2" not in html and "img:1" not in html
 
 
-def test_embedded_page_data_cannot_end_its_script_element() -> None:
+def test_pages_hold_no_cluster_data_a_replayed_cookie_could_read() -> None:
     data = {"rows": [{"name": "</script><script>alert(1)</script>"}]}
     html = ENV.get_template("trainjobs.html").render(data=data, scope="all", csrf="c")
-    assert html.count("</script>") == 2  # the two script elements of the page, nothing else
-    assert "\\u003c/script\\u003e" in html
+    assert "alert(1)" not in html
+    assert html.count("<script") == html.count("</script>")  # only the page's own scripts
 
 
 def test_yaml_shows_scripts_as_blocks() -> None:
