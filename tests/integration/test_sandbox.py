@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -196,28 +197,82 @@ async def test_a_grpc_probe_socket_is_private_to_this_user(tmp_path: Path) -> No
         await boxes.release(POD)
 
 
-def test_an_ordinary_user_gets_a_sandbox_too(tmp_path: Path) -> None:
-    """The holder as uid 65534: a user namespace of its own makes the network namespace."""
+AS_ANOTHER_USER = """
+import asyncio, subprocess, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from trainer.local.executor import sandbox, uts
+
+async def main():
+    port, listener = int(sys.argv[2]), sys.argv[4]
+    why = sandbox.available()
+    if why:
+        print("unavailable", why, flush=True)
+        return
+    boxes = sandbox.Sandboxes(Path(sys.argv[3]))
+    pod = {"metadata": {"namespace": "ns", "name": "p-0"}}
+    box = await boxes.acquire(pod)
+    cmd = [sys.executable, "-c", listener, str(port)]
+    exe, argv = uts.command("p-0", sys.executable, cmd, None, box.fds)
+    proc = await asyncio.create_subprocess_exec(
+        *argv, executable=exe, pass_fds=[f for f in box.fds if f >= 0],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+    print((await proc.stdout.readline()).decode().strip(), flush=True)
+    print("ready", flush=True)
+    sys.stdin.readline()  # the test attacks from the host meanwhile
+    reader, writer = await box.connect(port)
+    print("probe", (await reader.read()).decode(), flush=True)
+    writer.close()
+    proc.stdin.close()
+    await proc.wait()
+    await boxes.release(pod)
+    print("done", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_an_ordinary_user_gets_a_sandbox_too() -> None:
+    """The whole sandbox as uid 65534: its holder makes a user namespace of its own, a pod
+    joins it and binds 0.0.0.0, the host cannot reach that port and the probe can."""
     need_sandbox()
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to run as a second user")
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]);"
-        "from trainer.local.executor import sandbox; print(repr(sandbox.available()))"
-    )
-    root = str(Path(__file__).resolve().parents[2])
-    # The system's interpreter: the test's may live where uid 65534 cannot run it (pyenv).
-    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
-    done = subprocess.run(
-        [*NOBODY, python, "-I", "-c", code, root],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if "Permission denied" in done.stderr or "No module named" in done.stderr:
-        pytest.skip(f"uid 65534 cannot run the checkout here: {done.stderr.strip()[-200:]}")
-    assert done.stdout.strip() == "''", done.stdout + done.stderr
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or python is None:
+        pytest.skip("needs root, setpriv and /usr/bin/python3 to run as a second user")
+    # A copy of the package uid 65534 can read (CI's checkout is in a private directory).
+    shared = Path(tempfile.mkdtemp(prefix="sandbox-user-"))
+    try:
+        shutil.copytree(
+            Path(__file__).resolve().parents[2] / "trainer",
+            shared / "trainer",
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        for path in [shared, *shared.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        state = shared / "state"
+        state.mkdir()
+        os.chown(state, 65534, 65534)
+        port = free_port()
+        args = [str(shared), str(port), str(state), LISTENER]
+        proc = subprocess.Popen(
+            [*NOBODY, python, "-I", "-c", AS_ANOTHER_USER, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        seen = [proc.stdout.readline() for _ in range(2)]
+        assert seen == ["listening p-0\n", "ready\n"], "".join(seen) + proc.stdout.read()
+        assert not pod_listeners(proc.pid)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        out, _ = proc.communicate(timeout=60)
+        assert out.splitlines() == ["probe inside", "done"], out
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_the_listener_check_sees_a_pod_listening_in_the_hosts_namespace() -> None:
