@@ -7,8 +7,12 @@ from __future__ import annotations
 import socket
 
 
-def bind_socket(host: str, port: int, *, backlog: int = 2048) -> socket.socket:
-    """A listening, non-blocking TCP socket on ``host``:``port`` (``port=0``: any free port)."""
+def bind_socket(
+    host: str, port: int, *, backlog: int = 2048, dual_stack: bool = False
+) -> socket.socket:
+    """A listening, non-blocking TCP socket on ``host``:``port`` (``port=0``: any free port);
+    with ``dual_stack`` an IPv6 socket also takes IPv4 connections (``host`` ``::``: every
+    interface of both families)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say they are
     # TCP, and accepted sockets inherit it. Without NODELAY, uvicorn's separate writes of the
@@ -17,6 +21,8 @@ def bind_socket(host: str, port: int, *, backlog: int = 2048) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if dual_stack and family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind((host, port))
         sock.listen(backlog)
         sock.setblocking(False)

@@ -108,21 +108,11 @@ def dual_stack_socket(port: int, *, backlog: int = 2048) -> socket.socket:
     """A listening, non-blocking TCP socket on every interface, IPv4 and IPv6 where the
     system has both (what aiohttp's ``host=None`` gives, in one socket so port 0 is one
     port)."""
-    if not socket.has_dualstack_ipv6():
-        from trainer.sockets import bind_socket  # noqa: PLC0415 - only on IPv4-only hosts
+    from trainer.sockets import bind_socket  # noqa: PLC0415 - stdlib-only sibling, kept lazy
 
+    if not socket.has_dualstack_ipv6():
         return bind_socket("0.0.0.0", port, backlog=backlog)
-    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        sock.bind(("::", port))
-        sock.listen(backlog)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+    return bind_socket("::", port, backlog=backlog, dual_stack=True)
 
 
 class _Throttled:
