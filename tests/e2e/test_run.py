@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests import builders as b
+from tests.e2e.listeners import assert_no_pod_listeners, run_watched
 from trainer.api import constants as c
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.kube import resources as r
@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - the dev install includes the torch ext
 @pytest.mark.skipif(not HAVE_TORCH, reason="needs the torch extra (pip install -e '.[torch]')")
 def test_ddp_example_trains_across_two_nodes(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
+    proc, listeners = run_watched(
         [
             sys.executable,
             "-m",
@@ -48,14 +48,14 @@ def test_ddp_example_trains_across_two_nodes(tmp_path: Path) -> None:
             "TrainJobStatus=true",
         ],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=300,
         env=env,
-        check=False,
     )
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
+    # Its torchrun store listened in the TrainJob's network sandbox, not on this host, and
+    # rank 0 still reached the status server (forwarded into the sandbox).
+    assert_no_pod_listeners(listeners, out)
     assert "TrainJob default/torch-ddp-cpu: Complete" in out
     finals = re.findall(r"rank (\d) final loss: ([0-9.]+) weights checksum: (-?[0-9.]+)", out)
     assert sorted(f[0] for f in finals) == ["0", "1"], out
