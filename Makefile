@@ -39,7 +39,7 @@ help:
 	@echo "make test        - make install, then check the lock, lint, type-check and run every test"
 	@echo "                   (PYTEST_WORKERS=3 pytest-xdist workers; 0 runs pytest in one process)"
 	@echo "make lock        - re-resolve $(LOCK) from pyproject.toml (newest versions the registries serve)"
-	@echo "make crds        - regenerate manifests/ CRDs from the API models (and trainer/api/kubeschema.json from kubernetes-validate)"
+	@echo "make crds        - regenerate manifests/ CRDs from the API models (and trainer/machinery/kubeschema.json from kubernetes-validate)"
 	@echo "make manifests   - regenerate manifests/base and overlays from trainer/deploy/templates"
 	@echo "make clean       - remove $(VENV) and caches"
 

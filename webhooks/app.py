@@ -38,7 +38,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from trainer.admission.types import ClusterView
-from trainer.api import times
+from trainer.machinery import times
 from webhooks.body import (
     DEFAULT_MAX_BODY_BYTES,
     HEAD_BYTES,

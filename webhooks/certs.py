@@ -11,7 +11,7 @@ The same behaviour in three layers:
 
 * pure functions over PEM bytes and an explicit ``now`` (:func:`generate_ca`,
   :func:`generate_serving_cert`, :func:`needs_rotation`, :func:`plan`), in
-  :mod:`webhooks.certgen` and re-exported here;
+  :mod:`trainer.machinery.certgen` and re-exported here;
 * here: :class:`CertRotator`, the loop, with every side effect (read/write the Secret, inject the
   caBundle, write files, reload TLS) injected as a callable, so the Kubernetes side plugs in
   without this module importing a client;
@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from trainer.files import write_file
-from webhooks.certgen import (
+from trainer.machinery.certgen import (
     BACKDATE,
     CA_CERT,
     CA_COMMON_NAME,
@@ -65,6 +64,7 @@ from webhooks.certgen import (
     service_dns_names,
     serving_cert_usable,
 )
+from trainer.machinery.files import write_file
 
 __all__ = [
     "BACKDATE",

@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from trainer.admission.types import ClusterView
-from trainer.pyexec import module_command, module_env
+from trainer.machinery.pyexec import module_command, module_env
 from webhooks.review import Answer, Needs, Outcome
 
 log = logging.getLogger("webhooks.admission")
@@ -90,7 +90,7 @@ class _Worker:
 
     @classmethod
     async def start(cls, nice: int) -> _Worker:
-        # Not from the working directory (trainer/pyexec.py): the worker is our own code.
+        # Not from the working directory (trainer/machinery/pyexec.py): the worker is our own code.
         proc = await asyncio.create_subprocess_exec(
             *module_command("webhooks.worker", "--nice", str(nice)),
             stdin=asyncio.subprocess.PIPE,

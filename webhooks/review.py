@@ -41,12 +41,12 @@ from trainer.admission.trainjob import validate_trainjob
 from trainer.admission.types import ClusterView, Verdict
 from trainer.api import constants as c
 from trainer.api.base import K8sModel
-from trainer.api.errors import format_errors
 from trainer.api.load import ObjectError, parse_object
-from trainer.api.status import failure
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.machinery.errors import format_errors
+from trainer.machinery.quantity import QuantityError
+from trainer.machinery.status import failure
 from trainer.runtime.info import BuildError
-from trainer.runtime.quantity import QuantityError
 from webhooks.body import HTTPProblem
 from webhooks.lookup import ClusterLookup
 

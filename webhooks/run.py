@@ -16,7 +16,7 @@ from pathlib import Path
 from trainer.kube.certs import SecretStore, inject_ca_bundle
 from trainer.kube.client import ApiClient
 from trainer.kube.lookup import Cache, KubeLookup
-from trainer.sockets import bind_socket
+from trainer.machinery.sockets import bind_socket
 from webhooks.app import create_app
 from webhooks.certs import (
     CertBundle,

@@ -30,7 +30,7 @@ from fastapi import FastAPI
 
 from trainer.listeners.guard import ListenerLimits
 from trainer.listeners.uvicorn_server import GuardedUvicornServer
-from trainer.sockets import bind_socket
+from trainer.machinery.sockets import bind_socket
 
 log = logging.getLogger(__name__)
 

@@ -42,14 +42,14 @@ from starlette.responses import Response
 
 from trainer.api import constants as c
 from trainer.api.crds import schema_for_kind
-from trainer.api.errors import FORBIDDEN, INVALID, FieldError, format_errors
-from trainer.api.openapi.defaults import prune
-from trainer.api.openapi.validate import validate
-from trainer.api.status import failure, reason_for
 from trainer.kube import resources as r
 from trainer.kube.authn import TokenReviewer, bearer_token
 from trainer.kube.rest import APIError, Kube
-from trainer.sockets import bind_socket
+from trainer.machinery.errors import FORBIDDEN, INVALID, FieldError, format_errors
+from trainer.machinery.openapi.defaults import prune
+from trainer.machinery.openapi.validate import validate
+from trainer.machinery.sockets import bind_socket
+from trainer.machinery.status import failure, reason_for
 from webhooks.fairlimit import FairLimiter
 from webhooks.peers import Peer
 from webhooks.server import WebhookServer

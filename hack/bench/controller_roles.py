@@ -39,9 +39,7 @@ from controller_workload import KEYS, RUNTIME, UID_PLACEHOLDER, trainjob_body
 
 from trainer.api import constants as c
 from trainer.api.jobset import JobSet
-from trainer.api.times import format_time
 from trainer.api.v1alpha1 import TrainJob
-from trainer.builtin import builtin_runtimes
 from trainer.cli.process import ProcessOptions, ProcessState, run_controller
 from trainer.controller import events as ev
 from trainer.controller.config import load_config
@@ -50,7 +48,9 @@ from trainer.controller.status import desired_status
 from trainer.kube import resources as r
 from trainer.kube.client import new_api_client
 from trainer.kube.rest import APIError, Kube
+from trainer.machinery.times import format_time
 from trainer.plugins.registry import render
+from trainer.runtime.builtin import builtin_runtimes
 from trainer.runtime.info import BuildContext, Runtime
 
 POLL_S = 0.1  # /metrics polling interval near the end of a burst (the timing resolution)

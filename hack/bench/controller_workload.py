@@ -20,7 +20,7 @@ import yaml
 from benchlib import JSON_HEADERS, ROOT, list_all
 
 from trainer.api import constants as c
-from trainer.builtin import builtin_runtime_documents
+from trainer.runtime.builtin import builtin_runtime_documents
 from trainer.runtime.info import SSHKeyPair
 
 TRAINJOB_EXAMPLE: Path = ROOT / "examples" / "multi-node.yaml"

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer.api.v1alpha1 import TrainJob
-from trainer.builtin import builtin_runtimes
 from trainer.plugins.registry import default_framework, render
+from trainer.runtime.builtin import builtin_runtimes
 from trainer.runtime.info import BuildContext, SSHKeyPair
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -53,8 +53,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from webhook_client import HOST, Connection, expect_allowed, http_request, review_body
 
-from trainer.builtin import builtin_runtimes
-from trainer.sockets import bind_socket
+from trainer.machinery.sockets import bind_socket
+from trainer.runtime.builtin import builtin_runtimes
 from webhooks.app import create_app
 from webhooks.certs import ServerTLS, generate_bundle, write_cert_dir
 from webhooks.lookup import StaticLookup

@@ -40,8 +40,8 @@ from fastapi.responses import Response
 from webhook_client import HOST, Connection, http_request, review_body
 
 from trainer.admission.types import ClusterView
-from trainer.builtin import builtin_runtimes
-from trainer.sockets import bind_socket
+from trainer.machinery.sockets import bind_socket
+from trainer.runtime.builtin import builtin_runtimes
 from webhooks.app import PATH_MUTATE_TRAINJOB, PATH_VALIDATE_TRAINJOB, create_app
 from webhooks.certs import ServerTLS, generate_bundle, write_cert_dir
 from webhooks.lookup import StaticLookup

@@ -1,6 +1,6 @@
 """The pod templates inside runtimes, through the real kubectl, as on a cluster with our CRDs.
 
-The CRDs type every field of a runtime's pod template (trainer/api/kubeschema.py), so the API
+The CRDs type every field of a runtime's pod template (trainer/machinery/kubeschema.py), so the API
 server does what kube-apiserver does with upstream's CRDs: ``kubectl explain`` walks into the
 containers, a misspelt pod-spec field is rejected under kubectl's default strict validation
 (naming its path), pruned under ``--validate=warn`` (with a warning) and ``--validate=false``,

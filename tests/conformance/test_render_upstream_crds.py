@@ -27,8 +27,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from trainer.builtin import builtin_runtimes
 from trainer.cli.main import app
+from trainer.runtime.builtin import builtin_runtimes
 
 from .conftest import KUBECTL, SKIP_REASON, Kubectl, kubectl_server
 

@@ -44,7 +44,8 @@ FILES = {
 
 # Subtrees whose differences are not reported. Empty: the Kubernetes core types our CRDs embed
 # (pod and Job templates, env vars, references, resources, claim templates) are generated from
-# the Kubernetes API schema (trainer/api/kubeschema.py, docs/crds.md) and compared like the rest.
+# the Kubernetes API schema (trainer/machinery/kubeschema.py, docs/crds.md) and compared like
+# the rest.
 # Keyed by (allow-list group, path prefix); a prefix that hides nothing fails the test.
 PENDING_POD_SCHEMA: frozenset[tuple[str, str]] = frozenset()
 

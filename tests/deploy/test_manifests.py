@@ -18,13 +18,13 @@ import yaml
 from typer.testing import CliRunner
 
 from trainer.api.crds import schema_for_kind
-from trainer.api.openapi.validate import check
 from trainer.cli.main import app
 from trainer.controller.config import parse_config
 from trainer.deploy import generate, render
 from trainer.deploy.render import install_objects, runtime_objects
 from trainer.deploy.values import Values, load_values
 from trainer.local.apiserver import APIServer
+from trainer.machinery.openapi.validate import check
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.api.safeload import FILE_LIMITS
+from trainer.machinery.safeload import FILE_LIMITS
 
 TRAINJOB_HEAD = "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: TrainJob\n"
 

@@ -57,8 +57,8 @@ from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJ
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError, Kube
+from trainer.machinery.quantity import Quantity
 from trainer.plugins.registry import render
-from trainer.runtime.quantity import Quantity
 from trainer.runtime.resources import admitted_pod_requests
 from webhooks.certs import generate_bundle
 

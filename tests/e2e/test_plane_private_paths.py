@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainer.cli.localplane import start_local_plane
-from trainer.files import private_dir
+from trainer.machinery.files import private_dir
 
 
 def mode(path: Path) -> int:

@@ -16,10 +16,10 @@ from trainer.admission.trainjob import validate_trainjob
 from trainer.admission.types import ClusterView
 from trainer.api.load import check_object, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
-from trainer.builtin import builtin_runtime_documents, builtin_runtimes
 from trainer.cli.render import offline_trainjob, to_yaml_stream
 from trainer.convert import Converted, convert
 from trainer.plugins.registry import render
+from trainer.runtime.builtin import builtin_runtime_documents, builtin_runtimes
 from trainer.runtime.info import BuildContext, SSHKeyPair
 
 CASES = Path(__file__).parent / "convert"

@@ -19,9 +19,9 @@ import yaml
 from trainer.api.jobset import JobSet
 from trainer.api.load import check_object, load_documents, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
-from trainer.builtin import builtin_runtimes
 from trainer.cli.render import to_yaml_stream
 from trainer.plugins.registry import render
+from trainer.runtime.builtin import builtin_runtimes
 from trainer.runtime.info import BuildContext, Observed, Runtime, SSHKeyPair
 
 CASES = Path(__file__).parent / "cases"

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.api import crds
-from trainer.builtin import builtin_runtime_documents
 from trainer.kube.client import new_api_client
 from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.store import Event
+from trainer.runtime.builtin import builtin_runtime_documents
 
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 

@@ -9,7 +9,7 @@ server-side apply and status updates, plus bodies that are not objects at all.
 
 For every request: never a 5xx; every 4xx carries a Kubernetes ``Status`` body (kind, code
 equal to the HTTP status, a reason); every 2xx object satisfies kube-apiserver's metadata
-rules (:mod:`trainer.api.objectmeta`: it decodes as ObjectMeta unchanged and validates) and
+rules (:mod:`trainer.machinery.objectmeta`: it decodes as ObjectMeta unchanged and validates) and
 ConfigMap / Secret data are maps of strings. After every generated case, a label-selector
 list of pods answers 200, and a label-selector watch of pods does at the end of each test.
 
@@ -45,8 +45,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainer.api import crds, names, objectmeta
+from trainer.api import crds
 from trainer.local.apiserver import APIServer, builtin
+from trainer.machinery import names, objectmeta
 
 # celpy (the CEL rules of the CRDs) raises the recursion limit while Hypothesis runs.
 pytestmark = pytest.mark.filterwarnings("ignore:The recursion limit will not be reset")

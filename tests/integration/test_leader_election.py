@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.api_client import ApiClient
 
-from trainer.api.times import format_micro_time
 from trainer.controller.leader import LeaderElector, new_identity
 from trainer.kube.client import new_api_client
 from trainer.kube.leases import KubeLeaseClient, LeaseConflict
 from trainer.local.apiserver import APIServer
+from trainer.machinery.times import format_micro_time
 from trainer.observability.metrics import Metrics
 
 NAMESPACE = "kube-system"

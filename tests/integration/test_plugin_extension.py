@@ -19,12 +19,12 @@ from tests.integration.test_controller_flows import Observer, container, running
 from tests.plugins.tuning import ANNOTATION_LEVEL, LABEL_PROFILE_FOR, TuningPlugin
 from trainer.admission.trainjob import validate_trainjob
 from trainer.admission.types import ClusterView
-from trainer.api.errors import INVALID
 from trainer.api.v1alpha1 import TrainJob
-from trainer.builtin import builtin_runtimes
 from trainer.controller.manager import Controller
 from trainer.kube import resources as r
+from trainer.machinery.errors import INVALID
 from trainer.plugins.registry import default_framework, default_plugins, render
+from trainer.runtime.builtin import builtin_runtimes
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import BuildContext, Observed
 

@@ -1,7 +1,7 @@
 """No code from the working directory: the processes the plane re-executes from its own
 modules (the webhook's review workers, ``trainer dashboard``'s lean process) import our code
 even when started from a directory where another user planted packages of the same names
-(trainer/pyexec.py).
+(trainer/machinery/pyexec.py).
 
 The plant is made by a second, unprivileged user (``setpriv --reuid=65534``) in a
 world-writable sticky directory, as in ``/tmp``; each planted module would leave a marker file

@@ -23,8 +23,8 @@ from tests import builders as b
 from trainer.api.jobset import JobSet
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime
+from trainer.machinery.sockets import bind_socket
 from trainer.runtime.info import Runtime
-from trainer.sockets import bind_socket
 from webhooks.app import (
     PATH_MUTATE_TRAINJOB,
     PATH_VALIDATE_CLUSTER_TRAINING_RUNTIME,

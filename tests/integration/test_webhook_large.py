@@ -39,7 +39,7 @@ from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime
 from trainer.kube.client import new_api_client
 from trainer.local.apiserver import APIServer
-from trainer.sockets import bind_socket
+from trainer.machinery.sockets import bind_socket
 from webhooks.app import PATH_MUTATE_TRAINJOB, PATH_VALIDATE_TRAINJOB, create_app
 from webhooks.certs import ServerTLS, generate_bundle
 from webhooks.lookup import StaticLookup

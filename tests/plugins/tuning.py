@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trainer.api import constants as c
-from trainer.api.errors import INVALID, FieldError
 from trainer.api.v1alpha1 import TrainJob
+from trainer.machinery.errors import INVALID, FieldError
 from trainer.runtime import apply
 from trainer.runtime.info import BuildContext, Info, Runtime
 from trainer.runtime.validation import ClusterView, Verdict

@@ -12,9 +12,9 @@ import yaml
 
 from tests import builders as b
 from trainer.admission import patches
-from trainer.api.errors import FORBIDDEN, INVALID, REQUIRED, FieldError
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
+from trainer.machinery.errors import FORBIDDEN, INVALID, REQUIRED, FieldError
 
 trainjob = partial(b.trainjob_model, namespace="ns", runtime="rt")
 

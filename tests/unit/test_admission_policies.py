@@ -11,11 +11,11 @@ import yaml
 
 from tests import builders as b
 from trainer.admission.types import ClusterView, Verdict
-from trainer.api.errors import FORBIDDEN, INVALID
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
-from trainer.builtin import builtin_runtimes
+from trainer.machinery.errors import FORBIDDEN, INVALID
 from trainer.plugins.registry import default_framework
 from trainer.runtime.assemble import new_info
+from trainer.runtime.builtin import builtin_runtimes
 from trainer.runtime.info import Info
 
 Err = tuple[str, str, str]

@@ -10,9 +10,9 @@ import pytest
 
 from trainer.admission.runtime import validate_runtime
 from trainer.api import constants as c
-from trainer.api.errors import INVALID
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime
-from trainer.builtin import builtin_runtimes
+from trainer.machinery.errors import INVALID
+from trainer.runtime.builtin import builtin_runtimes
 
 AnyRuntime = TrainingRuntime | ClusterTrainingRuntime
 Err = tuple[str, str, str]

@@ -14,9 +14,9 @@ from trainer.admission import patches, trainjob
 from trainer.admission.trainjob import validate_trainjob
 from trainer.admission.types import ClusterView, Verdict
 from trainer.api import constants as c
-from trainer.api.errors import FORBIDDEN, INVALID, FieldError
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
+from trainer.machinery.errors import FORBIDDEN, INVALID, FieldError
 from trainer.runtime.assemble import PatchMergeError
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import BuildError, Info, Runtime

@@ -1,10 +1,10 @@
-"""trainer.api.merge_keys: the runtime merge and the local API server's strategic merge patch
+"""trainer.machinery.merge_keys: the runtime merge and the local API server's strategic merge patch
 read one table, so a pod-template list merges the same way in both."""
 
 from __future__ import annotations
 
-from trainer.api import merge_keys as mk
 from trainer.local.apiserver.patch import strategic_merge_patch
+from trainer.machinery import merge_keys as mk
 from trainer.runtime.merge import strategic_merge
 
 

@@ -1,9 +1,9 @@
-"""trainer.api.messages: how the controller cuts Event notes and condition messages."""
+"""trainer.machinery.messages: how the controller cuts Event notes and condition messages."""
 
 from __future__ import annotations
 
-from trainer.api.messages import ELLIPSIS, truncate
 from trainer.controller import events, status
+from trainer.machinery.messages import ELLIPSIS, truncate
 
 
 def test_short_message_is_unchanged() -> None:

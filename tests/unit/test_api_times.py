@@ -1,4 +1,4 @@
-"""trainer.api.times: the two timestamp shapes Go writes, from every input the layers pass."""
+"""trainer.machinery.times: the two timestamp shapes Go writes, from every input the layers pass."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from trainer.api import times
+from trainer.machinery import times
 
 EPOCH = 1714557600.123456  # 2024-05-01T10:00:00.123456Z
 

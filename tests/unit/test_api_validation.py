@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from trainer.api import crds
-from trainer.api.errors import FieldError
 from trainer.api.load import UNKNOWN_FIELD, check_object
+from trainer.machinery.errors import FieldError
 
 JOB = yaml.safe_load(
     """

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from trainer.api.merge_keys import CORE_MERGE_KEYS
 from trainer.local.apiserver import apply as ssa
 from trainer.local.apiserver.errors import APIError
 from trainer.local.apiserver.resources import ResourceType
+from trainer.machinery.merge_keys import CORE_MERGE_KEYS
 
 Obj = dict[str, Any]
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from trainer.api import names
-from trainer.api import objectmeta as om
 from trainer.local.apiserver import builtin, metadata
 from trainer.local.apiserver.errors import APIError
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import matcher
+from trainer.machinery import names
+from trainer.machinery import objectmeta as om
 
 REGISTRY = builtin.new_registry()
 TRAINJOB = ResourceType(

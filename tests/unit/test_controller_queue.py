@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from trainer.controller.queue import QueueShutdown, Result, WorkQueue, run_workers
+from trainer.machinery.workqueue import QueueShutdown, Result, WorkQueue, run_workers
 
 
 class FakeClock:

@@ -21,11 +21,11 @@ from tests import builders as b
 from trainer.api import constants as c
 from trainer.api.load import check_object, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
-from trainer.builtin import builtin_runtimes
 from trainer.cli.main import app
 from trainer.convert import ConvertError, convert
 from trainer.convert.equivalence import expand, resolved_env
 from trainer.plugins.registry import render
+from trainer.runtime.builtin import builtin_runtimes
 from trainer.runtime.info import BuildContext, BuildError, SSHKeyPair
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "convert"

@@ -15,10 +15,10 @@ from trainer.admission.trainjob import validate_trainjob
 from trainer.admission.types import ClusterView
 from trainer.api import constants as c
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
-from trainer.builtin import builtin_runtime_documents
 from trainer.cli.main import app
 from trainer.convert import ConvertError, convert
 from trainer.convert.equivalence import expand, first_difference, jobset_view, resolved_env
+from trainer.runtime.builtin import builtin_runtime_documents
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "convert"
 BUILTINS: dict[str, Any] = {d["metadata"]["name"]: d for d in builtin_runtime_documents()}  # type: ignore[index]

@@ -14,12 +14,12 @@ import pytest
 
 from tests import builders as b
 from trainer.api.v1alpha1 import TrainJob
-from trainer.builtin import builtin_runtimes
 from trainer.cli.render import to_yaml_stream
 from trainer.datacache import auth
 from trainer.datacache import config as cfg
 from trainer.plugins import datacache as plugin
 from trainer.plugins.registry import default_framework, render
+from trainer.runtime.builtin import builtin_runtimes
 from trainer.runtime.credentials import generate_credential
 from trainer.runtime.info import BuildContext, BuildError, Observed, SSHKeyPair
 

@@ -1,4 +1,4 @@
-"""trainer/files.py: a secret is written into a file that already has its final mode, and
+"""trainer/machinery/files.py: a secret is written into a file that already has its final mode, and
 replaces the old file whole; nothing is left behind when writing fails."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.files import write_file
 from trainer.local.executor.volumes import VolumeFile, VolumePlan, write_volume
+from trainer.machinery.files import write_file
 
 
 def mode(path: Path) -> int:

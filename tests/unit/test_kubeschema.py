@@ -12,10 +12,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from trainer.api import crds, kubeschema, kubeschema_gen
-from trainer.api.kubeschema import QUANTITY_PATTERN, kube_schema
-from trainer.builtin import builtin_runtime_documents
+from trainer.api import crds
 from trainer.cli.main import app
+from trainer.machinery import kubeschema, kubeschema_gen
+from trainer.machinery.kubeschema import QUANTITY_PATTERN, kube_schema
+from trainer.runtime.builtin import builtin_runtime_documents
 
 ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM = ROOT.parent / "shared" / "upstream-crds"
@@ -49,7 +50,7 @@ def bundle() -> dict[str, Any]:
 def test_committed_kubeschema_is_what_the_bundle_generates() -> None:
     committed = (ROOT / kubeschema_gen.RELATIVE_PATH).read_text()
     fresh = kubeschema_gen.render(bundle())
-    assert committed == fresh, "trainer/api/kubeschema.json is stale: make crds"
+    assert committed == fresh, "trainer/machinery/kubeschema.json is stale: make crds"
 
 
 @pytest.mark.parametrize("kind", ["ClusterTrainingRuntime", "TrainingRuntime", "JobSet"])

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from trainer.controller.queue import Result, WorkQueue, run_workers
+from trainer.machinery.workqueue import Result, WorkQueue, run_workers
 from trainer.observability.logging import (
     REDACTED,
     parse_level,

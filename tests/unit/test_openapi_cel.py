@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from trainer.api.errors import DUPLICATE, FORBIDDEN, INVALID, REQUIRED, FieldError
-from trainer.api.openapi import ABSENT, compile_rule, evaluate_rule, validate
-from trainer.api.openapi.cel import escape_property_name
+from trainer.machinery.errors import DUPLICATE, FORBIDDEN, INVALID, REQUIRED, FieldError
+from trainer.machinery.openapi import ABSENT, compile_rule, evaluate_rule, validate
+from trainer.machinery.openapi.cel import escape_property_name
 
 Triple = tuple[str, str, str]
 

@@ -18,9 +18,9 @@ import celpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainer.api.errors import FieldError
-from trainer.api.openapi import ABSENT, RuleMemo, cel, validate
-from trainer.api.openapi.readset import ITEMS, project, read_set
+from trainer.machinery.errors import FieldError
+from trainer.machinery.openapi import ABSENT, RuleMemo, cel, validate
+from trainer.machinery.openapi.readset import ITEMS, project, read_set
 
 RULES: list[dict[str, Any]] = [
     {"rule": "size(self.meta.name) <= 5", "messageExpression": "'name ' + self.meta.name"},

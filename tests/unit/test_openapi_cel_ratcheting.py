@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.api.errors import INVALID, FieldError
-from trainer.api.openapi import validate
+from trainer.machinery.errors import INVALID, FieldError
+from trainer.machinery.openapi import validate
 
 SHORT = {"rule": "self.size() <= 3", "message": "too long"}
 STRICTLY_GROWS = {"rule": "self > oldSelf", "message": "must grow"}

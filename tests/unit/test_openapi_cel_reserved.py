@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from trainer.api.openapi import validate
-from trainer.api.openapi.cel import escape_property_name
+from trainer.machinery.openapi import validate
+from trainer.machinery.openapi.cel import escape_property_name
 
 RESERVED = [
     "namespace",

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.api.openapi import apply_defaults, prune
+from trainer.machinery.openapi import apply_defaults, prune
 
 OBJ = "object"
 

@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.api.openapi import apply_defaults, defaults_are_pruned, prune
+from trainer.machinery.openapi import apply_defaults, defaults_are_pruned, prune
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = [

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.api.errors import (
+from trainer.machinery.errors import (
     DUPLICATE,
     INVALID,
     REQUIRED,
@@ -17,7 +17,7 @@ from trainer.api.errors import (
     UNSUPPORTED,
     FieldError,
 )
-from trainer.api.openapi import BLOCKED_RULES_MESSAGE, check, validate
+from trainer.machinery.openapi import BLOCKED_RULES_MESSAGE, check, validate
 
 Triple = tuple[str, str, str]
 

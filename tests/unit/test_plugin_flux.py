@@ -17,8 +17,8 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from trainer.api.errors import INVALID
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
+from trainer.machinery.errors import INVALID
 from trainer.plugins.flux import DEFAULT_VIEW_IMAGE, FluxPlugin, curve_certificate, validate
 from trainer.plugins.jobset import JobSetPlugin
 from trainer.plugins.plainml import PlainMLPlugin

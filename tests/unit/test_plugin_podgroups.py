@@ -9,8 +9,8 @@ import pytest
 
 from tests import builders as b
 from trainer.api import constants as c
-from trainer.api.errors import INVALID, FieldError
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
+from trainer.machinery.errors import INVALID, FieldError
 from trainer.plugins import podgroup, volcano
 from trainer.plugins.coscheduling import CoschedulingPlugin
 from trainer.plugins.jobset import JobSetPlugin

@@ -12,12 +12,12 @@ from trainer.api.core import ResourceRequirements
 from trainer.api.jobset import JobSet, JobSetSpec
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
+from trainer.machinery.quantity import Quantity, QuantityError
 from trainer.plugins.status import status_from_jobset
 from trainer.runtime import naming
 from trainer.runtime.assemble import new_info
 from trainer.runtime.info import BuildError
 from trainer.runtime.merge import strategic_merge
-from trainer.runtime.quantity import Quantity, QuantityError
 from trainer.runtime.resources import cpu_count, gpu_count, pod_requests
 from trainer.runtime.snapshot import build_snapshot, read_snapshot
 

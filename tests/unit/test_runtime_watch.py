@@ -10,8 +10,8 @@ import pytest
 
 from tests import builders as b
 from trainer.api.v1alpha1 import TrainJob
-from trainer.builtin import builtin_runtimes
 from trainer.controller.handlers import handler_for
+from trainer.runtime.builtin import builtin_runtimes
 from trainer.runtime.info import Observed, Runtime
 from trainer.runtime.watch import (
     CONFIG_MAPS,

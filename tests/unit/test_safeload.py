@@ -1,4 +1,4 @@
-"""The bounded YAML/JSON reader (trainer.api.safeload): every rule of docs/input-limits.md,
+"""The bounded YAML/JSON reader (trainer.machinery.safeload): every rule of docs/input-limits.md,
 where it reports the problem, and that ordinary files read exactly as PyYAML reads them."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.api import safeload
-from trainer.api.safeload import (
+from trainer.machinery import safeload
+from trainer.machinery.safeload import (
     FILE_LIMITS,
     INT64_MAX,
     INT64_MIN,

@@ -1,7 +1,7 @@
 """The bounded reader's refusals are the same across the PyYAML range pyproject.toml declares
 (``PyYAML>=6.0.1``): its oldest release, in a venv of its own, gives the same messages for
 the same hostile documents as the locked release this suite runs on. PyYAML 6.0.4's libyaml
-refuses deep flow collections by itself (trainer/api/safeload.py, ``_check_event_depth``)."""
+refuses deep flow collections by itself (trainer/machinery/safeload.py, ``_check_event_depth``)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ print(json.dumps(out))
 
 def _probe(python: str) -> dict[str, object]:
     done = subprocess.run(
-        [python, "-c", PROBE, str(ROOT / "trainer/api/safeload.py")],
+        [python, "-c", PROBE, str(ROOT / "trainer/machinery/safeload.py")],
         check=False,
         capture_output=True,
         text=True,

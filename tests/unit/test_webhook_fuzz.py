@@ -30,7 +30,7 @@ from trainer.api import constants as c
 from trainer.api.jobset import JobSet
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
-from trainer.builtin import builtin_runtimes
+from trainer.runtime.builtin import builtin_runtimes
 from trainer.runtime.info import Runtime
 from webhooks.app import (
     PATH_MUTATE_TRAINJOB,

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from trainer.api import yamlout
 from trainer.cli.render import to_yaml_stream
 from trainer.deploy import render as deploy
 from trainer.deploy.values import Values
+from trainer.machinery import yamlout
 
 RETYPED = "!retyped"
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 
 from trainer.admission.patches import domain_prefixed_path_errors
-from trainer.api.errors import INVALID, TOO_LONG, FieldError
 from trainer.api.jobset import JOB_FAILURE_REASONS, JobSetSpec
-from trainer.api.names import is_dns1035_label
+from trainer.machinery.errors import INVALID, TOO_LONG, FieldError
+from trainer.machinery.names import is_dns1035_label
 
 MAX_MANAGED_BY = 63
 RULE_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")

@@ -16,13 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api.errors import INVALID, FieldError
 from trainer.api.jobset import JobSetSpec
 from trainer.api.v1alpha1 import TrainJob
+from trainer.machinery.errors import INVALID, FieldError
+from trainer.machinery.quantity import QuantityError
 from trainer.plugins.registry import default_framework, render
 from trainer.runtime import naming
 from trainer.runtime.info import BuildContext, BuildError, Info, Observed, Runtime, SSHKeyPair
-from trainer.runtime.quantity import QuantityError
 from trainer.runtime.snapshot import snapshot_name
 
 NAME_PATH = "metadata.name"

@@ -30,10 +30,10 @@ import re
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api.errors import FORBIDDEN, INVALID, REQUIRED, FieldError, join_path
 from trainer.api.jobset import JobSet, ReplicatedJob
-from trainer.api.nulls import drop_nulls
 from trainer.api.v1alpha1 import ContainerPatch, ReplicatedJobPatch, RuntimePatch, TrainJob
+from trainer.machinery.errors import FORBIDDEN, INVALID, REQUIRED, FieldError, join_path
+from trainer.machinery.nulls import drop_nulls
 from trainer.runtime.info import Runtime
 
 PATH = "spec.runtimePatches"

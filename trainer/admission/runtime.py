@@ -30,9 +30,9 @@ from __future__ import annotations
 from trainer.admission import jobset_rules
 from trainer.admission.types import Verdict
 from trainer.api import constants as c
-from trainer.api.errors import INVALID, FieldError
 from trainer.api.jobset import ReplicatedJob
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime
+from trainer.machinery.errors import INVALID, FieldError
 from trainer.plugins.registry import default_framework
 from trainer.runtime.assemble import ancestor_of
 from trainer.runtime.validation import runtime_jobs, runtime_name

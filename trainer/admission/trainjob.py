@@ -28,9 +28,9 @@ from __future__ import annotations
 from trainer.admission import names, patches
 from trainer.admission.types import ClusterView, Verdict
 from trainer.api import constants as c
-from trainer.api.errors import INVALID, REQUIRED, FieldError
 from trainer.api.jobset import ReplicatedJob
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, RuntimeRef, TrainJob
+from trainer.machinery.errors import INVALID, REQUIRED, FieldError
 from trainer.plugins.registry import default_framework
 from trainer.runtime.assemble import PatchMergeError, dataset_goes_to_cache, new_info
 from trainer.runtime.framework import Framework

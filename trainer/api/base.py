@@ -10,7 +10,7 @@ Two promises shape this module:
   types, defaults) are attached to fields with :class:`Schema` markers inside ``Annotated``.
   Parsing only checks *types* (strictly: ``"3"`` is not an integer), so objects stored under an
   older schema still load; the rules themselves are emitted into the generated CRDs and checked
-  offline by :mod:`trainer.api.openapi` against those CRDs, exactly as a kube-apiserver would.
+  offline by :mod:`trainer.machinery.openapi` against those CRDs, exactly as a kube-apiserver would.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class Schema:
     required: bool = False
     kube: str | None = None
     """The Kubernetes type the field holds (``io.k8s.api.core.v1.Affinity``): the CRD gets that
-    type's full schema (:mod:`trainer.api.kubeschema`), the other markers apply on top."""
+    type's full schema (:mod:`trainer.machinery.kubeschema`), the other markers apply on top."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -92,7 +92,7 @@ class K8sModel(BaseModel):
     Subclasses may set ``crd_rules`` (object-level CEL rules), ``crd_min_properties``,
     ``crd_preserve_unknown`` (keep unknown fields in the CRD) and ``kube_definition`` (the class
     models part of a Kubernetes type: the CRD gets that type's full schema, see
-    :mod:`trainer.api.kubeschema`).
+    :mod:`trainer.machinery.kubeschema`).
     """
 
     model_config = ConfigDict(

@@ -4,7 +4,7 @@ Only the part the controller reads or writes is modelled; everything else on the
 (probes, affinity, security contexts, every volume source, future fields) is kept verbatim as
 an extra field and survives a load/dump round trip. The generated CRDs do not follow these
 models: each class names its Kubernetes type (``kube_definition``) and the CRD gets that type's
-full schema (:mod:`trainer.api.kubeschema`), so the API server types, prunes and merges every
+full schema (:mod:`trainer.machinery.kubeschema`), so the API server types, prunes and merges every
 field as with upstream's CRDs.
 """
 
@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from trainer.api.base import K8sModel, Schema
-from trainer.api.kubeschema import QUANTITY_PATTERN
+from trainer.machinery.kubeschema import QUANTITY_PATTERN
 
 Quantity = Annotated[int | float | str, Schema(int_or_string=True, pattern=QUANTITY_PATTERN)]
 """A resource quantity (``"500m"``, ``2``, ``"4Gi"``), kept exactly as written."""

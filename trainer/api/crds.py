@@ -3,9 +3,10 @@
 The models are the single source of truth: their Python types give the structural schema and
 their :class:`~trainer.api.base.Schema` markers give the validation rules, defaults and list
 types; a field holding a Kubernetes type (a pod template, a container, ...) gets that type's
-full schema from :mod:`trainer.api.kubeschema`. ``python -m trainer.api.crds`` first regenerates
-``trainer/api/kubeschema.json`` (:mod:`trainer.api.kubeschema_gen`, from the
-``kubernetes-validate`` package), then writes ``manifests/base/crds/`` (the Trainer CRDs) and
+full schema from :mod:`trainer.machinery.kubeschema`. ``python -m trainer.api.crds`` first
+regenerates ``trainer/machinery/kubeschema.json`` (:mod:`trainer.machinery.kubeschema_gen`,
+from the ``kubernetes-validate`` package), then writes ``manifests/base/crds/`` (the Trainer CRDs)
+and
 ``manifests/local/`` (a JobSet CRD for the embedded control plane); ``--check`` fails when the
 committed files differ from what the sources generate.
 """
@@ -26,11 +27,11 @@ from pydantic.fields import FieldInfo
 
 from trainer.api import constants as c
 from trainer.api import jobset as js
-from trainer.api import kubeschema, kubeschema_gen, yamlout
 from trainer.api import v1alpha1 as v1
 from trainer.api.base import K8sModel, Schema
 from trainer.api.core import ObjectMeta
-from trainer.api.kubeschema import embedded_meta, kube_schema
+from trainer.machinery import kubeschema, kubeschema_gen, yamlout
+from trainer.machinery.kubeschema import embedded_meta, kube_schema
 
 GENERATED_BY = "trainer.kubeflow.org/generated-by"
 GENERATOR = "python -m trainer.api.crds"
@@ -490,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stale: list[str] = []
     # The Kubernetes types' schemas come from kubernetes-validate's bundle (read only here)
-    # into trainer/api/kubeschema.json, which the CRDs below are built from.
+    # into trainer/machinery/kubeschema.json, which the CRDs below are built from.
     try:
         text = kubeschema_gen.render()
     except kubeschema_gen.SourceError as exc:

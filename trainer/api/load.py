@@ -21,11 +21,11 @@ from pydantic import ValidationError
 from trainer.api import constants as c
 from trainer.api import crds
 from trainer.api.base import K8sModel
-from trainer.api.errors import INVALID, REQUIRED, FieldError, join_path
 from trainer.api.jobset import JobSet
-from trainer.api.openapi import apply_defaults, prune, validate
-from trainer.api.safeload import FILE_LIMITS, InputError, Limits, load_yaml_documents
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.machinery.errors import INVALID, REQUIRED, FieldError, join_path
+from trainer.machinery.openapi import apply_defaults, prune, validate
+from trainer.machinery.safeload import FILE_LIMITS, InputError, Limits, load_yaml_documents
 
 UNKNOWN_FIELD = "Unknown field"
 
@@ -65,7 +65,7 @@ def load_documents(
 ) -> list[Document]:
     """Split a YAML (or JSON) stream into API objects, skipping empty documents.
 
-    Reading is :mod:`trainer.api.safeload`'s (UTF-8, bounded size, depth, aliases and
+    Reading is :mod:`trainer.machinery.safeload`'s (UTF-8, bounded size, depth, aliases and
     numbers). A ``kind: List`` is expanded into its items. Raises :class:`InputError` naming
     the source (and the line and column, or the document) for unreadable input and for a
     document or list item that is not a mapping.

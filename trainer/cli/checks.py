@@ -17,11 +17,11 @@ import typer
 from trainer.admission.runtime import validate_runtime
 from trainer.admission.trainjob import validate_trainjob
 from trainer.admission.types import ClusterView
-from trainer.api.errors import FieldError
 from trainer.api.load import Document, check_object, parse_object
 from trainer.api.v1alpha1 import TrainJob
-from trainer.builtin import builtin_runtime_documents
 from trainer.cli.catalog import RuntimeCatalog, is_runtime
+from trainer.machinery.errors import FieldError
+from trainer.runtime.builtin import builtin_runtime_documents
 
 
 @dataclass

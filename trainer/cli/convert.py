@@ -7,10 +7,10 @@ from typing import Annotated, Any
 
 import typer
 
-from trainer.builtin import builtin_runtime_documents
 from trainer.cli.files import read_or_exit
 from trainer.cli.render import to_yaml_stream
 from trainer.convert import RUNTIME_MODES, Converted, ConvertError, convert
+from trainer.runtime.builtin import builtin_runtime_documents
 
 
 def _fail(message: str) -> typer.Exit:

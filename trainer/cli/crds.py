@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from trainer.api import crds as gen
-from trainer.api import yamlout
+from trainer.machinery import yamlout
 
 
 def crds(

@@ -19,8 +19,8 @@ from trainer.dashboard.server import Dashboard
 from trainer.kube.client import KubeconfigError, is_loopback, new_api_client
 from trainer.kube.kubeconfig import context_namespace, default_path
 from trainer.kube.rest import APIError, Kube
+from trainer.machinery.pyexec import module_command, module_env
 from trainer.observability.logging import setup_logging
-from trainer.pyexec import module_command, module_env
 
 LOOPBACK = "127.0.0.1"
 LEAN_ENV = "TRAINER_DASHBOARD_LEAN"
@@ -40,7 +40,8 @@ def reexec_lean() -> None:
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    # Not from the working directory (trainer/pyexec.py): the lean entry point is our own code.
+    # Not from the working directory (trainer/machinery/pyexec.py): the lean entry point is our
+    # own code.
     argv = module_command("trainer.cli.dashboard_main", *sys.argv[2:])
     os.execve(sys.executable, argv, module_env({**os.environ, LEAN_ENV: "1"}))
 

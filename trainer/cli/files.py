@@ -1,7 +1,7 @@
 """Reading the files and directories given with ``-f``, as kubectl does.
 
-Every byte goes through :mod:`trainer.api.safeload` (UTF-8 only, bounded size, depth,
-aliases and numbers); problems are :class:`~trainer.api.safeload.InputError` naming the file,
+Every byte goes through :mod:`trainer.machinery.safeload` (UTF-8 only, bounded size, depth,
+aliases and numbers); problems are :class:`~trainer.machinery.safeload.InputError` naming the file,
 which the commands print as one ``error: FILE: line L, column C: message`` line.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 from trainer.api.load import Document, load_documents
-from trainer.api.safeload import FILE_LIMITS, InputError, read_bytes, read_stream
+from trainer.machinery.safeload import FILE_LIMITS, InputError, read_bytes, read_stream
 
 SUFFIXES = (".yaml", ".yml", ".json")
 

@@ -17,16 +17,16 @@ from urllib.parse import urlsplit
 
 from trainer.api import constants as c
 from trainer.api import crds
-from trainer.builtin import builtin_runtime_documents
 from trainer.cli.process import ProcessOptions, ProcessState, run_controller
 from trainer.controller.config import Configuration, parse_config
-from trainer.files import private_dir
 from trainer.kube.client import ApiClient, new_api_client
 from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
 from trainer.local.executor.ports import PortAllocator
 from trainer.local.executor.runner import Executor
 from trainer.local.executor.ssh import private_parent
+from trainer.machinery.files import private_dir
+from trainer.runtime.builtin import builtin_runtime_documents
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from trainer.api.safeload import CONFIG_LIMITS, InputError, read_bytes
 from trainer.deploy.render import install_objects, runtime_objects, to_stream
 from trainer.deploy.values import ValuesError, load_values
+from trainer.machinery.safeload import CONFIG_LIMITS, InputError, read_bytes
 
 
 def manifests(

@@ -10,16 +10,16 @@ from typing import Annotated, Any
 import typer
 
 from trainer.api import constants as c
-from trainer.api import yamlout
-from trainer.api.errors import format_errors
 from trainer.api.load import check_object, parse_object
-from trainer.api.safeload import CONFIG_LIMITS, InputError, read_bytes
 from trainer.api.v1alpha1 import TrainJob
-from trainer.builtin import builtin_runtime_documents
 from trainer.cli.catalog import RuntimeCatalog, is_runtime, with_namespace
 from trainer.cli.files import read_or_exit
 from trainer.controller.config import parse_feature_gates
+from trainer.machinery import yamlout
+from trainer.machinery.errors import format_errors
+from trainer.machinery.safeload import CONFIG_LIMITS, InputError, read_bytes
 from trainer.plugins.registry import render as render_objects
+from trainer.runtime.builtin import builtin_runtime_documents
 from trainer.runtime.credentials import generate_credential
 from trainer.runtime.info import BuildContext, BuildError, Observed
 from trainer.runtime.sshkeys import generate_ssh_keypair
@@ -31,7 +31,8 @@ class Output(StrEnum):
 
 
 def to_yaml_stream(objects: list[dict[str, Any]]) -> str:
-    """The objects as a YAML stream kubectl reads back as written (:mod:`trainer.api.yamlout`)."""
+    """The objects as a YAML stream kubectl reads back as written
+    (:mod:`trainer.machinery.yamlout`)."""
     return yamlout.dump_all(objects)
 
 

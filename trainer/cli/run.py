@@ -13,7 +13,6 @@ import typer
 
 from trainer.api import constants as c
 from trainer.api.load import Document
-from trainer.api.safeload import InputError
 from trainer.cli.catalog import with_namespace
 from trainer.cli.checks import check_documents, print_outcomes
 from trainer.cli.dashboard import DashboardOptions, DashboardPortError, beside_plane
@@ -27,6 +26,7 @@ from trainer.kube import resources as r
 from trainer.kube.rest import APIError
 from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.executor.waiting import not_ready
+from trainer.machinery.safeload import InputError
 from trainer.observability.logging import setup_logging
 
 DEFAULT_READY_TIMEOUT = 120.0

@@ -34,7 +34,6 @@ from typing import Any, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from trainer.api.safeload import CONFIG_LIMITS, InputError, decode, load_yaml, read_bytes
 from trainer.controller.config_model import (
     API_VERSION,
     CLUSTER_TRAINING_RUNTIME_GROUP_KIND,
@@ -66,6 +65,7 @@ from trainer.controller.config_values import (
     parse_feature_gates,
     parse_go_duration,
 )
+from trainer.machinery.safeload import CONFIG_LIMITS, InputError, decode, load_yaml, read_bytes
 
 __all__ = [
     "API_VERSION",

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api.messages import truncate
 from trainer.kube import resources as r
 from trainer.kube.rest import APIError, Kube
+from trainer.machinery.messages import truncate
 
 log = logging.getLogger(__name__)
 

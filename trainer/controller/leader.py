@@ -57,8 +57,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from trainer.api.times import format_micro_time
 from trainer.kube.leases import LeaseConflict
+from trainer.machinery.times import format_micro_time
 
 log = logging.getLogger("trainer.controller.leader")
 

@@ -28,11 +28,11 @@ from trainer.controller.handlers import (
     owner_key,
     trainjob_key,
 )
-from trainer.controller.queue import QueueMetrics, ReconcileMetrics, WorkQueue, run_workers
 from trainer.controller.reconcile import Caches, Reconciler, build_context
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import Kube
+from trainer.machinery.workqueue import QueueMetrics, ReconcileMetrics, WorkQueue, run_workers
 from trainer.plugins.registry import framework_for
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import SSHKeyPair

@@ -25,11 +25,8 @@ from trainer.api.conditions import is_true
 from trainer.api.jobset import JobSet
 from trainer.api.jobset_mutable import mask_pod_templates
 from trainer.api.load import ObjectError, parse_object
-from trainer.api.messages import truncate
-from trainer.api.times import format_time
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob, TrainJobStatus
 from trainer.controller import events as ev
-from trainer.controller.queue import Result
 from trainer.controller.status import (
     BuildFailure,
     deadline_remaining,
@@ -39,6 +36,9 @@ from trainer.controller.status import (
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError, Kube
+from trainer.machinery.messages import truncate
+from trainer.machinery.times import format_time
+from trainer.machinery.workqueue import Result
 from trainer.plugins.registry import framework_for, render
 from trainer.runtime.credentials import generate_credential
 from trainer.runtime.framework import Framework

@@ -24,9 +24,9 @@ from trainer.api import constants as c
 from trainer.api.conditions import find_condition, is_true, set_condition
 from trainer.api.core import Condition
 from trainer.api.jobset import JobSet
-from trainer.api.messages import truncate
-from trainer.api.times import format_time, parse_time
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
+from trainer.machinery.messages import truncate
+from trainer.machinery.times import format_time, parse_time
 from trainer.plugins.registry import default_framework
 from trainer.runtime.framework import Framework
 

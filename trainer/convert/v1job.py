@@ -23,8 +23,8 @@ from pydantic import ValidationError
 
 from trainer.api import constants as c
 from trainer.api.core import PodTemplateSpec
-from trainer.api.errors import format_errors
 from trainer.api.load import pydantic_errors
+from trainer.machinery.errors import format_errors
 
 V1 = "kubeflow.org/v1"
 V2BETA1 = "kubeflow.org/v2beta1"

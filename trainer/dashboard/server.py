@@ -28,7 +28,7 @@ from trainer.dashboard.watch.cache import ClusterCache
 from trainer.kube.resources import TRAINJOBS
 from trainer.kube.rest import Kube
 from trainer.listeners.uvicorn_server import GuardedUvicornServer
-from trainer.sockets import bind_socket
+from trainer.machinery.sockets import bind_socket
 
 SHUTDOWN_SECONDS = 2
 

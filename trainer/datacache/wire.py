@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.flight as fl
 
 from trainer.datacache.sharding import RowRange
-from trainer.protowire import length_delimited
+from trainer.machinery.protowire import length_delimited
 
 SERVICE = "arrow.flight.protocol.FlightService"
 BATCH_ROWS = 65536

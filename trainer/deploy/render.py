@@ -2,7 +2,7 @@
 
 Pure: values in, Kubernetes objects out (templates and CRDs come from the package, nothing
 touches a cluster). The CRDs are generated from the API models by ``trainer.api.crds`` and the
-built-in runtimes come from ``trainer.builtin``: the same sources as ``manifests/base/crds``
+built-in runtimes come from ``trainer.runtime.builtin``: the same sources as ``manifests/base/crds``
 and ``manifests/base/runtimes``.
 """
 
@@ -15,9 +15,10 @@ import jinja2
 import yaml
 
 from trainer import __version__
-from trainer.api import crds, yamlout
-from trainer.builtin import builtin_runtime_documents
+from trainer.api import crds
 from trainer.deploy.values import Values
+from trainer.machinery import yamlout
+from trainer.runtime.builtin import builtin_runtime_documents
 
 NAME = "kubeflow-trainer-controller-manager"
 CONFIG_MAP = "kubeflow-trainer-config"

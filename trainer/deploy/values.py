@@ -14,8 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trainer import __version__
-from trainer.api.safeload import CONFIG_LIMITS, InputError, load_yaml
 from trainer.controller.config import FEATURE_GATES
+from trainer.machinery.safeload import CONFIG_LIMITS, InputError, load_yaml
 
 DEFAULT_NAMESPACE = "kubeflow-system"
 DEFAULT_IMAGE = f"trainer-py:{__version__}"

@@ -3,7 +3,7 @@
 kubernetes_asyncio reads kubeconfigs with ``yaml.safe_load`` and indexes into them without
 checks, so a hostile or damaged file (an alias bomb, 50,000 nested lists, ``clusters: 5``)
 ends in a hang, a ``RecursionError`` or a ``TypeError``. Every file is first read with
-:mod:`trainer.api.safeload` (UTF-8, 4 MiB, bounded depth and aliases) and its shape checked;
+:mod:`trainer.machinery.safeload` (UTF-8, 4 MiB, bounded depth and aliases) and its shape checked;
 anything wrong is one :class:`KubeconfigError` line naming the file.
 """
 
@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trainer.api.safeload import CONFIG_LIMITS, InputError, load_yaml, read_bytes
+from trainer.machinery.safeload import CONFIG_LIMITS, InputError, load_yaml, read_bytes
 
 SECTIONS = {"clusters": "cluster", "contexts": "context", "users": "user"}
 

@@ -23,9 +23,9 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio.client.api_client import ApiClient
 
-from trainer.api.status import reason_for
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.resources import GVR, gvr_of
+from trainer.machinery.status import reason_for
 
 Obj = dict[str, Any]
 ObjList = list[dict[str, Any]]

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from trainer.api.names import (
+from trainer.machinery.names import (
     DNS1123_LABEL_FMT,
     DNS1123_LABEL_MAX,
     DNS1123_SUBDOMAIN_FMT,

@@ -108,7 +108,7 @@ def dual_stack_socket(port: int, *, backlog: int = 2048) -> socket.socket:
     """A listening, non-blocking TCP socket on every interface, IPv4 and IPv6 where the
     system has both (what aiohttp's ``host=None`` gives, in one socket so port 0 is one
     port)."""
-    from trainer.sockets import bind_socket  # noqa: PLC0415 - stdlib-only sibling, kept lazy
+    from trainer.machinery.sockets import bind_socket  # noqa: PLC0415 - stdlib-only sibling, kept lazy
 
     if not socket.has_dualstack_ipv6():
         return bind_socket("0.0.0.0", port, backlog=backlog)

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import IO, Any, Literal
 
-from trainer.api.times import format_micro_time
+from trainer.machinery.times import format_micro_time
 
 Format = Literal["text", "json"]
 FORMATS: tuple[Format, ...] = ("text", "json")

@@ -54,7 +54,7 @@ from prometheus_client.exposition import choose_encoder
 from trainer import __version__
 from trainer.listeners.aiohttp_site import GuardedSite
 from trainer.listeners.guard import dual_stack_socket
-from trainer.sockets import bind_socket
+from trainer.machinery.sockets import bind_socket
 
 RECONCILE_RESULTS = ("success", "error", "requeue")
 
@@ -72,7 +72,7 @@ API_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.
 
 class WorkQueueMetrics:
     """The workqueue metrics of one named queue (the ``QueueMetrics`` hooks of
-    :mod:`trainer.controller.queue`)."""
+    :mod:`trainer.machinery.workqueue`)."""
 
     def __init__(self, metrics: Metrics, name: str) -> None:
         self._depth = metrics.workqueue_depth.labels(name=name)
@@ -99,7 +99,7 @@ class WorkQueueMetrics:
 
 class ReconcileMetrics:
     """Reconcile outcomes and durations of one controller (the ``ReconcileMetrics`` hook of
-    :func:`trainer.controller.queue.run_workers`)."""
+    :func:`trainer.machinery.workqueue.run_workers`)."""
 
     def __init__(self, metrics: Metrics, controller: str) -> None:
         self._totals = {

@@ -49,8 +49,8 @@ from trainer.api.core import (
     Volume,
     VolumeMount,
 )
-from trainer.api.errors import INVALID, FieldError
 from trainer.api.v1alpha1 import TrainJob
+from trainer.machinery.errors import INVALID, FieldError
 from trainer.plugins import flux_scripts as scripts
 from trainer.runtime import apply, z85
 from trainer.runtime.info import BuildContext, BuildError, Info, PodSet

@@ -69,8 +69,8 @@ from trainer.api.core import (
     Volume,
     VolumeMount,
 )
-from trainer.api.errors import INVALID, FieldError
 from trainer.api.v1alpha1 import MPIMLPolicySource, TrainJob
+from trainer.machinery.errors import INVALID, FieldError
 from trainer.plugins.jobset import FORCED_SINGLE_REPLICA
 from trainer.runtime import apply
 from trainer.runtime.info import BuildContext, BuildError, Info, PodSet, Runtime

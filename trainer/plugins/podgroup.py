@@ -22,10 +22,10 @@ from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.v1alpha1 import TrainJob
+from trainer.machinery.quantity import Quantity
 from trainer.plugins.jobset import FORCED_SINGLE_REPLICA
 from trainer.runtime.info import Info, PodSet, Runtime
 from trainer.runtime.objects import object_meta
-from trainer.runtime.quantity import Quantity
 from trainer.runtime.resources import admitted_pod_requests
 from trainer.runtime.watch import ByOwner, Kind, Obj, Store, TrainJobsMatching, Watch
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.v1alpha1 import TrainJob
+from trainer.machinery.quantity import QuantityError
 from trainer.plugins.coscheduling import CoschedulingPlugin
 from trainer.plugins.datacache import DataCachePlugin
 from trainer.plugins.flux import FluxPlugin
@@ -31,7 +32,6 @@ from trainer.plugins.xgboost import XGBoostPlugin
 from trainer.runtime.assemble import new_info
 from trainer.runtime.framework import Framework, Plugin
 from trainer.runtime.info import BuildContext, BuildError, Observed, Runtime
-from trainer.runtime.quantity import QuantityError
 from trainer.runtime.snapshot import build_snapshot, snapshot_name
 
 

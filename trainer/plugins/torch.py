@@ -23,8 +23,8 @@ from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.core import Container, ContainerPort, EnvVar, PodSpec
-from trainer.api.errors import INVALID, FieldError
 from trainer.api.v1alpha1 import TorchElasticPolicy, Trainer, TrainJob
+from trainer.machinery.errors import INVALID, FieldError
 from trainer.plugins import torchtune
 from trainer.plugins.common import runtime_resources_per_node
 from trainer.runtime import apply

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainer.api import constants as c
-from trainer.api.errors import INVALID, FieldError
 from trainer.api.v1alpha1 import Trainer
+from trainer.machinery.errors import INVALID, FieldError
 from trainer.plugins.common import runtime_resources_per_node
 from trainer.runtime.info import Info
 from trainer.runtime.resources import gpu_count

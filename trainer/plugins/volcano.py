@@ -25,8 +25,8 @@ from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.core import PodSpec
-from trainer.api.errors import INVALID, FieldError
 from trainer.api.v1alpha1 import TrainJob, VolcanoPodGroupPolicySource
+from trainer.machinery.errors import INVALID, FieldError
 from trainer.plugins.podgroup import gang_spec, pod_group, pod_group_watch, should_apply
 from trainer.runtime.info import BuildContext, Info, PodSet
 from trainer.runtime.validation import ClusterView, Verdict

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from trainer.api import constants as c
 from trainer.api.core import ContainerPort
-from trainer.api.errors import FORBIDDEN, FieldError
 from trainer.api.v1alpha1 import TrainJob
+from trainer.machinery.errors import FORBIDDEN, FieldError
 from trainer.plugins.common import runtime_resources_per_node, trainer_node_container
 from trainer.runtime import apply
 from trainer.runtime.info import Info

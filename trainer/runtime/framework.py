@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from trainer.api.errors import FieldError
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import TrainJob, TrainJobStatus
+from trainer.machinery.errors import FieldError
 from trainer.runtime.info import BuildContext, Info, Runtime
 from trainer.runtime.validation import ClusterView, Verdict, reserved_envs_error
 from trainer.runtime.watch import Watch, check_watches

@@ -22,8 +22,8 @@ from trainer.api.v1alpha1 import (
     TrainingRuntime,
     TrainJob,
 )
+from trainer.machinery.quantity import Quantity
 from trainer.runtime.apply import find_container, regular_container
-from trainer.runtime.quantity import Quantity
 from trainer.runtime.resources import pod_requests
 
 Runtime = TrainingRuntime | ClusterTrainingRuntime

@@ -3,7 +3,7 @@ types a runtime template holds.
 
 Kubernetes' strategic merge reads merge keys from Go struct tags; the fields that matter in a
 JobSet spec are few and unambiguous by name, so they are listed by name
-(:data:`trainer.api.merge_keys.JOBSET_MERGE_KEYS`, shared with the local API server):
+(:data:`trainer.machinery.merge_keys.JOBSET_MERGE_KEYS`, shared with the local API server):
 
 * merged by ``name``: ``replicatedJobs``, ``containers``, ``initContainers``, ``volumes``,
   ``env``, ``imagePullSecrets``, ``schedulingGates``, ``resourceClaims``, ``claims``;
@@ -26,7 +26,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from trainer.api.merge_keys import JOBSET_MERGE_KEYS
+from trainer.machinery.merge_keys import JOBSET_MERGE_KEYS
 
 PATCH = "$patch"
 

@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trainer.api.core import Container, PodSpec, Quantity, ResourceRequirements
+from trainer.machinery.quantity import Quantity as Q
 from trainer.runtime.apply import upsert_by
-from trainer.runtime.quantity import Quantity as Q
 
 
 def _parsed(values: Mapping[str, Quantity] | None) -> dict[str, Q]:

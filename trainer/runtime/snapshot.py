@@ -16,8 +16,8 @@ import yaml
 
 from trainer.api import constants as c
 from trainer.api.load import ObjectError, parse_object
-from trainer.api.safeload import InputError, load_yaml
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.machinery.safeload import InputError, load_yaml
 from trainer.runtime.info import BuildError, Runtime
 from trainer.runtime.objects import object_meta
 

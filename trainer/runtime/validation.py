@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.api.errors import INVALID, FieldError
 from trainer.api.jobset import JobSet, JobSetSpec, ReplicatedJob
 from trainer.api.v1alpha1 import Trainer
+from trainer.machinery.errors import INVALID, FieldError
 from trainer.runtime.info import Info, Runtime
 
 PATH_TRAINER_ENV = "spec.trainer.env"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from trainer.api import names
-from trainer.api.errors import FORBIDDEN, INVALID, REQUIRED, TOO_LONG, FieldError
-from trainer.api.merge_keys import CORE_MERGE_KEYS
 from trainer.local.apiserver.resources import Registry, ResourceType
+from trainer.machinery import names
+from trainer.machinery.errors import FORBIDDEN, INVALID, REQUIRED, TOO_LONG, FieldError
+from trainer.machinery.merge_keys import CORE_MERGE_KEYS
 
 
 def builtin_types() -> list[ResourceType]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.api.errors import FieldError
-from trainer.api.status import failure
+from trainer.machinery.errors import FieldError
+from trainer.machinery.status import failure
 
 
 @dataclass

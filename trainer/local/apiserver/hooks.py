@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trainer.api.times import format_time
+from trainer.machinery.times import format_time
 
 
 @dataclass(frozen=True)

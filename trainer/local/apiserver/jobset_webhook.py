@@ -21,9 +21,9 @@ from trainer.admission.jobset_rules import (
     group_name_errors,
     managed_by_errors,
 )
-from trainer.api.errors import FORBIDDEN, INVALID, FieldError
 from trainer.api.jobset import JobSetSpec
 from trainer.api.jobset_mutable import mask_pod_templates
+from trainer.machinery.errors import FORBIDDEN, INVALID, FieldError
 from trainer.runtime import naming
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

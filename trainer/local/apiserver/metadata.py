@@ -8,7 +8,7 @@ metadata kube-apiserver would refuse:
   strings naming the resource of the URL (``the API version in the data
   (trainer.kubeflow.org/v9) does not match the expected API version
   (trainer.kubeflow.org/v1alpha1)``); ``metadata`` must decode into ``ObjectMeta`` and a
-  built-in kind's fields into its Go type (:mod:`trainer.api.objectmeta`,
+  built-in kind's fields into its Go type (:mod:`trainer.machinery.objectmeta`,
   :mod:`trainer.local.apiserver.shapes`). Messages are Kubernetes': ``Pod in version "v1"
   cannot be handled as a Pod: json: cannot unmarshal string into Go struct field
   ObjectMeta.metadata.labels of type map[string]string``.
@@ -20,7 +20,7 @@ metadata kube-apiserver would refuse:
   naming each field (``metadata.labels``, ``metadata.ownerReferences.uid``, ...).
 
 Decoding normalises what Go would read as a zero value (see
-:func:`trainer.api.objectmeta.decode_object_meta`); fields ``ObjectMeta`` does not have are
+:func:`trainer.machinery.objectmeta.decode_object_meta`); fields ``ObjectMeta`` does not have are
 dropped for built-in kinds and left to the structural schema's pruning (and its strict field
 validation) for custom resources.
 """
@@ -30,12 +30,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainer.api import names
-from trainer.api import objectmeta as om
-from trainer.api.errors import INVALID, UNSUPPORTED, FieldError
 from trainer.local.apiserver import builtin, shapes
 from trainer.local.apiserver.errors import APIError, bad_request, invalid
 from trainer.local.apiserver.resources import ResourceType
+from trainer.machinery import names
+from trainer.machinery import objectmeta as om
+from trainer.machinery.errors import INVALID, UNSUPPORTED, FieldError
 
 
 def _json_type(value: Any) -> str:

@@ -14,8 +14,8 @@ import base64
 import json
 from typing import Any
 
-from trainer.api.times import time_from_epoch
 from trainer.local.apiserver.errors import bad_request, unsupported_media_type
+from trainer.machinery.times import time_from_epoch
 
 CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
 MAGIC = b"k8s\x00"

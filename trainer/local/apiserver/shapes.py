@@ -5,7 +5,7 @@ Kubernetes decodes a request body into the kind's Go type, so a field of the wro
 field PodSpec.spec.containers of type []v1.Container``). Built-in kinds here have no schema,
 so this module declares the types of the fields that the API server, its admission chain,
 tables, RBAC evaluation and the local executor read, and decodes a body against them: a wrong
-type raises :class:`~trainer.api.objectmeta.DecodeError`; ``null`` fields are dropped (Go's
+type raises :class:`~trainer.machinery.objectmeta.DecodeError`; ``null`` fields are dropped (Go's
 zero value); fields not declared here are kept as sent.
 
 A shape is ``"string"``, ``"int32"``, ``"int64"``, ``"bool"``, ``"bytes"`` (a base64 string,
@@ -19,7 +19,7 @@ import base64
 import binascii
 from typing import Any, Final
 
-from trainer.api.objectmeta import (
+from trainer.machinery.objectmeta import (
     DecodeError,
     decode_bool,
     decode_int64,

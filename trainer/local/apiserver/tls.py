@@ -5,7 +5,7 @@ certificate that names only loopback addresses also stops a page served under an
 (DNS rebinding) from completing a handshake with the server. Each :class:`~trainer.local.
 apiserver.http.server.APIServer` makes its own CA (ECDSA P-256, kept in memory only) and a serving
 certificate for ``localhost``, ``127.0.0.1`` and ``::1`` signed by it, with the same generator
-the admission webhook uses (:mod:`webhooks.certs`). Clients trust the CA through the
+the admission webhook uses (:mod:`trainer.machinery.certgen`). Clients trust the CA through the
 kubeconfig's ``certificate-authority-data`` (:meth:`ServingTLS.ca_data`) or
 :meth:`ServingTLS.client_context`. Nothing is written to disk except the CA certificate in the
 kubeconfig; the keys live only in the server process (the serving key passes through a 0600
@@ -22,7 +22,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from webhooks.certs import generate_bundle, generate_ca
+from trainer.machinery.certgen import generate_bundle, generate_ca
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 CA_NAME = "trainer-local-apiserver-ca"

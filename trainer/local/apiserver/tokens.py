@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 )
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from trainer.api.times import time_from_epoch
+from trainer.machinery.times import time_from_epoch
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 API_AUDIENCES = (ISSUER,)

@@ -21,7 +21,6 @@ import os
 import signal
 from typing import Any
 
-from trainer.api.times import now
 from trainer.local.executor import podenv, uts
 from trainer.local.executor.events import NORMAL, WARNING
 from trainer.local.executor.logsink import read_lines
@@ -39,6 +38,7 @@ from trainer.local.executor.podhost import (
 from trainer.local.executor.probes import run_probes
 from trainer.local.executor.ssh import host_names
 from trainer.local.executor.volumes import pod_dir
+from trainer.machinery.times import now
 
 log = logging.getLogger(__name__)
 

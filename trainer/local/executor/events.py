@@ -14,8 +14,8 @@ import logging
 import os
 from typing import Any
 
-from trainer.api.times import now
 from trainer.local.executor.client import LocalClient
+from trainer.machinery.times import now
 
 log = logging.getLogger(__name__)
 

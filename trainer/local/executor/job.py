@@ -9,10 +9,10 @@ import logging
 import secrets
 from typing import Any
 
-from trainer.api.times import now
 from trainer.local.executor.cache import Cache
 from trainer.local.executor.client import ClientError, LocalClient
 from trainer.local.executor.events import NORMAL, WARNING, Recorder
+from trainer.machinery.times import now
 
 log = logging.getLogger(__name__)
 

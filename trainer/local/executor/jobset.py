@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from trainer.api.times import now
 from trainer.local.executor.cache import Cache
 from trainer.local.executor.client import ClientError, LocalClient
 from trainer.local.executor.events import NORMAL, WARNING, Recorder
@@ -31,6 +30,7 @@ from trainer.local.executor.podfields import LOCAL_PORTS
 from trainer.local.executor.ports import PortAllocator
 from trainer.local.executor.ssh import LOCAL_SSH, is_sshd, ssh_hosts
 from trainer.local.executor.waiting import not_ready
+from trainer.machinery.times import now
 
 log = logging.getLogger(__name__)
 

@@ -79,7 +79,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from trainer.api.times import now
 from trainer.local.executor import volumes
 from trainer.local.executor.client import TRANSIENT, ClientError, LocalClient
 from trainer.local.executor.events import NORMAL, Recorder
@@ -89,6 +88,7 @@ from trainer.local.executor.pod_status import scheduling_gated_status
 from trainer.local.executor.podfields import NODE_NAME, Node
 from trainer.local.executor.podhost import BACKOFF_CAP, BACKOFF_START, GRACE_CAP, killpg
 from trainer.local.executor.sandbox import Sandboxes
+from trainer.machinery.times import now
 
 SANDBOX_DIR = "sandboxes"
 """Under the state directory: each sandbox's private files (gRPC probe sockets)."""

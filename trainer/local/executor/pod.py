@@ -27,7 +27,6 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from trainer.api.times import now
 from trainer.local.executor import podenv, podfields, sandbox, sshpod
 from trainer.local.executor.client import API_TIMEOUT, TRANSIENT, ClientError
 from trainer.local.executor.client import path as client_path
@@ -47,6 +46,7 @@ from trainer.local.executor.podhost import (
 )
 from trainer.local.executor.ssh import SSHSetupError
 from trainer.local.executor.volumes import plan_volumes, pod_dir, write_volume
+from trainer.machinery.times import now
 
 log = logging.getLogger(__name__)
 

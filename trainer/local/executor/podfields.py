@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from trainer.runtime.quantity import Quantity, QuantityError
+from trainer.machinery.quantity import Quantity, QuantityError
 
 LOCAL_PORTS = "trainer.kubeflow.org/local-ports"
 """Pod annotation: JSON ``{"<containerPort>": <hostPort>}`` written by the JobSet controller."""

@@ -50,9 +50,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from trainer.files import private_dir
 from trainer.local.executor import netns_holder
 from trainer.local.executor.podfields import LOOPBACK
+from trainer.machinery.files import private_dir
 
 log = logging.getLogger(__name__)
 

@@ -64,7 +64,7 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
 )
 
-from trainer.files import write_file
+from trainer.machinery.files import write_file
 
 LOCAL_SSH = "trainer.kubeflow.org/local-ssh"
 """Pod annotation: JSON ``{"port": <container port>, "hosts": {"<hostname>": <host port>}}``."""

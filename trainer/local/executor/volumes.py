@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trainer.files import write_file
 from trainer.local.executor.podfields import (
     DEFAULT_FILE_MODE,
     ConfigError,
@@ -45,6 +44,7 @@ from trainer.local.executor.podfields import (
     secret_data,
     token_key,
 )
+from trainer.machinery.files import write_file
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,6 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from trainer.api.nulls import drop_nulls
 from trainer.local.apiserver.apply.common import APPLY, BEFORE_FIRST_APPLY, SYSTEM_META, Path
 from trainer.local.apiserver.apply.fieldsets import field_set, path_string, without
 from trainer.local.apiserver.apply.managers import (
@@ -58,6 +57,7 @@ from trainer.local.apiserver.apply.schema import root_schema
 from trainer.local.apiserver.apply.values import equal, merge
 from trainer.local.apiserver.errors import APIError
 from trainer.local.apiserver.resources import ResourceType
+from trainer.machinery.nulls import drop_nulls
 
 __all__ = ["apply", "path_string", "track_update"]
 

@@ -21,14 +21,14 @@ from typing import Any, Protocol
 
 import jsonpatch
 
-from trainer.api.errors import format_errors
-from trainer.api.openapi import ABSENT, apply_defaults, defaults_are_pruned, prune, validate
 from trainer.local.apiserver import builtin, jobset_webhook, metadata
 from trainer.local.apiserver.core import crd, rules
 from trainer.local.apiserver.errors import APIError, bad_request, invalid
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import parse_label_selector
 from trainer.local.apiserver.store import Store
+from trainer.machinery.errors import format_errors
+from trainer.machinery.openapi import ABSENT, apply_defaults, defaults_are_pruned, prune, validate
 
 
 class WebhookCallError(RuntimeError):

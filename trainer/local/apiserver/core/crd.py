@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from trainer.api.errors import INVALID, REQUIRED, FieldError
-from trainer.api.openapi import RuleMemo, compile_rules
 from trainer.local.apiserver.resources import ResourceType
+from trainer.machinery.errors import INVALID, REQUIRED, FieldError
+from trainer.machinery.openapi import RuleMemo, compile_rules
 
 if TYPE_CHECKING:
     from trainer.local.apiserver.resources import Registry

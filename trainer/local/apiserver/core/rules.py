@@ -15,7 +15,6 @@ import copy
 import json
 from typing import Any
 
-from trainer.api.errors import FORBIDDEN, INVALID, FieldError
 from trainer.local.apiserver.errors import (
     APIError,
     bad_request,
@@ -32,6 +31,7 @@ from trainer.local.apiserver.patch import (
     strategic_merge_patch,
 )
 from trainer.local.apiserver.resources import ResourceType
+from trainer.machinery.errors import FORBIDDEN, INVALID, FieldError
 
 MODIFIED = (
     "the object has been modified; please apply your changes to the latest version and try again"

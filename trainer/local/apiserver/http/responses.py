@@ -2,7 +2,7 @@
 
 A body is read within the server's size limit and decoded by its media type (JSON, YAML for
 apply and ``application/yaml``, Kubernetes protobuf), through the safe loaders of
-:mod:`trainer.api.safeload`; a body that cannot be decoded is a 400 naming the format. An
+:mod:`trainer.machinery.safeload`; a body that cannot be decoded is a 400 naming the format. An
 :class:`~trainer.local.apiserver.errors.APIError` is answered as a ``Status`` (with
 ``Retry-After`` on 429), and warnings as ``Warning: 299`` headers.
 """
@@ -15,10 +15,10 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from trainer.api.safeload import Limits, load_json, load_yaml
 from trainer.local.apiserver import protobuf
 from trainer.local.apiserver.errors import APIError, bad_request, too_large
 from trainer.local.apiserver.patch import APPLY
+from trainer.machinery.safeload import Limits, load_json, load_yaml
 
 
 def manager_from_agent(agent: str) -> str:

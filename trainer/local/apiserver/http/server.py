@@ -33,8 +33,6 @@ from urllib.parse import parse_qs
 
 from aiohttp import web
 
-from trainer.api import yamlout
-from trainer.api.status import reason_for
 from trainer.listeners.aiohttp_site import GuardedSite
 from trainer.local.apiserver import authn
 from trainer.local.apiserver.core.storage import Storage
@@ -47,7 +45,9 @@ from trainer.local.apiserver.http.routing import Route
 from trainer.local.apiserver.http.webhook_client import WebhookClient
 from trainer.local.apiserver.tls import ServingTLS
 from trainer.local.apiserver.tokens import TokenIssuer
-from trainer.sockets import bind_socket
+from trainer.machinery import yamlout
+from trainer.machinery.sockets import bind_socket
+from trainer.machinery.status import reason_for
 
 log = logging.getLogger("trainer.apiserver")
 

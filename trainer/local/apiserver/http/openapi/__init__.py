@@ -42,7 +42,6 @@ from typing import Any
 
 from aiohttp import web
 
-from trainer.api.status import failure
 from trainer.local.apiserver.http.openapi.common import (
     PROTOBUF_V2,
     PROTOBUF_V2_RESPONSE,
@@ -52,6 +51,7 @@ from trainer.local.apiserver.http.openapi.paths import group_version_document, s
 from trainer.local.apiserver.http.openapi.proto import swagger_protobuf
 from trainer.local.apiserver.http.openapi.schemas import gv_path
 from trainer.local.apiserver.resources import Registry, ResourceType
+from trainer.machinery.status import failure
 
 # --- serving ---------------------------------------------------------------------------------
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from trainer.api import yamlout
-from trainer.protowire import field, length_delimited, varint
+from trainer.machinery import yamlout
+from trainer.machinery.protowire import field, length_delimited, varint
 
 # --- OpenAPI v2 in protobuf (gnostic openapi_v2.Document), what kubectl asks for ------------
 

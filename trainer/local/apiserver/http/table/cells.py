@@ -7,8 +7,8 @@ import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from trainer.api import times
-from trainer.api.times import format_time
+from trainer.machinery import times
+from trainer.machinery.times import format_time
 
 if TYPE_CHECKING:
     pass

@@ -1,4 +1,5 @@
-"""Generate ``trainer/api/kubeschema.json``: the Kubernetes types our CRDs embed, as CRD schemas.
+"""Generate ``trainer/machinery/kubeschema.json``: the Kubernetes types our CRDs embed, as CRD
+schemas.
 
 Run by ``python -m trainer.api.crds`` (``make crds``); never at run time. The source is the
 JSON schema of the Kubernetes API that the ``kubernetes-validate`` package bundles per
@@ -12,14 +13,14 @@ controller-gen emits for the same Go type (https://book.kubebuilder.io/reference
 * ``resource.Quantity`` becomes ``anyOf`` integer/string with the quantity ``pattern`` and
   ``x-kubernetes-int-or-string``; ``intstr.IntOrString`` the same without the pattern;
   ``metav1.Time`` a ``date-time`` string; an embedded ``metav1.ObjectMeta`` the five fields
-  controller-gen keeps for embedded metadata (:func:`trainer.api.kubeschema.embedded_meta`);
+  controller-gen keeps for embedded metadata (:func:`trainer.machinery.kubeschema.embedded_meta`);
 * ``x-kubernetes-patch-*``, ``x-kubernetes-unions``, GVK and ``enum`` annotations are dropped,
   as controller-gen does not emit them for these types;
 * the ``+default`` markers of the Go types, which the bundled JSON schema leaves out, are added
   from :data:`DEFAULTS`.
 
 Other definitions stay references by name (``{"$ref": NAME}``), resolved by
-:mod:`trainer.api.kubeschema` when the CRDs are built, so the file holds each type once.
+:mod:`trainer.machinery.kubeschema` when the CRDs are built, so the file holds each type once.
 An unexpected keyword in the source fails the generation instead of being dropped silently.
 """
 
@@ -30,7 +31,7 @@ from collections.abc import Iterable
 from importlib import resources
 from typing import Any, Final
 
-from trainer.api.kubeschema import (
+from trainer.machinery.kubeschema import (
     DATA_FILE,
     INT_OR_STRING,
     KUBERNETES_VERSION,
@@ -219,4 +220,4 @@ def render(defs: dict[str, Any] | None = None) -> str:
     return json.dumps(generate(defs), indent=1, sort_keys=False, ensure_ascii=False) + "\n"
 
 
-RELATIVE_PATH: Final = f"trainer/api/{DATA_FILE}"
+RELATIVE_PATH: Final = f"trainer/machinery/{DATA_FILE}"

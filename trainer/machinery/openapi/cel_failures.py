@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from trainer.api.errors import DUPLICATE, FORBIDDEN, INVALID, REQUIRED, FieldError, join_path
+from trainer.machinery.errors import DUPLICATE, FORBIDDEN, INVALID, REQUIRED, FieldError, join_path
 
 from .cel_compile import CompiledRule, evaluate
 from .defaults import Schema, properties_of, sub_schema

@@ -2,8 +2,8 @@
 
 Upstream's CRDs type every field of the ``corev1.PodTemplateSpec`` / ``batchv1.JobTemplateSpec``
 they embed, because controller-gen inlines the Go types of k8s.io/api. We do the same from a
-machine-readable description of the Kubernetes API: ``trainer/api/kubeschema.json``, generated
-by :mod:`trainer.api.kubeschema_gen` from the JSON schemas the ``kubernetes-validate`` package
+machine-readable description of the Kubernetes API: ``trainer/machinery/kubeschema.json``, generated
+by :mod:`trainer.machinery.kubeschema_gen` from the JSON schemas the ``kubernetes-validate`` package
 bundles (``make crds``), and committed, so the run time needs no such package. This module
 reads that file and inlines its references into the structural schema of one type.
 
@@ -92,7 +92,7 @@ class UnknownKubeType(KeyError):
 
 @functools.cache
 def _definitions() -> dict[str, Any]:
-    text = (resources.files("trainer.api") / DATA_FILE).read_text(encoding="utf-8")
+    text = (resources.files("trainer.machinery") / DATA_FILE).read_text(encoding="utf-8")
     data = json.loads(text)
     defs: dict[str, Any] = data["definitions"]
     return defs
@@ -111,7 +111,7 @@ def _resolved(name: str) -> dict[str, Any]:
         return special
     defs = _definitions()
     if name not in defs:
-        raise UnknownKubeType(f"{name} is not in trainer/api/{DATA_FILE}; add it to ROOTS")
+        raise UnknownKubeType(f"{name} is not in trainer/machinery/{DATA_FILE}; add it to ROOTS")
     return _inline(defs[name], (name,))
 
 
@@ -124,7 +124,7 @@ def _inline(node: dict[str, Any], stack: tuple[str, ...]) -> dict[str, Any]:
         if target is None:
             defs = _definitions()
             if name not in defs:
-                raise UnknownKubeType(f"{name} is not in trainer/api/{DATA_FILE}")
+                raise UnknownKubeType(f"{name} is not in trainer/machinery/{DATA_FILE}")
             target = _inline(defs[name], (*stack, name))
         out: dict[str, Any] = {}
         description = node.get("description", target.get("description"))

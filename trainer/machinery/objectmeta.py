@@ -19,7 +19,7 @@ Two stages, as in Kubernetes:
    name part must consist of ...``); the API server answers them with 422 Invalid.
 
 Everything here is pure (no I/O), so the API server, ``trainer validate`` and tests share it;
-the string rules themselves are in :mod:`trainer.api.names`.
+the string rules themselves are in :mod:`trainer.machinery.names`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
-from trainer.api.errors import FORBIDDEN, INVALID, REQUIRED, TOO_LONG, FieldError
-from trainer.api.names import (
+from trainer.machinery.errors import FORBIDDEN, INVALID, REQUIRED, TOO_LONG, FieldError
+from trainer.machinery.names import (
     FIELD_MANAGER_MAX,
     NEGATIVE_MSG,
     SUBRESOURCE_NAME_MAX,

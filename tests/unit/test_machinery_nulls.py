@@ -1,8 +1,8 @@
-"""trainer.api.nulls: explicit nulls read as "not set" wherever data is compared or applied."""
+"""machinery.nulls: explicit nulls read as "not set" wherever data is compared or applied."""
 
 from __future__ import annotations
 
-from trainer.api.nulls import drop_nulls
+from trainer.machinery.nulls import drop_nulls
 
 
 def test_drops_null_map_values_at_every_depth() -> None:

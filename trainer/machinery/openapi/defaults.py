@@ -14,8 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from trainer.api import objectmeta
-from trainer.api.errors import join_path
+from trainer.machinery import objectmeta
+from trainer.machinery.errors import join_path
 
 Schema = Mapping[str, Any]
 

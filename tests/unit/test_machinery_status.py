@@ -1,11 +1,11 @@
-"""trainer.api.status: one reason per HTTP code and one Status body, as every layer sends them."""
+"""machinery.status: one reason per HTTP code and one Status body, as every layer sends them."""
 
 from __future__ import annotations
 
 import json
 
-from trainer.api import status
 from trainer.local.apiserver.errors import APIError, not_found
+from trainer.machinery import status
 from webhooks.statusserver import status_body
 
 

@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-log = logging.getLogger("trainer.controller.queue")
+log = logging.getLogger("trainer.machinery.workqueue")
 
 Clock = Callable[[], float]
 """Monotonic seconds (``time.monotonic`` by default)."""

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeGuard
 
-from trainer.api.errors import (
+from trainer.machinery.errors import (
     DUPLICATE,
     INVALID,
     REQUIRED,

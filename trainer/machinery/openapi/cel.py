@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from celpy import celtypes
 
-from trainer.api.errors import INVALID, FieldError, join_path
+from trainer.machinery.errors import INVALID, FieldError, join_path
 
 from .cel_compile import (
     CompiledRule,
