@@ -24,11 +24,9 @@ from trainer.api.core import (
     ObjectMeta,
     PersistentVolumeClaimTemplate,
 )
+from trainer.api.jobset_contract import API_VERSION, GROUP, KIND, VERSION
 
-GROUP = "jobset.x-k8s.io"
-VERSION = "v1alpha2"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "JobSet"
+__all__ = ["API_VERSION", "GROUP", "KIND", "VERSION"]
 
 FAILURE_ACTIONS = (
     "FailJobSet",

@@ -23,7 +23,7 @@ from typing import Any
 from trainer.api import constants as c
 from trainer.api.conditions import is_true
 from trainer.api.jobset import JobSet
-from trainer.api.jobset_mutable import mask_pod_templates
+from trainer.api.jobset_contract import mask_pod_templates
 from trainer.api.load import ObjectError, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob, TrainJobStatus
 from trainer.controller import events as ev

@@ -22,7 +22,7 @@ from trainer.admission.jobset_rules import (
     managed_by_errors,
 )
 from trainer.api.jobset import JobSetSpec
-from trainer.api.jobset_mutable import mask_pod_templates
+from trainer.api.jobset_contract import mask_pod_templates
 from trainer.machinery.errors import FORBIDDEN, INVALID, FieldError
 from trainer.runtime import naming
 

@@ -1,4 +1,4 @@
-"""trainer.api.jobset_mutable: one mask of the JobSet fields that stay mutable while
+"""trainer.api.jobset_contract: one mask of the JobSet fields that stay mutable while
 suspended, used by the local API server's JobSet webhook and by the controller."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from trainer.api.jobset_mutable import mask_pod_templates
+from trainer.api.jobset_contract import mask_pod_templates
 from trainer.local.apiserver.jobset_webhook import validate_update
 
 

@@ -1,0 +1,139 @@
+"""The JobSet contract, in one place: the names JobSet gives the Jobs and pods it makes, their
+DNS names, the labels and annotations it sets, how its children point at their owner, the fields
+that stay mutable while it is suspended, and its condition types and reasons.
+
+Everyone who makes a JobSet or reads one agrees through this module: the build (pod endpoints,
+name budgets), the controller (status, updates it may send), the local plane's JobSet controller
+and kubelet, ``trainer convert``, the data-cache plugin, the dashboard and the CLI. Upstream
+spells these in ``api/jobset/v1alpha2/jobset_types.go`` and ``pkg/controllers``
+(https://github.com/kubernetes-sigs/jobset/tree/v0.12.0).
+
+The fields that stay mutable while suspended: JobSet's validating webhook makes
+``spec.replicatedJobs`` immutable, except that while the old or the new object is suspended each
+pod template's labels, annotations, nodeSelector, tolerations and schedulingGates may change:
+the fields a queueing system (Kueue) sets when it admits a workload onto a flavor (upstream:
+``jobset_webhook.go`` ``ValidateUpdate``,
+https://github.com/kubernetes-sigs/jobset/blob/main/pkg/webhooks/jobset_webhook.go). The local
+API server enforces the rule as JobSet's webhook would, and the controller uses it to tell an
+update JobSet will accept from one that needs the JobSet recreated.
+:func:`mask_pod_templates` removes those fields, so two lists of replicated jobs that differ only
+in them compare equal.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+# It imports nothing (pydantic included): the dashboard, which stays lean, reads it too.
+GROUP: Final = "jobset.x-k8s.io"
+VERSION: Final = "v1alpha2"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "JobSet"
+PLURAL: Final = "jobsets"
+
+# --- Labels and annotations JobSet sets on its Jobs and their pods ----------------------------
+PREFIX: Final = "jobset.sigs.k8s.io/"
+LABEL_JOBSET_NAME: Final = PREFIX + "jobset-name"
+LABEL_JOBSET_UID: Final = PREFIX + "jobset-uid"
+LABEL_REPLICATED_JOB: Final = PREFIX + "replicatedjob-name"
+LABEL_REPLICATED_JOB_REPLICAS: Final = PREFIX + "replicatedjob-replicas"
+LABEL_GLOBAL_REPLICAS: Final = PREFIX + "global-replicas"
+LABEL_RESTART_ATTEMPT: Final = PREFIX + "restart-attempt"
+LABEL_JOB_INDEX: Final = PREFIX + "job-index"
+LABEL_JOB_GLOBAL_INDEX: Final = PREFIX + "job-global-index"
+LABEL_JOB_KEY: Final = PREFIX + "job-key"
+LABEL_GROUP_NAME: Final = PREFIX + "group-name"
+LABEL_GROUP_REPLICAS: Final = PREFIX + "group-replicas"
+LABEL_JOB_GROUP_INDEX: Final = PREFIX + "job-group-index"
+MANAGED_BY_JOBSET: Final = PREFIX + "jobset-controller"
+"""``spec.managedBy`` of a JobSet JobSet's own controller reconciles (also the unset value)."""
+CONTROLLER_NAME: Final = "jobset-controller"
+"""The field manager and Event source of JobSet's controller."""
+
+# --- Condition types and reasons of a JobSet's status ---------------------------------------
+COMPLETED: Final = "Completed"
+FAILED: Final = "Failed"
+SUSPENDED: Final = "Suspended"
+STARTUP_POLICY_COMPLETED: Final = "StartupPolicyCompleted"
+REASON_ALL_JOBS_COMPLETED: Final = "AllJobsCompleted"
+REASON_FAILED_JOBS: Final = "FailedJobs"
+REASON_REACHED_MAX_RESTARTS: Final = "ReachedMaxRestarts"
+REASON_SUSPENDED: Final = "SuspendedJobs"
+REASON_RESUMED: Final = "ResumeJobs"
+
+
+# --- Names ----------------------------------------------------------------------------------
+def job_name(jobset: str, replicated_job: str, index: int) -> str:
+    """The name of Job ``index`` of a replicated job: ``<jobset>-<rjob>-<index>``."""
+    return f"{jobset}-{replicated_job}-{index}"
+
+
+def pod_hostname(jobset: str, replicated_job: str, job_index: int, pod_index: int) -> str:
+    """The hostname of pod ``pod_index`` of that Job (an Indexed Job's pods are
+    ``<job>-<completion index>``)."""
+    return f"{job_name(jobset, replicated_job, job_index)}-{pod_index}"
+
+
+def subdomain(jobset: str, network_subdomain: str | None = None) -> str:
+    """The headless Service (and pod subdomain) of a JobSet: ``spec.network.subdomain``, else
+    the JobSet's name."""
+    return network_subdomain or jobset
+
+
+def pod_dns_name(jobset: str, replicated_job: str, job_index: int, pod_index: int, sub: str) -> str:
+    """A pod's DNS name in its namespace: ``<jobset>-<rjob>-<job>-<pod>.<subdomain>``."""
+    return f"{pod_hostname(jobset, replicated_job, job_index, pod_index)}.{sub}"
+
+
+def owner_reference(
+    name: str, uid: str, *, api_version: str = API_VERSION, kind: str = KIND
+) -> dict[str, Any]:
+    """The controller reference a child carries (``controller`` and ``blockOwnerDeletion``, as
+    controller-runtime's ``SetControllerReference``); a JobSet's unless told otherwise."""
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def controller_of(obj: dict[str, Any], kind: str | None = None) -> dict[str, Any] | None:
+    """The controller reference of ``obj`` (of ``kind`` when given), or None."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and (kind is None or ref.get("kind") == kind):
+            return dict(ref)
+    return None
+
+
+# --- Fields mutable while suspended ---------------------------------------------------------
+MUTABLE_POD_METADATA: Final = ("labels", "annotations")
+"""Pod-template ``metadata`` fields that may change while suspended."""
+
+MUTABLE_POD_SPEC: Final = ("nodeSelector", "tolerations", "schedulingGates")
+"""Pod-template ``spec`` fields that may change while suspended."""
+
+
+def mask_pod_templates(replicated_jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``replicated_jobs`` (wire data) without the fields that stay mutable while suspended.
+
+    The input is not modified; every map on the path to a pod template is copied."""
+    out = []
+    for original in replicated_jobs:
+        job = dict(original)
+        tmpl = dict(job.get("template") or {})
+        jspec = dict(tmpl.get("spec") or {})
+        pod = dict(jspec.get("template") or {})
+        pod["metadata"] = {
+            k: v for k, v in (pod.get("metadata") or {}).items() if k not in MUTABLE_POD_METADATA
+        }
+        pod["spec"] = {
+            k: v for k, v in (pod.get("spec") or {}).items() if k not in MUTABLE_POD_SPEC
+        }
+        jspec["template"] = pod
+        tmpl["spec"] = jspec
+        job["template"] = tmpl
+        out.append(job)
+    return out
