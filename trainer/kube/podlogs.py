@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator
 import aiohttp
 
 from trainer.kube.resources import PODS
-from trainer.kube.rest import APIError, Kube, Query, error_from
+from trainer.kube.rest import APIError, Kube, Request, error_from
 
 
 async def stream_log(
@@ -32,7 +32,7 @@ async def stream_log(
     connect_timeout: float = 30.0,
 ) -> AsyncGenerator[bytes, None]:
     """The log's bytes as they arrive. Use as ``async with contextlib.aclosing(...)``."""
-    query: Query = [("container", container)]
+    query = [("container", container)]
     if follow:
         query.append(("follow", "true"))
     if previous:
@@ -42,18 +42,15 @@ async def stream_log(
     if limit_bytes is not None:
         query.append(("limitBytes", str(limit_bytes)))
     path = PODS.path(namespace, pod, "log")
+    req = Request("get", "pods/log", "GET", path, tuple(query))
     try:
         async with asyncio.timeout(connect_timeout):
-            resp: aiohttp.ClientResponse = await kube.api.call_api(
-                path,
-                "GET",
-                query_params=query,
-                header_params={"Accept": "*/*"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(
+            resp = await kube.open(
+                req,
+                aiohttp.ClientTimeout(
                     total=None, connect=connect_timeout, sock_connect=connect_timeout
                 ),
+                accept="*/*",
             )
     except TimeoutError as exc:
         raise APIError(0, "Timeout", f"log {path}: no answer within {connect_timeout:g}s") from exc

@@ -1,64 +1,18 @@
-"""The API resources the controller reads and writes, and the REST paths that serve them.
+"""The API resources the controller, the executor and the dashboard read and write.
 
-A :class:`GVR` (group, version, plural) is what a REST path is built from; the kind and scope
-ride along so a list can stamp ``apiVersion``/``kind`` on its items and a cluster-scoped
-resource never gets a namespace segment. No discovery is done: these are the resources of
-Kubeflow Trainer v2.3 and its integrations, fixed by the upstream API.
+Each is a :class:`~trainer.machinery.gvr.GVR` (which builds its REST paths). No discovery is
+done: these are the resources of Kubeflow Trainer v2.3, JobSet, the Kubernetes kinds they touch
+and the integrations, fixed by the upstream APIs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from trainer.api import constants as c
+from trainer.machinery.gvr import GVR
 
-
-@dataclass(frozen=True)
-class GVR:
-    """One served resource: ``group`` is ``""`` for the core API (``/api/v1``)."""
-
-    group: str
-    version: str
-    plural: str
-    namespaced: bool
-    kind: str
-
-    @property
-    def api_version(self) -> str:
-        """``v1`` for the core group, else ``<group>/<version>``."""
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def resource(self) -> str:
-        """``plural`` or ``plural.group``: the name in RBAC rules and error messages."""
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-    def path(
-        self,
-        namespace: str | None = None,
-        name: str | None = None,
-        subresource: str | None = None,
-    ) -> str:
-        """The REST path of the collection (``name`` None) or of one object.
-
-        A namespaced resource without ``namespace`` gives the all-namespaces collection; the
-        namespace of a cluster-scoped resource is ignored. ``subresource`` needs a name.
-        """
-        parts = ["/api/" + self.version if not self.group else f"/apis/{self.group}/{self.version}"]
-        if self.namespaced and namespace:
-            parts.append("namespaces/" + quote(namespace, safe=""))
-        parts.append(self.plural)
-        if name is not None:
-            if not name:
-                raise ValueError(f"{self.resource}: an empty object name has no path")
-            parts.append(quote(name, safe=""))
-            if subresource:
-                parts.append(subresource)
-        elif subresource:
-            raise ValueError(f"{self.resource}: subresource {subresource!r} needs an object name")
-        return "/".join(parts)
+__all__ = ["GVR", "gvr_for", "gvr_of"]
 
 
 TRAINJOBS = GVR(c.GROUP, c.VERSION, c.PLURAL_TRAINJOBS, True, c.KIND_TRAINJOB)

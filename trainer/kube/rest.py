@@ -1,11 +1,15 @@
-"""Raw REST calls to the Kubernetes API with JSON dicts in and out.
+"""Sending Kubernetes API requests: JSON dicts in and out, through one kubernetes_asyncio
+``ApiClient``.
 
-The typed kubernetes_asyncio APIs deserialise into models (slow, and lossy for custom
-resources) and have known traps (a patch without
-``_content_type`` is sent as a JSON patch; server-side apply that creates answers 201, which
-the typed ``patch_*`` turns into ``None``). :class:`Kube` therefore goes through
-``ApiClient.call_api`` with ``_preload_content=False``: it sets the content type itself, reads
-the body itself, accepts every 2xx, and maps everything else to :class:`APIError`.
+Requests are built apart from sending them (:mod:`trainer.machinery.requests`, as lightkube
+does); :class:`Kube` sends them. The typed kubernetes_asyncio APIs deserialise into models
+(slow, and lossy for custom resources) and have known traps (a patch without ``_content_type``
+is sent as a JSON patch; server-side apply that creates answers 201, which the typed
+``patch_*`` turns into ``None``). :class:`Kube` therefore goes through ``ApiClient.call_api``
+with ``_preload_content=False``: the request carries its content type, the body is read here,
+every 2xx is accepted, and everything else maps to :class:`APIError`. The ``ApiClient`` brings
+what a kubeconfig or the in-cluster configuration says about the server, its CA and the
+credentials (``trainer/kube/client.py``).
 
 Every call reports ``(verb, resource, code, seconds)`` to an optional ``on_request`` callback
 (the controller wires Prometheus to it); ``code`` is 0 when no HTTP answer came back
@@ -24,101 +28,48 @@ import aiohttp
 from kubernetes_asyncio.client.api_client import ApiClient
 
 from trainer.kube.ratelimit import RateLimiter
-from trainer.kube.resources import GVR, gvr_of
-from trainer.machinery.status import reason_for
+from trainer.kube.resources import gvr_of
+from trainer.machinery import requests as rq
+from trainer.machinery.gvr import GVR
+from trainer.machinery.requests import (
+    APPLY_PATCH,
+    JSON,
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    APIError,
+    Expired,
+    Patch,
+    Query,
+    Request,
+    error_from,
+    watch_event,
+)
+
+__all__ = [
+    "APPLY_PATCH",
+    "JSON",
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "STRATEGIC_MERGE_PATCH",
+    "APIError",
+    "Expired",
+    "Kube",
+    "OnRequest",
+    "Patch",
+    "Query",
+    "Request",
+    "error_from",
+]
 
 Obj = dict[str, Any]
 ObjList = list[dict[str, Any]]
-Query = list[tuple[str, str]]
-Patch = dict[str, Any] | list[Any]
-"""A merge/strategic/apply patch (a dict) or a JSON patch (a list of operations)."""
 
 OnRequest = Callable[[str, str, int, float], None]
 """``(verb, resource, code, seconds)``: called once per API request."""
 
-JSON = "application/json"
-MERGE_PATCH = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-APPLY_PATCH = "application/apply-patch+yaml"
-
 DEFAULT_TIMEOUT = 30.0
 WATCH_GRACE = 30.0  # client-side slack past the server's timeoutSeconds before giving up
-
-
-class APIError(Exception):
-    """A failed API call: ``status`` is the HTTP code (0 when no answer came back: a
-    connection error or a timeout), ``reason`` the Status reason (``NotFound``, ``Conflict``,
-    ``AlreadyExists``, ...), ``message`` the server's message, ``body`` the parsed Status (or
-    the raw text when it was not JSON)."""
-
-    def __init__(
-        self, status: int, reason: str, message: str, body: dict[str, Any] | str | None = None
-    ) -> None:
-        super().__init__(f"{status} {reason}: {message}" if status else f"{reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.body = body
-
-    @property
-    def is_not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def is_conflict(self) -> bool:
-        """409: a stale resourceVersion, an SSA field conflict, or AlreadyExists."""
-        return self.status == 409
-
-    @property
-    def is_already_exists(self) -> bool:
-        return self.status == 409 and self.reason == "AlreadyExists"
-
-    @property
-    def is_gone(self) -> bool:
-        return self.status == 410
-
-    @property
-    def is_retryable(self) -> bool:
-        """Worth retrying unchanged: throttling (429), server errors (5xx), connection errors
-        and timeouts (status 0). A 409 is not: the caller must re-read first."""
-        return self.status in (0, 429) or self.status >= 500
-
-
-class Expired(APIError):
-    """The watch's resourceVersion is too old (HTTP 410 or a 410 ERROR event): relist."""
-
-
-def error_from(status: int, data: bytes) -> APIError:
-    """The :class:`APIError` (or :class:`Expired`) for a non-2xx answer with body ``data``."""
-    text = data.decode("utf-8", "replace")
-    body: dict[str, Any] | str = text
-    reason = reason_for(status)
-    message = text.strip() or reason
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict):
-        body = parsed
-        reason = str(parsed.get("reason") or reason)
-        message = str(parsed.get("message") or message)
-    cls = Expired if status == 410 else APIError
-    return cls(status, reason, message, body)
-
-
-def _status_error(status: dict[str, Any]) -> APIError:
-    """The error an ERROR watch event carries (a metav1.Status)."""
-    code = int(status.get("code") or 500)
-    reason = str(status.get("reason") or reason_for(code))
-    message = str(status.get("message") or reason)
-    cls = Expired if code == 410 else APIError
-    return cls(code, reason, message, status)
-
-
-def _flag(value: bool) -> str:
-    # Sent as lowercase text: the query serialiser would print Python's "True".
-    return "true" if value else "false"
 
 
 class Kube:
@@ -142,36 +93,57 @@ class Kube:
         self.limiter = limiter
         """Client-side rate limit every request (and watch) waits for (None: unlimited)."""
 
-    # --- plumbing ---------------------------------------------------------------------------
+    # --- sending ----------------------------------------------------------------------------
     def _record(self, verb: str, resource: str, code: int, started: float) -> None:
         if self.on_request is not None:
             self.on_request(verb, resource, code, time.perf_counter() - started)
 
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Query | None = None,
-        body: Any = None,
-        content_type: str = JSON,
-        timeout: aiohttp.ClientTimeout,
+    async def open(
+        self, req: Request, timeout: aiohttp.ClientTimeout, accept: str = JSON
     ) -> aiohttp.ClientResponse:
-        """Send one request and return the unread response (any status)."""
+        """Send ``req`` and return the unread response (any status); the caller reads and
+        releases it. For answers that are not one JSON document: watches, logs."""
         if self.limiter is not None:
             await self.limiter.acquire()
-        headers = {"Accept": JSON, "Content-Type": content_type}
         resp: aiohttp.ClientResponse = await self.api.call_api(
-            path,
-            method,
-            query_params=query or [],
-            header_params=headers,
-            body=body,
+            req.path,
+            req.method,
+            query_params=list(req.query),
+            header_params={"Accept": accept, "Content-Type": req.content_type},
+            body=req.body,
             auth_settings=["BearerToken"],
             _preload_content=False,
             _request_timeout=timeout,
         )
         return resp
+
+    async def send(self, req: Request, *, timeout: float | None = None) -> dict[str, Any]:
+        """One call: the parsed JSON answer of a 2xx, else :class:`APIError`."""
+        limit = self.timeout if timeout is None else timeout
+        started = time.perf_counter()
+        code = 0
+        try:
+            async with asyncio.timeout(limit):
+                resp = await self.open(req, aiohttp.ClientTimeout(total=limit))
+                try:
+                    code = resp.status
+                    data = await resp.read()
+                finally:
+                    resp.release()
+        except TimeoutError as exc:
+            raise APIError(
+                0, "Timeout", f"{req.method} {req.path}: no answer within {limit:g}s"
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise APIError(0, "ConnectionError", f"{req.method} {req.path}: {exc}") from exc
+        finally:
+            self._record(req.verb, req.resource, code, started)
+        if not 200 <= code <= 299:
+            raise error_from(code, data)
+        if not data.strip():
+            return {}
+        parsed = json.loads(data)
+        return parsed if isinstance(parsed, dict) else {"items": parsed}
 
     async def request(
         self,
@@ -180,61 +152,15 @@ class Kube:
         method: str,
         path: str,
         *,
-        query: Query | None = None,
+        query: Query | list[tuple[str, str]] = (),
         body: Any = None,
         content_type: str = JSON,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        """One call: the parsed JSON answer of a 2xx, else :class:`APIError`. ``verb`` and
-        ``resource`` only label the ``on_request`` report."""
-        limit = self.timeout if timeout is None else timeout
-        started = time.perf_counter()
-        code = 0
-        try:
-            async with asyncio.timeout(limit):
-                resp = await self._send(
-                    method,
-                    path,
-                    query=query,
-                    body=body,
-                    content_type=content_type,
-                    timeout=aiohttp.ClientTimeout(total=limit),
-                )
-                try:
-                    code = resp.status
-                    data = await resp.read()
-                finally:
-                    resp.release()
-        except TimeoutError as exc:
-            raise APIError(0, "Timeout", f"{method} {path}: no answer within {limit:g}s") from exc
-        except aiohttp.ClientError as exc:
-            raise APIError(0, "ConnectionError", f"{method} {path}: {exc}") from exc
-        finally:
-            self._record(verb, resource, code, started)
-        if not 200 <= code <= 299:
-            raise error_from(code, data)
-        if not data.strip():
-            return {}
-        parsed = json.loads(data)
-        return parsed if isinstance(parsed, dict) else {"items": parsed}
-
-    @staticmethod
-    def _write_query(field_manager: str | None, dry_run: bool) -> Query:
-        query: Query = []
-        if field_manager:
-            query.append(("fieldManager", field_manager))
-        if dry_run:
-            query.append(("dryRun", "All"))
-        return query
-
-    @staticmethod
-    def _locate(obj: dict[str, Any], gvr: GVR | None) -> tuple[GVR, str | None, str]:
-        meta = obj.get("metadata") or {}
-        resolved = gvr if gvr is not None else gvr_of(obj)
-        namespace = meta.get("namespace") if resolved.namespaced else None
-        if resolved.namespaced and not namespace:
-            raise ValueError(f"{resolved.kind} {meta.get('name')!r}: metadata.namespace is unset")
-        return resolved, namespace, str(meta.get("name") or "")
+        """A call no builder of :mod:`trainer.machinery.requests` makes (a subresource such as
+        ``serviceaccounts/token``): as :meth:`send`."""
+        req = Request(verb, resource, method, path, tuple(query), body, content_type)
+        return await self.send(req, timeout=timeout)
 
     # --- reads ------------------------------------------------------------------------------
     async def get(
@@ -247,11 +173,8 @@ class Kube:
         timeout: float | None = None,
     ) -> dict[str, Any] | None:
         """The object, or None when it does not exist (404)."""
-        resource = gvr.resource + (f"/{subresource}" if subresource else "")
         try:
-            return await self.request(
-                "get", resource, "GET", gvr.path(namespace, name, subresource), timeout=timeout
-            )
+            return await self.send(rq.get(gvr, namespace, name, subresource), timeout=timeout)
         except APIError as err:
             if err.is_not_found:
                 return None
@@ -270,22 +193,19 @@ class Kube:
     ) -> tuple[ObjList, str]:
         """All matching objects (following ``continue`` pages of ``limit``) and the list's
         resourceVersion. Items get ``apiVersion`` and ``kind``, which list answers omit."""
-        base: Query = []
-        if label_selector:
-            base.append(("labelSelector", label_selector))
-        if field_selector:
-            base.append(("fieldSelector", field_selector))
-        if limit:
-            base.append(("limit", str(limit)))
-        first = [*base, ("resourceVersion", resource_version)] if resource_version else base
         items: ObjList = []
         token = ""
         while True:
-            # A continue token carries the snapshot; it must not be sent with resourceVersion.
-            query = [*base, ("continue", token)] if token else first
-            page = await self.request(
-                "list", gvr.resource, "GET", gvr.path(namespace), query=query, timeout=timeout
+            req = rq.list_page(
+                gvr,
+                namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                limit=limit,
+                resource_version=resource_version,
+                continue_token=token,
             )
+            page = await self.send(req, timeout=timeout)
             for item in page.get("items") or []:
                 item.setdefault("apiVersion", gvr.api_version)
                 item.setdefault("kind", gvr.kind)
@@ -306,16 +226,8 @@ class Kube:
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """POST the object (its resource from apiVersion/kind unless ``gvr`` is given)."""
-        resolved, namespace, _ = self._locate(obj, gvr)
-        return await self.request(
-            "create",
-            resolved.resource,
-            "POST",
-            resolved.path(namespace),
-            query=self._write_query(field_manager, dry_run),
-            body=obj,
-            timeout=timeout,
-        )
+        req = rq.create(obj, gvr or gvr_of(obj), field_manager=field_manager, dry_run=dry_run)
+        return await self.send(req, timeout=timeout)
 
     async def replace(
         self,
@@ -329,17 +241,14 @@ class Kube:
     ) -> dict[str, Any]:
         """PUT the object: optimistic concurrency on ``metadata.resourceVersion`` (409 when
         stale)."""
-        resolved, namespace, name = self._locate(obj, gvr)
-        resource = resolved.resource + (f"/{subresource}" if subresource else "")
-        return await self.request(
-            "update",
-            resource,
-            "PUT",
-            resolved.path(namespace, name, subresource),
-            query=self._write_query(field_manager, dry_run),
-            body=obj,
-            timeout=timeout,
+        req = rq.replace(
+            obj,
+            gvr or gvr_of(obj),
+            subresource=subresource,
+            field_manager=field_manager,
+            dry_run=dry_run,
         )
+        return await self.send(req, timeout=timeout)
 
     async def apply(
         self,
@@ -354,21 +263,15 @@ class Kube:
     ) -> dict[str, Any]:
         """Server-side apply: PATCH ``application/apply-patch+yaml`` with the object as JSON
         (JSON is YAML). Creates (201) or updates (200); both return the live object."""
-        resolved, namespace, name = self._locate(obj, gvr)
-        query = self._write_query(field_manager, dry_run)
-        if force:
-            query.append(("force", "true"))
-        resource = resolved.resource + (f"/{subresource}" if subresource else "")
-        return await self.request(
-            "apply",
-            resource,
-            "PATCH",
-            resolved.path(namespace, name, subresource),
-            query=query,
-            body=obj,
-            content_type=APPLY_PATCH,
-            timeout=timeout,
+        req = rq.apply(
+            obj,
+            gvr or gvr_of(obj),
+            field_manager,
+            force=force,
+            dry_run=dry_run,
+            subresource=subresource,
         )
+        return await self.send(req, timeout=timeout)
 
     async def patch(
         self,
@@ -384,19 +287,18 @@ class Kube:
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """PATCH with an explicit content type (merge patch by default; a list for a JSON
-        patch). The content type is always sent: the typed client's guess is wrong for some
-        patches (see the module docstring)."""
-        resource = gvr.resource + (f"/{subresource}" if subresource else "")
-        return await self.request(
-            "patch",
-            resource,
-            "PATCH",
-            gvr.path(namespace, name, subresource),
-            query=self._write_query(field_manager, dry_run),
-            body=patch,
-            content_type=content_type,
-            timeout=timeout,
+        patch)."""
+        req = rq.patch(
+            gvr,
+            namespace,
+            name,
+            patch,
+            content_type,
+            subresource=subresource,
+            field_manager=field_manager,
+            dry_run=dry_run,
         )
+        return await self.send(req, timeout=timeout)
 
     async def patch_status(
         self,
@@ -435,22 +337,9 @@ class Kube:
         """DELETE: True when the server accepted it (deleted, or marked for deletion while
         finalizers remain), False when the object did not exist (404). ``preconditions``
         (``uid`` / ``resourceVersion``) make a stale delete fail with 409."""
-        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
-        if propagation:
-            options["propagationPolicy"] = propagation
-        if preconditions:
-            options["preconditions"] = preconditions
-        if dry_run:
-            options["dryRun"] = ["All"]
+        req = rq.delete(gvr, namespace, name, propagation, preconditions, dry_run=dry_run)
         try:
-            await self.request(
-                "delete",
-                gvr.resource,
-                "DELETE",
-                gvr.path(namespace, name),
-                body=options,
-                timeout=timeout,
-            )
+            await self.send(req, timeout=timeout)
         except APIError as err:
             if err.is_not_found:
                 return False
@@ -478,34 +367,32 @@ class Kube:
         connection). Lines are split here rather than by ``readline``, so an object of any size
         fits. Use it as ``async with contextlib.aclosing(kube.watch(...)) as events``.
         """
-        query: Query = [
-            ("watch", "true"),
-            ("timeoutSeconds", str(int(timeout_seconds))),
-            ("allowWatchBookmarks", _flag(allow_bookmarks)),
-        ]
-        if resource_version:
-            query.append(("resourceVersion", resource_version))
-        if label_selector:
-            query.append(("labelSelector", label_selector))
-        if field_selector:
-            query.append(("fieldSelector", field_selector))
+        req = rq.watch(
+            gvr,
+            namespace,
+            resource_version,
+            timeout_seconds,
+            allow_bookmarks,
+            label_selector=label_selector,
+            field_selector=field_selector,
+        )
         connect = self.timeout if connect_timeout is None else connect_timeout
         limits = aiohttp.ClientTimeout(
             total=timeout_seconds + WATCH_GRACE, connect=connect, sock_connect=connect
         )
-        path = gvr.path(namespace)
+        path = req.path
         started = time.perf_counter()
         code = 0
         try:
             async with asyncio.timeout(connect):
-                resp = await self._send("GET", path, query=query, timeout=limits)
+                resp = await self.open(req, limits)
             code = resp.status
         except TimeoutError as exc:
             raise APIError(0, "Timeout", f"watch {path}: no answer within {connect:g}s") from exc
         except aiohttp.ClientError as exc:
             raise APIError(0, "ConnectionError", f"watch {path}: {exc}") from exc
         finally:
-            self._record("watch", gvr.resource, code, started)
+            self._record(req.verb, req.resource, code, started)
         try:
             if not 200 <= code <= 299:
                 raise error_from(code, await resp.read())
@@ -517,10 +404,10 @@ class Kube:
                     line = bytes(pending[start:end])
                     start = end + 1
                     if line.strip():
-                        yield _event(line)
+                        yield watch_event(line)
                 del pending[:start]
             if bytes(pending).strip():
-                yield _event(bytes(pending))
+                yield watch_event(bytes(pending))
         except TimeoutError as exc:
             raise APIError(0, "Timeout", f"watch {path}: stream stalled") from exc
         except aiohttp.ClientError as exc:
@@ -530,12 +417,3 @@ class Kube:
                 resp.release()
             else:
                 resp.close()
-
-
-def _event(line: bytes) -> dict[str, Any]:
-    """One watch line; an ERROR event becomes the matching exception."""
-    event: dict[str, Any] = json.loads(line)
-    if event.get("type") == "ERROR":
-        obj = event.get("object")
-        raise _status_error(obj if isinstance(obj, dict) else {})
-    return event
