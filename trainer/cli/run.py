@@ -23,6 +23,7 @@ from trainer.cli.signals import stop_on_signals
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
 from trainer.controller.config import parse_feature_gates
 from trainer.kube import resources as r
+from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError
 from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.executor.waiting import not_ready
@@ -99,15 +100,37 @@ async def _apply_all(plane: LocalPlane, docs: list[Any], namespace: str) -> list
 async def _follow(
     plane: LocalPlane, jobs: list[tuple[str, str]], printer: Printer, timeout: float | None
 ) -> int:
-    """Print progress until every TrainJob finished; 0 when all completed, 1 otherwise."""
+    """Print progress until every TrainJob finished; 0 when all completed, 1 otherwise.
+
+    It reads the plane through its API with watch caches, as ``kubectl get -w`` would, not
+    from the API server's memory (docs/design.md, "Processes: how the pieces are wired")."""
     changed = asyncio.Event()
-    plane.server.store.on_write.append(lambda _ev: changed.set())
+    trainjobs = Informer(plane.kube, r.TRAINJOBS)
+    pods = Informer(plane.kube, r.PODS)
+    for informer in (trainjobs, pods):
+        informer.add_handler(lambda _type, _obj, _old: changed.set())
+    try:
+        await asyncio.gather(trainjobs.start(), pods.start())
+        return await _report(trainjobs, pods, changed, jobs, printer, timeout)
+    finally:
+        await asyncio.gather(trainjobs.stop(), pods.stop())
+
+
+async def _report(
+    trainjobs: Informer,
+    pods: Informer,
+    changed: asyncio.Event,
+    jobs: list[tuple[str, str]],
+    printer: Printer,
+    timeout: float | None,
+) -> int:
     last: dict[tuple[str, str], str] = {}
     deadline = time.monotonic() + timeout if timeout else None
     while True:
+        changed.clear()
         finished: dict[tuple[str, str], str] = {}
         for ns, name in jobs:
-            job = plane.server.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, ns, name) or {}
+            job = trainjobs.get(ns, name) or {}
             state = _state(job)
             summary = f"TrainJob {ns}/{name}: {state}" + (
                 f" ({_jobs_summary(job)})" if _jobs_summary(job) else ""
@@ -129,8 +152,7 @@ async def _follow(
                         printer.line(
                             f"TrainJob {ns}/{name} failed: {cond['reason']}: {cond['message']}"
                         )
-                        pods = plane.server.objects("v1", "pods", ns)
-                        for why in failed_containers(pods, name):
+                        for why in failed_containers(pods.list(ns), name):
                             printer.line(f"TrainJob {ns}/{name} failed: {why}")
                         last[("failed", name)] = "1"
         if len(finished) == len(jobs):
@@ -140,10 +162,9 @@ async def _follow(
             printer.line(f"timed out after {timeout:g}s")
             for ns, name in jobs:
                 if (ns, name) not in finished:
-                    for line in not_ready(plane.server.objects("v1", "pods", ns), name):
+                    for line in not_ready(pods.list(ns), name):
                         printer.line(f"TrainJob {ns}/{name} waits on {line}")
             return 2
-        changed.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(changed.wait(), wait)
 
