@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 
@@ -211,8 +212,8 @@ def jobset(
     """A JobSet on the wire. ``replicated_jobs`` and ``suspend`` make ``spec`` (left out
     when neither is given); ``active`` makes ``status.replicatedJobsStatus``."""
     out: dict[str, Any] = {
-        "apiVersion": c.JOBSET_API_VERSION,
-        "kind": c.KIND_JOBSET,
+        "apiVersion": jsc.API_VERSION,
+        "kind": jsc.KIND,
         "metadata": _metadata(name, namespace, labels=labels),
     }
     spec: dict[str, Any] = {}

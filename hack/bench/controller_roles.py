@@ -37,7 +37,7 @@ from benchlib import (
 )
 from controller_workload import KEYS, RUNTIME, UID_PLACEHOLDER, trainjob_body
 
-from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import TrainJob
 from trainer.cli.process import ProcessOptions, ProcessState, run_controller
@@ -306,7 +306,7 @@ def prepare_writes(
     objects = render(job, runtime, ctx=BuildContext(ssh_keygen=lambda: KEYS))
     for obj in objects:
         stamp_config_hash(obj)
-    jobset = next(o for o in objects if o["kind"] == c.KIND_JOBSET)
+    jobset = next(o for o in objects if o["kind"] == jsc.KIND)
     now = dt.datetime.now(dt.UTC)
     status = desired_status(job, JobSet.from_wire(jobset), now).to_wire()
     return Prepared(wire, objects, {"status": status})

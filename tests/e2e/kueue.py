@@ -52,6 +52,7 @@ from typing import Any
 from aiohttp import web
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from trainer.kube import resources as r
@@ -118,7 +119,7 @@ class Workload:
 def pod_sets_of(trainjob: dict[str, Any], runtime: dict[str, Any]) -> list[PodSet]:
     """Kueue's PodSets for ``trainjob`` on ``runtime``."""
     objects = render(TrainJob.from_wire(trainjob), _runtime_model(runtime))
-    jobset = next(o for o in objects if o["kind"] == c.KIND_JOBSET)
+    jobset = next(o for o in objects if o["kind"] == jsc.KIND)
     return pod_sets_of_jobset(jobset)
 
 

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 from tests.e2e.listeners import pod_listeners
+from trainer.api import jobset_contract as jsc
 from trainer.local.executor import sandbox, uts
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-POD = {"metadata": {"namespace": "ns", "name": "p-0", "labels": {sandbox.JOBSET_LABEL: "js"}}}
+POD = {"metadata": {"namespace": "ns", "name": "p-0", "labels": {jsc.LABEL_JOBSET_NAME: "js"}}}
 
 LISTENER = """
 import socket, sys
@@ -154,10 +155,10 @@ async def test_the_pods_of_one_jobset_share_a_sandbox_and_another_jobset_has_its
     need_sandbox()
     boxes = sandbox.Sandboxes(tmp_path / "sandboxes")
     other: dict[str, Any] = {
-        "metadata": {"namespace": "ns", "name": "q-0", "labels": {sandbox.JOBSET_LABEL: "other"}}
+        "metadata": {"namespace": "ns", "name": "q-0", "labels": {jsc.LABEL_JOBSET_NAME: "other"}}
     }
     sibling: dict[str, Any] = {
-        "metadata": {"namespace": "ns", "name": "p-1", "labels": {sandbox.JOBSET_LABEL: "js"}}
+        "metadata": {"namespace": "ns", "name": "p-1", "labels": {jsc.LABEL_JOBSET_NAME: "js"}}
     }
     first = await boxes.acquire(POD)
     second = await boxes.acquire(sibling)

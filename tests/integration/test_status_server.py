@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.kube import resources as r
 
@@ -115,7 +116,7 @@ async def test_progress_is_applied_kept_by_the_controller_and_replaced(
     ca = tls["data"]["ca.crt"]
     assert tls["metadata"]["ownerReferences"][0]["name"] == NAME
     jobset = await until(
-        plane, lambda: plane.server.get_object(c.JOBSET_API_VERSION, "jobsets", NS, NAME)
+        plane, lambda: plane.server.get_object(jsc.API_VERSION, "jobsets", NS, NAME)
     )
     pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}

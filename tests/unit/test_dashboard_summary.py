@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.api import jobset_contract as jsc
 from trainer.dashboard import summary
 from trainer.dashboard.runtimes import runtime_row
 from trainer.dashboard.views import ENV
@@ -67,7 +68,7 @@ def test_state_detail_names_the_kueue_queue_the_failure_and_build_errors() -> No
 
 def test_pods_show_restarts_and_why_containers_stopped() -> None:
     pod = {
-        "metadata": {"name": "p", "labels": {summary.LABEL_REPLICATED_JOB: "node"}},
+        "metadata": {"name": "p", "labels": {jsc.LABEL_REPLICATED_JOB: "node"}},
         "spec": {"containers": [{"name": "node"}], "nodeName": "n1"},
         "status": {
             "phase": "Running",
@@ -107,7 +108,7 @@ def test_events_are_merged_in_time_order_and_steps_count_jobs() -> None:
         ("Pod/p", 1),
     ]
     status = {"jobsStatus": [{"name": "node", "active": 2, "ready": 1}]}
-    jobs = [{"metadata": {"labels": {summary.LABEL_REPLICATED_JOB: "node"}}}] * 2
+    jobs = [{"metadata": {"labels": {jsc.LABEL_REPLICATED_JOB: "node"}}}] * 2
     [step] = summary.steps(job(**status), jobs)
     assert step == {
         "name": "node",

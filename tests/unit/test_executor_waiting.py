@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.local.executor.waiting import POD_JOBSET_LABEL, not_ready
+from trainer.api import jobset_contract as jsc
+from trainer.local.executor.waiting import not_ready
 
 
 def pod(name: str, jobset: str, status: dict[str, Any]) -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "namespace": "ns", "labels": {POD_JOBSET_LABEL: jobset}},
+        "metadata": {"name": name, "namespace": "ns", "labels": {jsc.LABEL_JOBSET_NAME: jobset}},
         "spec": {"containers": [{"name": "node", "readinessProbe": {"tcpSocket": {"port": 2222}}}]},
         "status": status,
     }

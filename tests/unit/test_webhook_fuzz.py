@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from tests.strategies import wire_data
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.jobset import JobSet
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
@@ -83,7 +84,7 @@ RUNTIME_NAMES = sorted({(r.metadata.name if r.metadata else None) or "" for r in
 JOB_NAMES = ["node", "launcher", "dataset-initializer", "model-initializer", "cache-initializer"]
 ACTIVE_JOBSET = JobSet.from_wire(
     {
-        "apiVersion": c.JOBSET_API_VERSION,
+        "apiVersion": jsc.API_VERSION,
         "kind": "JobSet",
         "metadata": {"name": "job", "namespace": "default"},
         "status": {

@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 
 from trainer.admission.patches import domain_prefixed_path_errors
-from trainer.api.jobset import JOB_FAILURE_REASONS, JobSetSpec
+from trainer.api.jobset import JobSetSpec
+from trainer.api.jobset_contract import JOB_FAILURE_REASONS
 from trainer.machinery.errors import INVALID, TOO_LONG, FieldError
 from trainer.machinery.names import is_dns1035_label
 

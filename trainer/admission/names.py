@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.jobset import JobSetSpec
 from trainer.api.v1alpha1 import TrainJob
 from trainer.machinery.errors import INVALID, FieldError
@@ -65,7 +65,7 @@ def rendered_jobset_spec(trainjob: TrainJob, runtime: Runtime) -> JobSetSpec | N
     observed = Observed(config_maps={snapshot_name(name): {}})
     objects = render(trainjob, runtime, observed=observed, ctx=ADMISSION_CONTEXT)
     for obj in objects:
-        if obj.get("kind") == c.KIND_JOBSET:
+        if obj.get("kind") == jsc.KIND:
             spec: dict[str, Any] = obj.get("spec") or {}
             return JobSetSpec.from_wire(spec)
     return None

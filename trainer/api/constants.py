@@ -1,7 +1,13 @@
 """Every wire-level name of the Trainer contract in one place: API identity, labels,
-annotations, condition types and reasons, env names, container, job and object names."""
+annotations, condition types and reasons, env names, container, job and object names.
+
+JobSet's names (its API identity, labels, condition types and reasons) are JobSet's contract,
+not the Trainer's: they live in :mod:`trainer.api.jobset_contract`. Like that module, this one
+imports nothing else (pydantic included), so the dashboard can read it."""
 
 from __future__ import annotations
+
+from trainer.api import jobset_contract as jsc
 
 # --- API identity ---------------------------------------------------------------------------
 GROUP = "trainer.kubeflow.org"
@@ -17,10 +23,6 @@ PLURAL_CLUSTER_TRAINING_RUNTIMES = "clustertrainingruntimes"
 # Registry keys `<Kind>.<group>` used to look runtimes up.
 RUNTIME_KEY_CLUSTER = f"{KIND_CLUSTER_TRAINING_RUNTIME}.{GROUP}"
 RUNTIME_KEY_NAMESPACED = f"{KIND_TRAINING_RUNTIME}.{GROUP}"
-
-JOBSET_GROUP = "jobset.x-k8s.io"
-JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
-KIND_JOBSET = "JobSet"
 
 # PodGroups of the gang schedulers (scheduler-plugins coscheduling and Volcano).
 COSCHEDULING_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
@@ -54,9 +56,8 @@ FINALIZER_RESOURCE_IN_USE = "trainer.kubeflow.org/resource-in-use"  # legacy: on
 ANNOTATION_JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 FIELD_PATH_COMPLETION_INDEX = f"metadata.annotations['{ANNOTATION_JOB_COMPLETION_INDEX}']"
 
-LABEL_JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
-LABEL_JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
-FIELD_PATH_JOB_INDEX = f"metadata.labels['{LABEL_JOBSET_JOB_INDEX}']"
+# The downward-API path of a pod's Job index within its replicated job (JobSet's label).
+FIELD_PATH_JOB_INDEX = f"metadata.labels['{jsc.LABEL_JOB_INDEX}']"
 LABEL_COSCHEDULING_POD_GROUP = "scheduling.x-k8s.io/pod-group"
 ANNOTATION_VOLCANO_GROUP_NAME = "scheduling.k8s.io/group-name"
 ANNOTATION_VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
@@ -214,9 +215,9 @@ MSG_SUSPENDED = "TrainJob is suspended"
 MSG_RESUMED = "TrainJob is resumed"
 MSG_DEADLINE_EXCEEDED = "TrainJob exceeded its active deadline"
 
-JOBSET_COND_COMPLETED = "Completed"
-JOBSET_COND_FAILED = "Failed"
-JOBSET_COND_SUSPENDED = "Suspended"
+# Beyond upstream: a TrainJob whose objects cannot be built or applied says so in this
+# condition (docs/design.md, "One reconcile"; trainer.controller.status).
+COND_BUILD_FAILED = "BuildFailed"
 
 # --- Events ---------------------------------------------------------------------------------
 EVENT_RESOURCES_CREATION_FAILED = "TrainJobResourcesCreationFailed"

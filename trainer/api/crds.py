@@ -27,6 +27,7 @@ from pydantic.fields import FieldInfo
 
 from trainer.api import constants as c
 from trainer.api import jobset as js
+from trainer.api import jobset_contract as jsc
 from trainer.api import v1alpha1 as v1
 from trainer.api.base import K8sModel, Schema
 from trainer.api.core import ObjectMeta
@@ -359,11 +360,11 @@ def cluster_training_runtime_crd() -> dict[str, Any]:
 
 def jobset_crd() -> dict[str, Any]:
     return _crd(
-        group=js.GROUP,
-        kind=js.KIND,
-        plural="jobsets",
+        group=jsc.GROUP,
+        kind=jsc.KIND,
+        plural=jsc.PLURAL,
         scope="Namespaced",
-        version=js.VERSION,
+        version=jsc.VERSION,
         model=js.JobSet,
         status=True,
         columns=[
@@ -382,7 +383,7 @@ def jobset_crd() -> dict[str, Any]:
             {
                 "name": "Completed",
                 "type": "string",
-                "jsonPath": '.status.conditions[?(@.type=="Completed")].status',
+                "jsonPath": f'.status.conditions[?(@.type=="{jsc.COMPLETED}")].status',
             },
             {
                 "name": "Suspended",

@@ -24,24 +24,7 @@ from trainer.api.core import (
     ObjectMeta,
     PersistentVolumeClaimTemplate,
 )
-from trainer.api.jobset_contract import API_VERSION, GROUP, KIND, VERSION
-
-__all__ = ["API_VERSION", "GROUP", "KIND", "VERSION"]
-
-FAILURE_ACTIONS = (
-    "FailJobSet",
-    "RestartJobSet",
-    "RestartJobSetAndIgnoreMaxRestarts",
-    "RestartJob",
-    "RestartJobAndIgnoreMaxRestarts",
-)
-JOB_FAILURE_REASONS = (
-    "BackoffLimitExceeded",
-    "DeadlineExceeded",
-    "FailedIndexes",
-    "MaxFailedIndexesExceeded",
-    "PodFailurePolicy",
-)
+from trainer.api.jobset_contract import API_VERSION, FAILURE_ACTIONS, KIND
 
 
 class DependsOn(K8sModel):

@@ -61,6 +61,24 @@ REASON_REACHED_MAX_RESTARTS: Final = "ReachedMaxRestarts"
 REASON_SUSPENDED: Final = "SuspendedJobs"
 REASON_RESUMED: Final = "ResumeJobs"
 
+# --- Failure policy -------------------------------------------------------------------------
+FAILURE_ACTIONS: Final = (
+    "FailJobSet",
+    "RestartJobSet",
+    "RestartJobSetAndIgnoreMaxRestarts",
+    "RestartJob",
+    "RestartJobAndIgnoreMaxRestarts",
+)
+"""The actions a ``failurePolicy`` rule may take."""
+JOB_FAILURE_REASONS: Final = (
+    "BackoffLimitExceeded",
+    "DeadlineExceeded",
+    "FailedIndexes",
+    "MaxFailedIndexesExceeded",
+    "PodFailurePolicy",
+)
+"""The Job failure reasons a ``failurePolicy`` rule may match (``onJobFailureReasons``)."""
+
 
 # --- Names ----------------------------------------------------------------------------------
 def job_name(jobset: str, replicated_job: str, index: int) -> str:
@@ -85,6 +103,12 @@ def pod_dns_name(jobset: str, replicated_job: str, job_index: int, pod_index: in
     return f"{pod_hostname(jobset, replicated_job, job_index, pod_index)}.{sub}"
 
 
+def claim_name(claim: str, jobset: str) -> str:
+    """The PersistentVolumeClaim JobSet makes from a ``volumeClaimPolicies`` template named
+    ``claim``: ``<claim>-<jobset>``."""
+    return f"{claim}-{jobset}"
+
+
 def owner_reference(
     name: str, uid: str, *, api_version: str = API_VERSION, kind: str = KIND
 ) -> dict[str, Any]:
@@ -101,9 +125,14 @@ def owner_reference(
 
 
 def controller_of(obj: dict[str, Any], kind: str | None = None) -> dict[str, Any] | None:
-    """The controller reference of ``obj`` (of ``kind`` when given), or None."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller") and (kind is None or ref.get("kind") == kind):
+    """The controller reference of ``obj`` (of ``kind`` when given), or None. Malformed
+    metadata (the dashboard shows whatever a cluster holds) has none."""
+    meta = obj.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+    for ref in refs if isinstance(refs, list) else []:
+        if not isinstance(ref, dict) or not ref.get("controller"):
+            continue
+        if kind is None or ref.get("kind") == kind:
             return dict(ref)
     return None
 

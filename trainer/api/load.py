@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from trainer.api import constants as c
 from trainer.api import crds
+from trainer.api import jobset_contract as jsc
 from trainer.api.base import K8sModel
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
@@ -33,7 +34,7 @@ MODELS: dict[tuple[str, str], type[K8sModel]] = {
     (c.API_VERSION, c.KIND_TRAINJOB): TrainJob,
     (c.API_VERSION, c.KIND_TRAINING_RUNTIME): TrainingRuntime,
     (c.API_VERSION, c.KIND_CLUSTER_TRAINING_RUNTIME): ClusterTrainingRuntime,
-    (c.JOBSET_API_VERSION, c.KIND_JOBSET): JobSet,
+    (jsc.API_VERSION, jsc.KIND): JobSet,
 }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+from trainer.api import jobset_contract as jsc
 
 
 def failed_containers(pods: list[dict[str, Any]], jobset: str) -> list[str]:
@@ -16,7 +16,7 @@ def failed_containers(pods: list[dict[str, Any]], jobset: str) -> list[str]:
     lines = []
     for pod in sorted(pods, key=lambda p: str(p.get("metadata", {}).get("name"))):
         meta = pod.get("metadata") or {}
-        if (meta.get("labels") or {}).get(JOBSET_NAME) != jobset:
+        if (meta.get("labels") or {}).get(jsc.LABEL_JOBSET_NAME) != jobset:
             continue
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         for status in statuses:

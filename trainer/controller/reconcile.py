@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.conditions import is_true
 from trainer.api.jobset import JobSet
-from trainer.api.jobset_contract import mask_pod_templates
 from trainer.api.load import ObjectError, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob, TrainJobStatus
 from trainer.controller import events as ev
@@ -130,7 +130,7 @@ def covers(live: Any, desired: Any) -> bool:
 def _without_mutable(spec: dict[str, Any]) -> dict[str, Any]:
     """A JobSet spec without the fields JobSet's webhook lets change on an existing object."""
     out = {k: v for k, v in spec.items() if k not in ("suspend", "ttlSecondsAfterFinished")}
-    out["replicatedJobs"] = mask_pod_templates(spec.get("replicatedJobs") or [])
+    out["replicatedJobs"] = jsc.mask_pod_templates(spec.get("replicatedJobs") or [])
     return out
 
 
@@ -396,7 +396,7 @@ class Reconciler:
         for obj in objects:
             kind = obj["kind"]
             stamp_config_hash(obj)
-            if kind == c.KIND_JOBSET and jobset is not None:
+            if kind == jsc.KIND and jobset is not None:
                 if unchanged(jobset, obj):
                     continue
                 active = any_active(jobset)
@@ -419,14 +419,14 @@ class Reconciler:
                     )
                     await self.kube.delete(r.JOBSETS, namespace, name, propagation="Foreground")
                     return None, RECREATE_RETRY_SECONDS
-            elif kind != c.KIND_JOBSET and unchanged(self._cached(obj), obj):
+            elif kind != jsc.KIND and unchanged(self._cached(obj), obj):
                 continue
             applied = await self.kube.apply(obj, FIELD_MANAGER, force=True)
             written.append(applied)
             informer = self._informer_for(obj)
             if informer is not None:
                 informer.record_write(applied)
-            if kind == c.KIND_JOBSET:
+            if kind == jsc.KIND:
                 if jobset is None:
                     await self.events.record(
                         job.to_wire(),

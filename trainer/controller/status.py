@@ -30,12 +30,10 @@ from trainer.machinery.times import format_time, parse_time
 from trainer.plugins.registry import default_framework
 from trainer.runtime.framework import Framework
 
-COND_BUILD_FAILED = "BuildFailed"
-
 ORDER = (
     c.COND_FAILED,
     c.COND_COMPLETE,
-    COND_BUILD_FAILED,
+    c.COND_BUILD_FAILED,
     c.COND_SUSPENDED,
 )
 MAX_MESSAGE = 1024
@@ -134,13 +132,13 @@ def desired_status(
     if build_failure is not None:
         conds = set_condition(
             conds,
-            _cond(COND_BUILD_FAILED, True, build_failure.reason, build_failure.message, stamp),
+            _cond(c.COND_BUILD_FAILED, True, build_failure.reason, build_failure.message, stamp),
         )
-    elif is_true(conds, COND_BUILD_FAILED):
+    elif is_true(conds, c.COND_BUILD_FAILED):
         conds = set_condition(
             conds,
             _cond(
-                COND_BUILD_FAILED,
+                c.COND_BUILD_FAILED,
                 False,
                 "ResourcesCreated",
                 "The TrainJob's resources were built and applied",

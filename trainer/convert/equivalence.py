@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 
 Obj = dict[str, Any]
 
@@ -123,7 +124,7 @@ def rendered_view(objects: list[Obj], trainjob_name: str) -> Obj:
         name = (obj.get("metadata") or {}).get("name", "")
         if kind == "ConfigMap" and name == snapshot:
             continue
-        out[f"{kind}/{name}"] = jobset_view(obj) if kind == "JobSet" else obj
+        out[f"{kind}/{name}"] = jobset_view(obj) if kind == jsc.KIND else obj
     return out
 
 

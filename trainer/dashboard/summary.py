@@ -17,15 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.machinery.times import parse_time
 
 Obj = dict[str, Any]
 
-BUILD_FAILED = "BuildFailed"
-"""The condition this project adds when a TrainJob cannot be built (docs/design.md, "One
-reconcile", step 3)."""
-LABEL_JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
-LABEL_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 STATES = ("Created", "Suspended", "Pending", "Running", "Complete", "Failed")
 
 
@@ -76,7 +72,7 @@ def state_detail(job: Obj) -> str:
     failed = _condition(job, c.COND_FAILED)
     if current == "Failed" and failed is not None:
         return f"{_text(failed.get('reason'))}: {_text(failed.get('message'))}".strip(": ")
-    build = _condition(job, BUILD_FAILED)
+    build = _condition(job, c.COND_BUILD_FAILED)
     if build is not None:
         return f"{_text(build.get('reason'))}: {_text(build.get('message'))}".strip(": ")
     if current == "Suspended":
@@ -157,7 +153,7 @@ def steps(job: Obj, jobs: list[Obj]) -> list[Obj]:
     counts from ``status.jobsStatus`` and the number of Jobs the cluster holds for it."""
     count: dict[str, int] = {}
     for j in jobs:
-        name = _text(_dict(meta(j).get("labels")).get(LABEL_REPLICATED_JOB))
+        name = _text(_dict(meta(j).get("labels")).get(jsc.LABEL_REPLICATED_JOB))
         count[name] = count.get(name, 0) + 1
     out = []
     for js in _list(_dict(job.get("status")).get("jobsStatus")):
@@ -211,7 +207,7 @@ def pod(p: Obj) -> Obj:
     labels = _dict(meta(p).get("labels"))
     return {
         "name": _text(meta(p).get("name")),
-        "step": _text(labels.get(LABEL_REPLICATED_JOB)),
+        "step": _text(labels.get(jsc.LABEL_REPLICATED_JOB)),
         "phase": _text(status.get("phase")) or "Pending",
         "restarts": restarts,
         "node": _text(_dict(p.get("spec")).get("nodeName")),

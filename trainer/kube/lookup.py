@@ -12,6 +12,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.api_client import ApiClient
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.jobset import JobSet
 from trainer.api.load import ObjectError, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime
@@ -84,7 +85,7 @@ class KubeLookup:
     async def jobset(self, namespace: str, name: str) -> JobSet | None:
         try:
             data = await self.custom.get_namespaced_custom_object(
-                "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", name
+                jsc.GROUP, jsc.VERSION, namespace, jsc.PLURAL, name
             )
         except client.ApiException as exc:
             if exc.status == 404:

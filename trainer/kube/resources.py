@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.machinery.gvr import GVR
 
 __all__ = ["GVR", "gvr_for", "gvr_of"]
@@ -22,7 +23,7 @@ TRAINING_RUNTIMES = GVR(
 CLUSTER_TRAINING_RUNTIMES = GVR(
     c.GROUP, c.VERSION, c.PLURAL_CLUSTER_TRAINING_RUNTIMES, False, c.KIND_CLUSTER_TRAINING_RUNTIME
 )
-JOBSETS = GVR(c.JOBSET_GROUP, "v1alpha2", "jobsets", True, c.KIND_JOBSET)
+JOBSETS = GVR(jsc.GROUP, jsc.VERSION, jsc.PLURAL, True, jsc.KIND)
 CONFIGMAPS = GVR("", "v1", "configmaps", True, "ConfigMap")
 SECRETS = GVR("", "v1", "secrets", True, "Secret")
 EVENTS = GVR("", "v1", "events", True, "Event")

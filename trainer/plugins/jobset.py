@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.core import ObjectMeta
 from trainer.api.jobset import JobSet
 from trainer.runtime.info import BuildContext, Info
@@ -75,7 +76,5 @@ class JobSetPlugin:
         if info.annotations:
             meta.annotations = dict(info.annotations)
         meta.owner_references = [owner_reference(info.trainjob)]
-        jobset = JobSet(
-            api_version=c.JOBSET_API_VERSION, kind=c.KIND_JOBSET, metadata=meta, spec=spec
-        )
+        jobset = JobSet(api_version=jsc.API_VERSION, kind=jsc.KIND, metadata=meta, spec=spec)
         return [jobset.to_wire()]

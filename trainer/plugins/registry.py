@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.v1alpha1 import TrainJob
 from trainer.machinery.quantity import QuantityError
 from trainer.plugins.coscheduling import CoschedulingPlugin
@@ -103,6 +104,6 @@ def render(
     if snapshot_name(name) not in observed.config_maps:
         out.append(build_snapshot(trainjob, runtime))
     # The JobSet goes last: everything its pods mount exists before they start.
-    out.extend(o for o in objects if o.get("kind") != "JobSet")
-    out.extend(o for o in objects if o.get("kind") == "JobSet")
+    out.extend(o for o in objects if o.get("kind") != jsc.KIND)
+    out.extend(o for o in objects if o.get("kind") == jsc.KIND)
     return out

@@ -9,14 +9,15 @@ status (its own conditions, ``trainerStatus``) is kept.
 from __future__ import annotations
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.conditions import set_condition
 from trainer.api.core import Condition
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
 
 CONDITION_MAP = {
-    c.JOBSET_COND_COMPLETED: c.COND_COMPLETE,
-    c.JOBSET_COND_FAILED: c.COND_FAILED,
+    jsc.COMPLETED: c.COND_COMPLETE,
+    jsc.FAILED: c.COND_FAILED,
 }
 
 

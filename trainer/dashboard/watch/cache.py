@@ -2,7 +2,7 @@
 
 :class:`ClusterCache` runs one :class:`trainer.kube.informer.Informer` (list, then watch: no
 polling) per resource, in one namespace or all of them: TrainJobs, JobSets, the Jobs and pods
-of JobSets (label ``jobset.sigs.k8s.io/jobset-name``, so unrelated pods of a cluster are not
+of JobSets (JobSet's ``jobset-name`` label, so unrelated pods of a cluster are not
 cached), Events, TrainingRuntimes and ClusterTrainingRuntimes. Runtimes are optional: a
 cluster without the CRDs (or a user who may not list them) shows an empty Runtimes page.
 
@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.dashboard import summary
 from trainer.dashboard.runtimes import runtime_row
 from trainer.dashboard.watch.history import History
@@ -68,10 +69,8 @@ class Subscription:
 
 
 def _owner(obj: Obj, kind: str) -> str | None:
-    for ref in summary.meta(obj).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == kind:
-            return str(ref.get("name") or "")
-    return None
+    ref = jsc.controller_of(obj, kind)
+    return str(ref.get("name") or "") if ref is not None else None
 
 
 class _Dumper(yaml.SafeDumper):
@@ -101,7 +100,7 @@ class ClusterCache:
     def __init__(self, kube: Kube, namespace: str | None) -> None:
         self.kube = kube
         self.namespace = namespace
-        selector = summary.LABEL_JOBSET_NAME
+        selector = jsc.LABEL_JOBSET_NAME
         self.trainjobs = Informer(kube, r.TRAINJOBS, namespace)
         self.jobsets = Informer(kube, r.JOBSETS, namespace, optional=True)
         self.jobs = Informer(kube, JOBS, namespace, selector)
@@ -192,7 +191,7 @@ class ClusterCache:
 
     def _of_labelled(self, obj: Obj) -> Key | None:
         labels = summary.meta(obj).get("labels") or {}
-        jobset = labels.get(summary.LABEL_JOBSET_NAME)
+        jobset = labels.get(jsc.LABEL_JOBSET_NAME)
         return self._jobset_trainjob(key_of(obj)[0], str(jobset)) if jobset else None
 
     def _of_event(self, event: Obj) -> Key | None:
@@ -203,7 +202,7 @@ class ClusterCache:
         name, kind = str(inv.get("name") or ""), inv.get("kind")
         if kind == c.KIND_TRAINJOB:
             return namespace, name
-        if kind == c.KIND_JOBSET:
+        if kind == jsc.KIND:
             return self._jobset_trainjob(namespace, name)
         source = {"Job": self.jobs, "Pod": self.pods}.get(str(kind))
         obj = source.get(namespace, name) if source is not None else None
@@ -244,7 +243,7 @@ class ClusterCache:
         jobset, jobs, pods = self.owned(namespace, name)
         involved = {(c.KIND_TRAINJOB, name)}
         if jobset is not None:
-            involved.add((c.KIND_JOBSET, name))
+            involved.add((jsc.KIND, name))
         involved |= {("Job", str(summary.meta(j).get("name"))) for j in jobs}
         involved |= {("Pod", str(summary.meta(p).get("name"))) for p in pods}
         events = [

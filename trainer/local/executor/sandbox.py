@@ -50,6 +50,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from trainer.api import jobset_contract as jsc
 from trainer.local.executor import netns_holder
 from trainer.local.executor.podfields import LOOPBACK
 from trainer.machinery.files import private_dir
@@ -59,7 +60,6 @@ log = logging.getLogger(__name__)
 HOLDER = os.path.abspath(netns_holder.__file__)
 START_TIMEOUT = 10.0
 COPY_CHUNK = 64 * 1024
-JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 PASTA_ARGS = (
     *("-q", "--config-net", "--no-map-gw"),
     *("-t", "none", "-u", "none", "-T", "none", "-U", "none"),
@@ -109,7 +109,7 @@ def group_of(pod: dict[str, Any]) -> str:
     """Which sandbox a pod runs in: its JobSet's (``namespace/jobset``), or its own."""
     meta = pod.get("metadata") or {}
     namespace = str(meta.get("namespace") or "default")
-    jobset = (meta.get("labels") or {}).get(JOBSET_LABEL)
+    jobset = (meta.get("labels") or {}).get(jsc.LABEL_JOBSET_NAME)
     if jobset:
         return f"{namespace}/jobset/{jobset}"
     return f"{namespace}/pod/{meta.get('name') or ''}/{meta.get('uid') or ''}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-POD_JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+from trainer.api import jobset_contract as jsc
 
 
 def _why(pod: dict[str, Any]) -> str:
@@ -42,7 +42,7 @@ def not_ready(pods: list[dict[str, Any]], jobset: str) -> list[str]:
     lines = []
     for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name"))):
         meta = pod.get("metadata") or {}
-        if (meta.get("labels") or {}).get(POD_JOBSET_LABEL) != jobset:
+        if (meta.get("labels") or {}).get(jsc.LABEL_JOBSET_NAME) != jobset:
             continue
         status = pod.get("status") or {}
         if status.get("phase") in ("Succeeded", "Failed"):

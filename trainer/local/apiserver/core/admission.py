@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import jsonpatch
 
+from trainer.api import jobset_contract as jsc
 from trainer.local.apiserver import builtin, jobset_webhook, metadata
 from trainer.local.apiserver.core import crd, rules
 from trainer.local.apiserver.errors import APIError, bad_request, invalid
@@ -174,7 +175,7 @@ class Admission:
             errors += validate(rt.schema, obj, ABSENT if old is None else old, memo=rt.rule_memo)
             if errors:
                 raise invalid(rt.kind, rt.group, name, errors)
-        if rt.group == "jobset.x-k8s.io" and rt.kind == "JobSet":
+        if rt.group == jsc.GROUP and rt.kind == jsc.KIND:
             # JobSet's own validating webhook (vjobset.kb.io), built in. Its create check
             # joins its errors one per line (Go's errors.Join), its update check aggregates.
             if old is None:
