@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.core import PodTemplateSpec
 from trainer.api.load import pydantic_errors
 from trainer.machinery.errors import format_errors
@@ -275,7 +276,7 @@ class V1Job:
         return self.info.default_port
 
     def host(self, rjob: str, index: int) -> str:
-        return f"{self.name}-{rjob}-0-{index}.{self.name}"
+        return jsc.pod_dns_name(self.name, rjob, 0, index, self.name)
 
 
 def replicated_job(name: str, count: int, template: Obj, trainer: bool) -> Obj:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.core import Container, KeyToPath, SecretVolumeSource, Volume, VolumeMount
 from trainer.api.jobset import JobSetSpec, ReplicatedJob
 from trainer.api.v1alpha1 import TrainJob
@@ -55,7 +56,8 @@ def cache_endpoint(info: Info) -> str | None:
     caches = info.pod_sets_with_ancestor(c.ANCESTOR_CACHE_INITIALIZER)
     if not caches:
         return None
-    return f"{info.name}-{caches[0].name}-0-0.{info.subdomain}:{c.DATA_CACHE_PORT}"
+    host = jsc.pod_dns_name(info.name, caches[0].name, 0, 0, info.subdomain)
+    return f"{host}:{c.DATA_CACHE_PORT}"
 
 
 def cache_peers(info: Info) -> str | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.core import Container, JobSpec, PodSpec, PodTemplateSpec
 from trainer.api.jobset import JobSet, JobSetSpec, ReplicatedJob
 from trainer.api.v1alpha1 import (
@@ -118,7 +119,7 @@ class PodSet:
     def endpoints(self, jobset_name: str, subdomain: str) -> list[str]:
         """Pod DNS names, ``<jobset>-<rjob>-<replica>-<pod>.<subdomain>``, replica-major."""
         return [
-            f"{jobset_name}-{self.name}-{r}-{p}.{subdomain}"
+            jsc.pod_dns_name(jobset_name, self.name, r, p, subdomain)
             for r in range(self.replicas)
             for p in range(self.count)
         ]
@@ -156,7 +157,7 @@ class Info:
     @property
     def subdomain(self) -> str:
         network = self.spec.network
-        return (network.subdomain if network else None) or self.name
+        return jsc.subdomain(self.name, network.subdomain if network else None)
 
     def pod_set(self, name: str) -> PodSet | None:
         for ps in self.pod_sets:
@@ -174,4 +175,4 @@ class Info:
     def first_endpoint(self, job: str = c.JOB_NODE) -> str:
         """``<job>-node-0-0.<job>``: the address upstream hard-codes for rendezvous (it ignores
         ``network.subdomain`` and the trainer job's real name)."""
-        return f"{self.name}-{job}-0-0.{self.name}"
+        return jsc.pod_dns_name(self.name, job, 0, 0, self.name)

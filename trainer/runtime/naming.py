@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from trainer.api import jobset_contract as jsc
 from trainer.api.jobset import JobSetSpec
 
 MAX_NAME = 63
@@ -36,23 +37,25 @@ def generated_names(jobset_name: str, spec: JobSetSpec) -> list[GeneratedName]:
     out: list[GeneratedName] = []
     for job in spec.replicated_jobs or []:
         last_job = max(job.replicas - 1, 0)
-        job_name = f"{jobset_name}-{job.name}-{last_job}"
+        job_name = jsc.job_name(jobset_name, job.name, last_job)
         out.append(GeneratedName("Job", job_name, job.name))
         job_spec = job.template.spec
         completions = job_spec.completions if job_spec else None
         if completions is None and job_spec is not None:
             completions = job_spec.parallelism
         if completions is not None:
-            hostname = f"{job_name}-{max(completions - 1, 0)}"
+            hostname = jsc.pod_hostname(jobset_name, job.name, last_job, max(completions - 1, 0))
             out.append(GeneratedName("hostname", hostname, job.name))
             out.append(GeneratedName("Pod", hostname + POD_SUFFIX, job.name))
-    subdomain = (spec.network.subdomain if spec.network else None) or jobset_name
+    subdomain = jsc.subdomain(jobset_name, spec.network.subdomain if spec.network else None)
     out.append(GeneratedName("subdomain", subdomain))
     for policy in spec.volume_claim_policies or []:
         for tmpl in policy.templates or []:
             claim = tmpl.metadata.name if tmpl.metadata else None
             if claim:
-                out.append(GeneratedName("PersistentVolumeClaim", f"{claim}-{jobset_name}"))
+                out.append(
+                    GeneratedName("PersistentVolumeClaim", jsc.claim_name(claim, jobset_name))
+                )
     return out
 
 

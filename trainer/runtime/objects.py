@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
 from trainer.api.core import ObjectMeta, OwnerReference
 from trainer.api.v1alpha1 import TrainJob
 
@@ -12,14 +13,10 @@ from trainer.api.v1alpha1 import TrainJob
 def owner_reference(trainjob: TrainJob) -> OwnerReference:
     """The controller ownerReference every object made for a TrainJob carries."""
     meta = trainjob.metadata or ObjectMeta()
-    return OwnerReference(
-        api_version=c.API_VERSION,
-        kind=c.KIND_TRAINJOB,
-        name=meta.name or "",
-        uid=meta.uid or "",
-        controller=True,
-        block_owner_deletion=True,
+    ref = jsc.owner_reference(
+        meta.name or "", meta.uid or "", api_version=c.API_VERSION, kind=c.KIND_TRAINJOB
     )
+    return OwnerReference.from_wire(ref)
 
 
 def object_meta(trainjob: TrainJob, name: str, **extra: Any) -> dict[str, Any]:

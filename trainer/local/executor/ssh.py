@@ -64,6 +64,7 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
 )
 
+from trainer.api import jobset_contract as jsc
 from trainer.machinery.files import write_file
 
 LOCAL_SSH = "trainer.kubeflow.org/local-ssh"
@@ -134,7 +135,7 @@ def ssh_hosts(js: Mapping[str, Any]) -> tuple[int, list[str]] | None:
         job_spec = (rjob.get("template") or {}).get("spec") or {}
         pods = int(job_spec.get("completions") or job_spec.get("parallelism") or 1)
         for index in range(int(rjob.get("replicas", 1))):
-            hosts += [f"{name}-{rjob.get('name')}-{index}-{i}" for i in range(pods)]
+            hosts += [jsc.pod_hostname(name, str(rjob.get("name")), index, i) for i in range(pods)]
     return port, hosts
 
 
