@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from trainer.api import jobset_contract as jsc
 from trainer.api.jobset_contract import mask_pod_templates
 from trainer.local.apiserver.jobset_webhook import validate_update
 
@@ -53,3 +54,20 @@ def test_webhook_allows_mutable_changes_only_while_suspended() -> None:
     assert running.path == "spec.replicatedJobs"
     [image] = validate_update(_jobset(True, IMAGE), _jobset(True, BASE))
     assert image.path == "spec.replicatedJobs"
+
+
+def test_names_follow_jobsets_rules() -> None:
+    assert jsc.job_name("train", "node", 2) == "train-node-2"
+    assert jsc.pod_dns_name("train", "node", 2, 1, jsc.subdomain("train")) == "train-node-2-1.train"
+    assert jsc.subdomain("train", "net") == "net"
+    assert jsc.claim_name("data", "train") == "data-train"
+
+
+def test_controller_of_reads_malformed_metadata_as_no_owner() -> None:
+    owner = jsc.owner_reference("t", "u", api_version="trainer.kubeflow.org/v1alpha1", kind="T")
+    plain = {"apiVersion": "v1", "kind": "T", "name": "other", "uid": "v"}
+    good = {"metadata": {"ownerReferences": ["junk", plain, owner]}}
+    assert jsc.controller_of(good, "T") == owner
+    assert jsc.controller_of(good, "JobSet") is None
+    for bad in ({"metadata": "x"}, {"metadata": {"ownerReferences": "x"}}, {}):
+        assert jsc.controller_of(bad) is None

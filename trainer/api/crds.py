@@ -439,7 +439,7 @@ def _generated() -> list[tuple[str, dict[str, Any]]]:
         "resources": [rel.rsplit("/", 1)[1] for rel, _ in out],
     }
     out.append(("manifests/base/crds/kustomization.yaml", kustomization))
-    out.append(("manifests/local/jobset.x-k8s.io_jobsets.yaml", jobset_crd()))
+    out.append((f"manifests/local/{jsc.GROUP}_{jsc.PLURAL}.yaml", jobset_crd()))
     return out
 
 
