@@ -21,14 +21,13 @@ from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
 from trainer.machinery.errors import INVALID
 from trainer.plugins.flux import DEFAULT_VIEW_IMAGE, FluxPlugin, curve_certificate, validate
 from trainer.plugins.jobset import JobSetPlugin
-from trainer.plugins.plainml import PlainMLPlugin
 from trainer.plugins.registry import render
 from trainer.runtime import z85
 from trainer.runtime.assemble import new_info
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import BuildError
 
-FRAMEWORK = Framework([PlainMLPlugin(), FluxPlugin(), JobSetPlugin()])
+FRAMEWORK = Framework([FluxPlugin(), JobSetPlugin()])
 
 RUNTIME = """
 apiVersion: trainer.kubeflow.org/v1alpha1

@@ -15,14 +15,13 @@ from tests import builders as b
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
 from trainer.plugins.jobset import JobSetPlugin
 from trainer.plugins.mpi import MPIPlugin
-from trainer.plugins.plainml import PlainMLPlugin
 from trainer.plugins.registry import render
 from trainer.runtime.assemble import new_info
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import BuildContext, BuildError, Observed, SSHKeyPair
 from trainer.runtime.sshkeys import generate_ssh_keypair
 
-FRAMEWORK = Framework([PlainMLPlugin(), MPIPlugin(), JobSetPlugin()])
+FRAMEWORK = Framework([MPIPlugin(), JobSetPlugin()])
 
 FAKE_KEYS = SSHKeyPair(
     private_pem=b"-----BEGIN EC PRIVATE KEY-----\nfake\n-----END EC PRIVATE KEY-----\n",

@@ -11,12 +11,12 @@ from tests import builders as b
 from trainer.api import constants as c
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
 from trainer.machinery.errors import INVALID, FieldError
-from trainer.plugins import podgroup, volcano
+from trainer.plugins import volcano
 from trainer.plugins.coscheduling import CoschedulingPlugin
 from trainer.plugins.jobset import JobSetPlugin
-from trainer.plugins.plainml import PlainMLPlugin
 from trainer.plugins.registry import render
 from trainer.plugins.volcano import VolcanoPlugin
+from trainer.runtime import podgroup
 from trainer.runtime.assemble import new_info
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Info, Observed
@@ -91,7 +91,7 @@ def make_trainjob(num_nodes: int = 100, suspend: bool = False) -> TrainJob:
 
 
 def framework(*plugins: Any) -> Framework:
-    return Framework([PlainMLPlugin(), *plugins, JobSetPlugin()])
+    return Framework([*plugins, JobSetPlugin()])
 
 
 def rendered(
@@ -108,10 +108,9 @@ def rendered(
 
 
 def info_after_policies(trainjob: TrainJob, runtime: ClusterTrainingRuntime) -> Info:
-    """The Info as the Build phase sees it (ML and pod-group policies enforced)."""
-    info = new_info(trainjob, runtime)
-    PlainMLPlugin().enforce_ml_policy(info)
-    return info
+    """The Info with the pod counts the Build phase sees (``trainer.numNodes`` is applied when
+    the Info is assembled)."""
+    return new_info(trainjob, runtime)
 
 
 COSCHED = {"coscheduling": {"scheduleTimeoutSeconds": 100}}

@@ -8,7 +8,7 @@ import pytest
 
 from tests import builders as b
 from trainer.api.v1alpha1 import ClusterTrainingRuntime
-from trainer.plugins.plainml import PlainMLPlugin
+from trainer.plugins.jax import JAXPlugin
 from trainer.plugins.registry import default_framework, default_plugins, render
 from trainer.runtime.framework import PHASES, Framework
 
@@ -21,9 +21,7 @@ def test_plugins_run_in_a_fixed_declared_order() -> None:
     assert list(phases) == list(PHASES)
     for phase, protocol in PHASES.items():
         assert phases[phase] == [p.name for p in plugins if isinstance(p, protocol)], phase
-    # What the order is for: PlainML sets the node count the other ML policies read, and the
-    # JobSet is built last (it mounts what the others build).
-    assert phases["EnforceMLPolicy"][0] == "PlainML"
+    # What the order is for: the JobSet is built last (it mounts what the others build).
     assert phases["PreBuild"][-1] == phases["Build"][-1] == "JobSet"
 
 
@@ -40,7 +38,7 @@ def test_every_registered_plugin_takes_part_in_a_phase() -> None:
 
 def test_plugin_names_are_unique() -> None:
     with pytest.raises(ValueError, match="unique"):
-        Framework([PlainMLPlugin(), PlainMLPlugin()])
+        Framework([JAXPlugin(), JAXPlugin()])
 
 
 def runtime(

@@ -7,7 +7,7 @@ JobSet builder copies ``info.pod_labels`` onto every replicated job's pod templa
 scheduler places the pods as one gang. Build returns a ``scheduling.x-k8s.io/v1alpha1``
 PodGroup named like the TrainJob with ``minMember``, ``minResources`` and
 ``scheduleTimeoutSeconds``, but only when no PodGroup exists yet or the TrainJob is suspended.
-Watch: the PodGroups of that kind (see :func:`trainer.plugins.podgroup.pod_group_watch`).
+Watch: the PodGroups of that kind (see :func:`trainer.runtime.podgroup.pod_group_watch`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.v1alpha1 import CoschedulingPodGroupPolicySource
-from trainer.plugins.podgroup import gang_spec, pod_group, pod_group_watch, should_apply
 from trainer.runtime.info import BuildContext, Info
+from trainer.runtime.podgroup import gang_spec, pod_group, pod_group_watch, should_apply
 from trainer.runtime.watch import Kind, Watch
 
 POD_GROUPS = Kind("scheduling.x-k8s.io", "v1alpha1", "podgroups", c.KIND_POD_GROUP)

@@ -15,8 +15,8 @@ trainer``, else the job named ``node``):
   memory, for ``/dev/shm``), ``flux-config`` (ConfigMap ``<job>-flux-entrypoint``, mode 0755)
   and ``flux-curve`` (Secret ``<job>-flux-curve``), mounted where the scripts expect them.
 
-The pod count comes from ``trainer.numNodes`` through PlainML, which runs for Flux runtimes;
-this plugin does not set it again.
+The pod count comes from ``trainer.numNodes``, set when the Info is assembled
+(:mod:`trainer.runtime.podsets`); this plugin does not set it again.
 
 Build: ConfigMap ``<job>-flux-entrypoint`` (``init.sh``, ``entrypoint.sh`` with every trainer
 host written out) and Secret ``<job>-flux-curve`` (``curve.cert``: a ZeroMQ CURVE certificate

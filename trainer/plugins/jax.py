@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from trainer.api import constants as c
 from trainer.api.core import ContainerPort
-from trainer.plugins.common import trainer_node_container
-from trainer.plugins.plainml import set_trainer_count
 from trainer.runtime import apply
 from trainer.runtime.info import Info
+from trainer.runtime.podsets import trainer_node_container
 
 
 class JAXPlugin:
@@ -18,7 +17,6 @@ class JAXPlugin:
     def enforce_ml_policy(self, info: Info) -> None:
         if info.ml_policy is None or info.ml_policy.jax is None:
             return
-        set_trainer_count(info)
         found = trainer_node_container(info)
         if found is None:
             return

@@ -11,20 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.api import constants as c
 from trainer.api import jobset_contract as jsc
 from trainer.api.core import ObjectMeta
 from trainer.api.jobset import JobSet
 from trainer.runtime.info import BuildContext, Info
 from trainer.runtime.merge import merge_string_maps
 from trainer.runtime.objects import owner_reference
-
-FORCED_SINGLE_REPLICA = (
-    c.ANCESTOR_DATASET_INITIALIZER,
-    c.ANCESTOR_MODEL_INITIALIZER,
-    c.ANCESTOR_TRAINER,
-    c.ANCESTOR_CACHE_INITIALIZER,
-)
+from trainer.runtime.podsets import FORCED_SINGLE_REPLICA
 
 
 def jobset_is_running(info: Info) -> bool:

@@ -2,9 +2,9 @@
 Upstream: https://github.com/kubeflow/trainer/tree/v2.3.0/pkg/runtime/framework/plugins/mpi
 
 EnforceMLPolicy
-  - the pod set **named** ``node`` gets ``trainer.numNodes`` pods (when the TrainJob sets it),
-    or ``max(numNodes - 1, 1)`` with ``runLauncherAsNode`` (the launcher is one of the nodes);
-    the launcher keeps the count it got from the runtime;
+  - (the counts: the pod set **named** ``node`` has ``trainer.numNodes`` pods, or
+    ``max(numNodes - 1, 1)`` with ``runLauncherAsNode``, set when the Info is assembled:
+    :func:`trainer.runtime.podsets.apply_num_nodes`);
   - slots per node: ``trainer.numProcPerNode``; else the GPU count when the runtime says 1 and
     a node has more than one GPU; else the runtime's ``numProcPerNode``;
   - pod sets ``node`` and ``launcher`` get the SSH Secret volume (``defaultMode`` 0400, per-file
@@ -64,17 +64,16 @@ from trainer.api.core import (
     Container,
     EnvVar,
     KeyToPath,
-    ResourceRequirements,
     SecretVolumeSource,
     Volume,
     VolumeMount,
 )
 from trainer.api.v1alpha1 import MPIMLPolicySource, TrainJob
 from trainer.machinery.errors import INVALID, FieldError
-from trainer.plugins.jobset import FORCED_SINGLE_REPLICA
 from trainer.runtime import apply
 from trainer.runtime.info import BuildContext, BuildError, Info, PodSet, Runtime
 from trainer.runtime.objects import object_meta
+from trainer.runtime.podsets import built_replicas, resources_per_node
 from trainer.runtime.resources import gpu_count
 from trainer.runtime.validation import ClusterView, Verdict, runtime_jobs, runtime_name, trainer_of
 from trainer.runtime.watch import SECRETS, ByOwner, Obj, Store, Watch
@@ -155,22 +154,6 @@ def implementation(policy: MPIMLPolicySource) -> str:
     return value
 
 
-def resources_per_node(info: Info) -> ResourceRequirements | None:
-    """What one node has, for counting GPUs: the TrainJob's ``resourcesPerNode`` when set
-    (wholesale), else the resources of container ``node`` in the first job, in template order,
-    that is named ``node`` or has the trainer ancestor and whose ``node`` container declares
-    resources (upstream's ``ExtractResourcePerNodeFromRuntime``)."""
-    trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
-    if trainer is not None and trainer.resources_per_node is not None:
-        return trainer.resources_per_node
-    for ps in info.pod_sets:
-        if ps.name == c.JOB_NODE or ps.ancestor == c.ANCESTOR_TRAINER:
-            ctr = ps.container(c.CONTAINER_NODE)
-            if ctr is not None and ctr.resources is not None:
-                return ctr.resources
-    return None
-
-
 def slots(info: Info, policy: MPIMLPolicySource) -> int:
     """Processes per node (the hostfile's slots): ``trainer.numProcPerNode`` if set; else, when
     the runtime says 1 and a node has more than one GPU, the GPU count; else the runtime's
@@ -187,7 +170,8 @@ def slots(info: Info, policy: MPIMLPolicySource) -> int:
             "it must be an integer >= 1 (the slots per node in the MPI hostfile)"
         )
     if policy.num_proc_per_node == 1:
-        gpus = gpu_count(resources_per_node(info))
+        # Upstream's reading: a candidate without resources is passed over (runtime.podsets).
+        gpus = gpu_count(resources_per_node(info, skip_undeclared=True))
         if gpus > 1:
             return gpus
     return policy.num_proc_per_node
@@ -265,9 +249,7 @@ def hosts(info: Info, ps: PodSet) -> list[str]:
     replica on initializer and trainer steps; honour that here too, so the hostfile does not
     depend on whether this plugin builds before or after the JobSet plugin."""
     endpoints = ps.endpoints(info.name, info.subdomain)
-    if ps.ancestor in FORCED_SINGLE_REPLICA:
-        return endpoints[: ps.count]  # replica-major: the first ``count`` are replica 0
-    return endpoints
+    return endpoints[: ps.count * built_replicas(ps)]  # replica-major: replica 0 comes first
 
 
 def hostfile(info: Info, policy: MPIMLPolicySource) -> str:
@@ -365,13 +347,6 @@ class MPIPlugin:
         if policy is None:
             return
         impl = implementation(policy)
-        trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
-        node = info.pod_set(c.JOB_NODE)
-        if node is not None and trainer is not None and trainer.num_nodes is not None:
-            if policy.run_launcher_as_node:
-                node.count = max(trainer.num_nodes - 1, 1)
-            else:
-                node.count = trainer.num_nodes
         n_slots = slots(info, policy)
         for ps in info.pod_sets:
             if ps.name not in (c.JOB_NODE, c.JOB_LAUNCHER):

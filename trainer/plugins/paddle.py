@@ -4,7 +4,8 @@
 ``PADDLE_MASTER`` = the first trainer pod's DNS name and port 29500 (the launcher's rendezvous
 on node 0), ``PADDLE_NNODES`` = the trainer pod count, ``PADDLE_RANK`` = the pod's completion
 index (downward API), ``PADDLE_JOB_ID`` = the TrainJob name. The node count itself comes from
-PlainML, which runs first. Injected whether or not the TrainJob has a ``spec.trainer`` block.
+``trainer.numNodes``, set when the Info is assembled (:mod:`trainer.runtime.podsets`).
+Injected whether or not the TrainJob has a ``spec.trainer`` block.
 """
 
 from __future__ import annotations

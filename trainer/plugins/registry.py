@@ -23,7 +23,6 @@ from trainer.plugins.jax import JAXPlugin
 from trainer.plugins.jobset import JobSetPlugin
 from trainer.plugins.mpi import MPIPlugin
 from trainer.plugins.paddle import PaddlePlugin
-from trainer.plugins.plainml import PlainMLPlugin
 from trainer.plugins.status import JobSetStatusPlugin
 from trainer.plugins.tensorflow import TensorFlowPlugin
 from trainer.plugins.torch import TorchPlugin
@@ -43,9 +42,8 @@ def default_plugins(*, trainjob_status: bool = False) -> list[Plugin]:
         # EnforcePodSpec, ReservedEnvs and ValidateRuntime (first there: its runtime warning
         # comes before MPI's).
         DataCachePlugin(),
-        # EnforceMLPolicy: PlainML first, so XGBoost, TensorFlow, Paddle and Flux see the node
-        # count it sets.
-        PlainMLPlugin(),
+        # EnforceMLPolicy (the node counts they read were set when the Info was assembled:
+        # trainer.runtime.podsets)
         TorchPlugin(),
         MPIPlugin(),
         JAXPlugin(),

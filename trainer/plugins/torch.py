@@ -1,9 +1,10 @@
 """The Torch plugin and its TorchTune mode (upstream: https://github.com/kubeflow/trainer/tree/v2.3.0/pkg/runtime/framework/plugins/torch).
 
-For ``mlPolicy.torch`` runtimes: the trainer step's count comes from ``trainer.numNodes``;
-container ``node`` gets the torchrun rendezvous env (``PET_*``) and port 29500; envInjection
-targets get the same env; a TrainJob whose command is exactly ``["tune", "run"]`` has its
-command rewritten into a full TorchTune invocation for its model and recipe.
+For ``mlPolicy.torch`` runtimes: the trainer step's count comes from ``trainer.numNodes``
+(set when the Info is assembled: :mod:`trainer.runtime.podsets`); container ``node`` gets the
+torchrun rendezvous env (``PET_*``) and port 29500; envInjection targets get the same env; a
+TrainJob whose command is exactly ``["tune", "run"]`` has its command rewritten into a full
+TorchTune invocation for its model and recipe.
 
 Beyond upstream, ``mlPolicy.torch.elasticPolicy`` makes the rendezvous elastic: ``PET_NNODES``
 becomes ``<minNodes>:<maxNodes>`` (each defaulting to the node count), with
@@ -26,10 +27,10 @@ from trainer.api.core import Container, ContainerPort, EnvVar, PodSpec
 from trainer.api.v1alpha1 import TorchElasticPolicy, Trainer, TrainJob
 from trainer.machinery.errors import INVALID, FieldError
 from trainer.plugins import torchtune
-from trainer.plugins.common import runtime_resources_per_node
 from trainer.runtime import apply
 from trainer.runtime.apply import find_container
 from trainer.runtime.info import BuildError, Info, PodSet
+from trainer.runtime.podsets import resources_per_node
 from trainer.runtime.resources import cpu_count, gpu_count
 from trainer.runtime.validation import ClusterView, Verdict, trainer_of
 
@@ -44,7 +45,7 @@ def resolve_num_proc_per_node(info: Info) -> int | str:
     if trainer is not None and isinstance(trainer.num_proc_per_node, int):
         value = trainer.num_proc_per_node
     if value == AUTO:
-        resources = runtime_resources_per_node(info)
+        resources = resources_per_node(info)
         if gpu_count(resources) == 0:
             value = max(1, cpu_count(resources))
     return value
@@ -216,9 +217,7 @@ class TorchPlugin:
         if policy is None:
             return
         trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
-        ps = info.trainer_pod_set()
-        if ps is not None and trainer is not None and trainer.num_nodes is not None:
-            ps.count = trainer.num_nodes
+        ps = info.trainer_pod_set()  # its count has the TrainJob's numNodes (runtime.podsets)
         nnodes = ps.count if ps is not None else 1
         nproc = resolve_num_proc_per_node(info)
         elastic = policy.elastic_policy

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from trainer.api import constants as c
 from trainer.api.v1alpha1 import Trainer
 from trainer.machinery.errors import INVALID, FieldError
-from trainer.plugins.common import runtime_resources_per_node
 from trainer.runtime.info import Info
+from trainer.runtime.podsets import resources_per_node
 from trainer.runtime.resources import gpu_count
 
 ENTRYPOINT = ("tune", "run")
@@ -121,7 +121,7 @@ def command(info: Info, num_nodes: int, nproc: int | str) -> list[str]:
     spec = info.trainjob.spec
     assert spec is not None
     args = list((spec.trainer.args if spec.trainer else None) or [])
-    gpus = gpu_count(runtime_resources_per_node(info))
+    gpus = gpu_count(resources_per_node(info))
     model = model_of(spec.runtime_ref.name) or spec.runtime_ref.name
     recipe = recipe_for(num_nodes, nproc, gpus, uses_lora(args), uses_qlora(args))
     out = list(ENTRYPOINT)
@@ -159,7 +159,7 @@ def validate(info: Info, trainer: Trainer, num_nodes: int, nproc: int | str) -> 
         )
     args = list(trainer.args or [])
     lora, qlora = uses_lora(args), uses_qlora(args)
-    gpus = gpu_count(runtime_resources_per_node(info))
+    gpus = gpu_count(resources_per_node(info))
     config = recipe_for(num_nodes, nproc, gpus, lora, qlora).config_suffix
     if QLORA_CONFIG in config:
         if model in NO_QLORA_MODELS:

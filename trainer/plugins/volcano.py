@@ -7,7 +7,7 @@ JobSet builder copies ``info.pod_annotations`` onto every replicated job's pod t
 Build returns a ``scheduling.volcano.sh/v1beta1`` PodGroup named like the TrainJob, only when
 no PodGroup exists yet or the TrainJob is suspended, with:
 
-- ``minMember`` and ``minResources`` (see :mod:`trainer.plugins.podgroup`);
+- ``minMember`` and ``minResources`` (see :mod:`trainer.runtime.podgroup`);
 - ``queue`` from the JobSet annotation ``scheduling.volcano.sh/queue-name`` (the runtime
   template's metadata, overridden by runtimePatches in order);
 - ``priorityClassName`` from the pod templates, the last replicated job (in runtime order) that
@@ -27,8 +27,8 @@ from trainer.api import constants as c
 from trainer.api.core import PodSpec
 from trainer.api.v1alpha1 import TrainJob, VolcanoPodGroupPolicySource
 from trainer.machinery.errors import INVALID, FieldError
-from trainer.plugins.podgroup import gang_spec, pod_group, pod_group_watch, should_apply
 from trainer.runtime.info import BuildContext, Info, PodSet
+from trainer.runtime.podgroup import gang_spec, pod_group, pod_group_watch, should_apply
 from trainer.runtime.validation import ClusterView, Verdict
 from trainer.runtime.watch import Kind, Watch
 

@@ -1,6 +1,7 @@
 """The XGBoost plugin (upstream: https://github.com/kubeflow/trainer/tree/v2.3.0/pkg/runtime/framework/plugins/xgboost):
 Rabit/collective tracker env on the trainer step's ``node``
-container. The node count comes from PlainML, which runs first for XGBoost runtimes.
+container. The node count comes from ``trainer.numNodes``, set when the Info is assembled
+(:mod:`trainer.runtime.podsets`).
 
 Admission: each ``DMLC_*`` name the plugin injects is Forbidden in ``spec.trainer.env``, at
 its own index (upstream's format, unlike the other policies' one reserved-env error)."""
@@ -11,16 +12,16 @@ from trainer.api import constants as c
 from trainer.api.core import ContainerPort
 from trainer.api.v1alpha1 import TrainJob
 from trainer.machinery.errors import FORBIDDEN, FieldError
-from trainer.plugins.common import runtime_resources_per_node, trainer_node_container
 from trainer.runtime import apply
 from trainer.runtime.info import Info
+from trainer.runtime.podsets import resources_per_node, trainer_node_container
 from trainer.runtime.resources import gpu_count
 from trainer.runtime.validation import PATH_TRAINER_ENV, ClusterView, Verdict, trainer_of
 
 
 def workers_per_node(info: Info) -> int:
     """One worker per GPU, or one per node without GPUs."""
-    return gpu_count(runtime_resources_per_node(info)) or 1
+    return gpu_count(resources_per_node(info)) or 1
 
 
 class XGBoostPlugin:

@@ -5,7 +5,9 @@ starts from (the first step of every build: docs/design.md, "The path of one Tra
 2. runtimePatches strategic-merged onto the runtime's JobSet spec, in order; the runtime's
    replicated-job order is kept.
 3. One pod set per replicated job; count = parallelism (default 1), or ``mlPolicy.numNodes``
-   (default 1) for the trainer step when there is an ML policy; clamped to at least 1.
+   (default 1) for the trainer step when there is an ML policy; clamped to at least 1. Then
+   the TrainJob's ``trainer.numNodes`` by the ML policy's rule. Both rules are
+   :mod:`trainer.runtime.podsets`'s, applied here and nowhere else.
 4. ``trainer.resourcesPerNode`` merged into container ``node`` of the trainer step (only with
    an ML policy) and, for MPI with runLauncherAsNode, of the replicated job ``node``.
 5. The TrainJob's trainer image/command/args replace the runtime's in container ``node`` of
@@ -32,6 +34,7 @@ from trainer.api.v1alpha1 import DatasetInitializer, ModelInitializer, TrainJob
 from trainer.runtime import apply
 from trainer.runtime.info import BuildError, Info, Observed, PodSet, Runtime
 from trainer.runtime.merge import merge_string_maps, strategic_merge
+from trainer.runtime.podsets import apply_num_nodes, runtime_count
 from trainer.runtime.resources import merge_resources
 
 CACHE_SCHEME = "cache://"
@@ -133,11 +136,7 @@ def new_info(trainjob: TrainJob, runtime: Runtime, observed: Observed | None = N
     pod_sets: list[PodSet] = []
     for job in spec.replicated_jobs or []:
         ancestor = ancestor_of(job)
-        job_spec = job.template.spec
-        count = (job_spec.parallelism if job_spec else None) or 1
-        if ancestor == c.ANCESTOR_TRAINER and ml_policy is not None:
-            count = ml_policy.num_nodes if ml_policy.num_nodes is not None else 1
-        pod_sets.append(PodSet(job.name, ancestor, max(count, 1), job))
+        pod_sets.append(PodSet(job.name, ancestor, runtime_count(job, ancestor, ml_policy), job))
     info = Info(
         trainjob=trainjob,
         runtime=runtime,
@@ -149,6 +148,7 @@ def new_info(trainjob: TrainJob, runtime: Runtime, observed: Observed | None = N
         pod_sets=pod_sets,
         observed=observed or Observed(),
     )
+    apply_num_nodes(info)
     _merge_resources_per_node(info)
     _apply_trainer(info)
     _apply_initializers(info)

@@ -23,9 +23,9 @@ from typing import Any
 from trainer.api import constants as c
 from trainer.api.v1alpha1 import TrainJob
 from trainer.machinery.quantity import Quantity
-from trainer.plugins.jobset import FORCED_SINGLE_REPLICA
 from trainer.runtime.info import Info, PodSet, Runtime
 from trainer.runtime.objects import object_meta
+from trainer.runtime.podsets import built_replicas
 from trainer.runtime.resources import admitted_pod_requests
 from trainer.runtime.watch import ByOwner, Kind, Obj, Store, TrainJobsMatching, Watch
 
@@ -113,16 +113,9 @@ def pod_group_watch(name: str, kind: Kind) -> list[Watch]:
     return [own, LIMIT_RANGES_WATCH, RUNTIME_CLASSES_WATCH]
 
 
-def effective_replicas(ps: PodSet) -> int:
-    """How many Jobs the JobSet makes from ``ps``: 1 for the trainer and initializer steps
-    (the JobSet builder forces ``replicas: 1`` there), else the replicated job's ``replicas``.
-    """
-    return 1 if ps.ancestor in FORCED_SINGLE_REPLICA else ps.replicas
-
-
 def pod_count(ps: PodSet) -> int:
     """Pods the JobSet makes for ``ps``: pods per Job times Jobs."""
-    return ps.count * effective_replicas(ps)
+    return ps.count * built_replicas(ps)
 
 
 def min_member(info: Info) -> int:
