@@ -23,6 +23,7 @@ import yaml
 
 from tests import builders as b
 from trainer.api import crds as crd_models
+from trainer.local.apiserver.core.rules import WriteOptions
 from trainer.local.apiserver.patch import MERGE
 
 from .conftest import KUBECTL, SKIP_REASON, Kubectl
@@ -66,8 +67,8 @@ def complete(kubectl: Kubectl, namespace: str, name: str) -> None:
             name,
             MERGE,
             {"status": {"state": "Complete", "conditions": [condition]}},
+            WriteOptions(manager="trainer"),
             subresource="status",
-            manager="trainer",
         )
     )
 

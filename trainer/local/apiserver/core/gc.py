@@ -24,6 +24,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from trainer.local.apiserver.core.rules import WriteOptions
 from trainer.local.apiserver.errors import APIError
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.store import Event
@@ -64,12 +65,9 @@ class Writes(Protocol):
         rt: ResourceType,
         old: dict[str, Any],
         new: dict[str, Any],
+        options: WriteOptions,
         *,
         subresource: str,
-        manager: str,
-        dry_run: bool,
-        field_validation: str,
-        warnings: list[str],
         applied: bool = False,
     ) -> dict[str, Any]: ...
 
@@ -346,16 +344,8 @@ class GarbageCollector:
 
     async def _write(self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> None:
         """The collector's own update of ``old`` to ``new`` (no admission field checks)."""
-        await self.server.commit_update(
-            rt,
-            old,
-            new,
-            subresource="",
-            manager="garbage-collector",
-            dry_run=False,
-            field_validation="Ignore",
-            warnings=[],
-        )
+        options = WriteOptions(manager="garbage-collector", field_validation="Ignore")
+        await self.server.commit_update(rt, old, new, options, subresource="")
 
     async def _drop_finalizer(
         self, key: tuple[str, str], ns: str, name: str, finalizer: str

@@ -5,7 +5,8 @@ admit it, compare resourceVersions, store it, notify); the decisions it makes on
 here, with no store, clock or I/O: what a write to a subresource keeps of the stored object,
 which server-set metadata a client cannot change, when ``generation`` moves, when a write is a
 no-op, which finalizers a deletion policy sets, delete preconditions, how a non-apply patch
-applies, and the ``continue`` token of a paged list.
+applies, and the ``continue`` token of a paged list; and :class:`WriteOptions`, how a client
+asks for a write.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.local.apiserver.errors import (
@@ -54,6 +56,20 @@ DROPPED_ON_CREATE = (
     "deletionGracePeriodSeconds",
     "selfLink",
 )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How a client asks for a write, the same for create, update, patch and apply: its field
+    manager (``fieldManager``), ``dryRun=All``, ``fieldValidation`` and, for an apply patch,
+    ``force``. ``warnings`` is where the write puts the warnings the client gets back: the
+    one part that changes, a list the caller reads once the write is done."""
+
+    manager: str = ""
+    dry_run: bool = False
+    field_validation: str = "Strict"
+    force: bool = False
+    warnings: list[str] = field(default_factory=list)
 
 
 class StaleWrite(APIError):

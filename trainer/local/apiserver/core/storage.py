@@ -24,6 +24,7 @@ from trainer.local.apiserver import builtin, metadata
 from trainer.local.apiserver.core import crd, gc, rules
 from trainer.local.apiserver.core.admission import Admission, WebhookTransport
 from trainer.local.apiserver.core.persistence import Persistence
+from trainer.local.apiserver.core.rules import WriteOptions
 from trainer.local.apiserver.errors import (
     APIError,
     already_exists,
@@ -203,14 +204,12 @@ class Storage:
         rt: ResourceType,
         namespace: str,
         body: Any,
+        options: WriteOptions | None = None,
         *,
-        manager: str = "",
-        dry_run: bool = False,
-        field_validation: str = "Strict",
-        warnings: list[str] | None = None,
         applied: bool = False,
     ) -> tuple[dict[str, Any], bool]:
-        obj = metadata.check(rt, body, namespace, warnings=warnings)
+        options = options or WriteOptions()
+        obj = metadata.check(rt, body, namespace, warnings=options.warnings)
         meta = obj["metadata"]
         namespace = meta.get("namespace", "") if rt.namespaced else ""
         self._check_namespace(rt, namespace, creating=True)
@@ -234,15 +233,15 @@ class Storage:
             "CREATE",
             obj,
             None,
-            dry_run=dry_run,
-            field_validation=field_validation,
-            warnings=warnings if warnings is not None else [],
+            dry_run=options.dry_run,
+            field_validation=options.field_validation,
+            warnings=options.warnings,
         )
         if self.store.get(rt.key, namespace, meta["name"]) is not None:
             raise already_exists(rt.plural, rt.group, meta["name"])
         if not applied:
-            ssa.track_update(rt, None, obj, manager or "unknown", now=self.now())
-        if dry_run:
+            ssa.track_update(rt, None, obj, options.manager or "unknown", now=self.now())
+        if options.dry_run:
             meta.pop("uid", None)
             return obj, True
         self.store.put(rt.key, obj, None)
@@ -272,43 +271,29 @@ class Storage:
         namespace: str,
         name: str,
         body: Any,
+        options: WriteOptions | None = None,
         *,
         subresource: str = "",
-        manager: str = "",
-        dry_run: bool = False,
-        field_validation: str = "Strict",
-        warnings: list[str] | None = None,
         check_rv: bool = True,
     ) -> dict[str, Any]:
+        options = options or WriteOptions()
         old = self.get_or_404(rt, namespace, name)
-        new = metadata.check(rt, body, namespace, name, warnings=warnings)
+        new = metadata.check(rt, body, namespace, name, warnings=options.warnings)
         new["metadata"]["name"] = name
         rv = new["metadata"].get("resourceVersion")
         rules.require_resource_version(rt, name, rv)
         if check_rv and rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(rt.plural, rt.group, name, rules.MODIFIED)
-        return await self.commit_update(
-            rt,
-            old,
-            new,
-            subresource=subresource,
-            manager=manager,
-            dry_run=dry_run,
-            field_validation=field_validation,
-            warnings=warnings if warnings is not None else [],
-        )
+        return await self.commit_update(rt, old, new, options, subresource=subresource)
 
     async def commit_update(
         self,
         rt: ResourceType,
         old: dict[str, Any],
         new: dict[str, Any],
+        options: WriteOptions,
         *,
         subresource: str,
-        manager: str,
-        dry_run: bool,
-        field_validation: str,
-        warnings: list[str],
         applied: bool = False,
     ) -> dict[str, Any]:
         """Admit and store ``new`` in place of the stored ``old`` (the update, patch and apply
@@ -336,9 +321,9 @@ class Storage:
             "UPDATE",
             new,
             old,
-            dry_run=dry_run,
-            field_validation=field_validation,
-            warnings=warnings,
+            dry_run=options.dry_run,
+            field_validation=options.field_validation,
+            warnings=options.warnings,
             subresource=subresource,
         )
         current = self.store.get(rt.key, old_meta.get("namespace") or "", old_meta["name"])
@@ -350,14 +335,13 @@ class Storage:
             # server's guaranteed update does.
             raise rules.StaleWrite(rt.plural, rt.group, old_meta["name"])
         if not applied:
-            ssa.track_update(
-                rt, old, new, manager or "unknown", subresource=subresource, now=self.now()
-            )
+            manager = options.manager or "unknown"
+            ssa.track_update(rt, old, new, manager, subresource=subresource, now=self.now())
         meta = new["metadata"]
         meta["resourceVersion"] = old_meta["resourceVersion"]
         if rules.same(old, new):
             return old  # a no-op write changes nothing, not even the resourceVersion
-        if dry_run:
+        if options.dry_run:
             return new
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             # The last finalizer is gone: stored and deleted in one persisted batch.
@@ -374,30 +358,17 @@ class Storage:
         name: str,
         content_type: str,
         body: Any,
+        options: WriteOptions | None = None,
         *,
         subresource: str = "",
-        manager: str = "",
-        force: bool = False,
-        dry_run: bool = False,
-        field_validation: str = "Strict",
-        warnings: list[str] | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """A patch, retried on the fresh object when another write lands while admission
         runs (the real server retries patches the same way). True when it created."""
+        options = options or WriteOptions()
         for _ in range(PATCH_RETRIES):
             try:
                 return await self._patch_once(
-                    rt,
-                    namespace,
-                    name,
-                    content_type,
-                    body,
-                    subresource=subresource,
-                    manager=manager,
-                    force=force,
-                    dry_run=dry_run,
-                    field_validation=field_validation,
-                    warnings=warnings if warnings is not None else [],
+                    rt, namespace, name, content_type, body, options, subresource=subresource
                 )
             except rules.StaleWrite:
                 continue
@@ -410,48 +381,25 @@ class Storage:
         name: str,
         content_type: str,
         body: Any,
+        options: WriteOptions,
         *,
         subresource: str,
-        manager: str,
-        force: bool,
-        dry_run: bool,
-        field_validation: str,
-        warnings: list[str],
     ) -> tuple[dict[str, Any], bool]:
         old = self.store.get(rt.key, namespace if rt.namespaced else "", name)
         if content_type == APPLY:
             return await self._apply(
-                rt,
-                namespace,
-                name,
-                old,
-                body,
-                subresource=subresource,
-                manager=manager,
-                force=force,
-                dry_run=dry_run,
-                field_validation=field_validation,
-                warnings=warnings,
+                rt, namespace, name, old, body, options, subresource=subresource
             )
         if old is None:
             raise not_found(rt.plural, rt.group, name)
         patched = rules.patched(rt, copy.deepcopy(old), content_type, body)
         if not isinstance(patched, dict):
             raise bad_request("the patch did not produce an object")
-        patched = metadata.check(rt, patched, namespace, name, warnings=warnings)
+        patched = metadata.check(rt, patched, namespace, name, warnings=options.warnings)
         rv = patched["metadata"].get("resourceVersion")
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(rt.plural, rt.group, name, rules.MODIFIED)
-        obj = await self.commit_update(
-            rt,
-            old,
-            patched,
-            subresource=subresource,
-            manager=manager,
-            dry_run=dry_run,
-            field_validation=field_validation,
-            warnings=warnings,
-        )
+        obj = await self.commit_update(rt, old, patched, options, subresource=subresource)
         return obj, False
 
     async def _apply(
@@ -461,15 +409,13 @@ class Storage:
         name: str,
         old: dict[str, Any] | None,
         body: Any,
+        options: WriteOptions,
         *,
         subresource: str,
-        manager: str,
-        force: bool,
-        dry_run: bool,
-        field_validation: str,
-        warnings: list[str],
     ) -> tuple[dict[str, Any], bool]:
-        """Server-side apply of ``body`` by ``manager`` (creates when nothing is stored)."""
+        """Server-side apply of ``body`` by the options' manager (creates when nothing is
+        stored)."""
+        manager, force = options.manager, options.force
         if not manager:
             raise bad_request("PATCH with apply requires a fieldManager")
         if not isinstance(body, dict):
@@ -482,27 +428,15 @@ class Storage:
                 raise not_found(rt.plural, rt.group, name)
             created = ssa.apply(rt, None, config, manager, force=force, now=now)
             created.setdefault("metadata", {})["name"] = name
-            obj, _ = await self.create(
-                rt,
-                namespace,
-                created,
-                manager=manager,
-                dry_run=dry_run,
-                field_validation=field_validation,
-                warnings=warnings,
-                applied=True,
-            )
+            obj, _ = await self.create(rt, namespace, created, options, applied=True)
             return obj, True
         merged = ssa.apply(rt, old, config, manager, force=force, subresource=subresource, now=now)
         obj = await self.commit_update(
             rt,
             old,
-            metadata.check(rt, merged, namespace, name, warnings=warnings),
+            metadata.check(rt, merged, namespace, name, warnings=options.warnings),
+            options,
             subresource=subresource,
-            manager=manager,
-            dry_run=dry_run,
-            field_validation=field_validation,
-            warnings=warnings,
             applied=True,
         )
         return obj, False

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from trainer.local.apiserver import authn, metadata
 from trainer.local.apiserver.authz import subject_access_review
+from trainer.local.apiserver.core.rules import WriteOptions
 from trainer.local.apiserver.core.storage import Storage
 from trainer.local.apiserver.errors import APIError, method_not_allowed
 from trainer.local.apiserver.http import table
@@ -68,15 +69,17 @@ class Call:
     async def body(self) -> Any:
         return await read_body(self.request, self.max_body)
 
-    def write_options(self) -> dict[str, Any]:
-        """The query options every write shares (dry run, field manager, validation)."""
-        return {
-            "dry_run": self.query.get("dryRun") == "All",
-            "manager": self.query.get("fieldManager")
+    def write_options(self) -> WriteOptions:
+        """The query options every write shares (dry run, field manager, validation, and
+        ``force`` for an apply patch), with an empty list for the write's warnings."""
+        return WriteOptions(
+            manager=self.query.get("fieldManager")
             or manager_from_agent(self.request.headers.get("User-Agent", "")),
+            dry_run=self.query.get("dryRun") == "All",
             # kube-apiserver's default when a client sends none (kubectl sends Strict)
-            "field_validation": self.query.get("fieldValidation") or "Warn",
-        }
+            field_validation=self.query.get("fieldValidation") or "Warn",
+            force=flag(self.query.get("force")),
+        )
 
 
 Handler = Callable[[Call], Awaitable[web.StreamResponse]]
@@ -115,12 +118,10 @@ async def read_log(c: Call) -> web.StreamResponse:
 
 # --- writes -----------------------------------------------------------------------------------
 async def create(c: Call) -> web.StreamResponse:
-    warnings: list[str] = []
+    options = c.write_options()
     rt = c.route.rt
-    obj, _ = await c.storage.create(
-        rt, c.route.namespace, await c.body(), warnings=warnings, **c.write_options()
-    )
-    return json_response(served(rt, obj), status=201, warnings=warnings)
+    obj, _ = await c.storage.create(rt, c.route.namespace, await c.body(), options)
+    return json_response(served(rt, obj), status=201, warnings=options.warnings)
 
 
 async def create_on_subresource(c: Call) -> web.StreamResponse:
@@ -141,22 +142,16 @@ async def append_log(c: Call) -> web.StreamResponse:
 
 
 async def update(c: Call) -> web.StreamResponse:
-    warnings: list[str] = []
+    options = c.write_options()
     r = c.route
     obj = await c.storage.update(
-        r.rt,
-        r.namespace,
-        r.name,
-        await c.body(),
-        subresource=r.subresource,
-        warnings=warnings,
-        **c.write_options(),
+        r.rt, r.namespace, r.name, await c.body(), options, subresource=r.subresource
     )
-    return json_response(served(r.rt, obj), warnings=warnings)
+    return json_response(served(r.rt, obj), warnings=options.warnings)
 
 
 async def patch(c: Call) -> web.StreamResponse:
-    warnings: list[str] = []
+    options = c.write_options()
     r = c.route
     obj, created = await c.storage.patch(
         r.rt,
@@ -164,12 +159,12 @@ async def patch(c: Call) -> web.StreamResponse:
         r.name,
         c.request.content_type,
         await c.body(),
+        options,
         subresource=r.subresource,
-        force=flag(c.query.get("force")),
-        warnings=warnings,
-        **c.write_options(),
     )
-    return json_response(served(r.rt, obj), status=201 if created else 200, warnings=warnings)
+    return json_response(
+        served(r.rt, obj), status=201 if created else 200, warnings=options.warnings
+    )
 
 
 async def delete(c: Call) -> web.StreamResponse:
@@ -181,7 +176,7 @@ async def delete(c: Call) -> web.StreamResponse:
         r.name,
         policy=options["propagationPolicy"],
         preconditions=options.get("preconditions") or {},
-        dry_run=c.write_options()["dry_run"] or "All" in (options.get("dryRun") or []),
+        dry_run=c.write_options().dry_run or "All" in (options.get("dryRun") or []),
     )
     return json_response(result)
 
@@ -194,7 +189,7 @@ async def delete_collection(c: Call) -> web.StreamResponse:
         c.route.namespace,
         c.query,
         policy=options["propagationPolicy"],
-        dry_run=c.write_options()["dry_run"],
+        dry_run=c.write_options().dry_run,
     )
     return json_response(c.storage.list_body(rt, [served_copy(rt, o) for o in items]))
 
