@@ -586,7 +586,7 @@ async def test_owner_reference_cascade(cluster: Cluster) -> None:
         ns, {"metadata": {"name": "dep", "ownerReferences": [ref]}}
     )
     await core.delete_namespaced_config_map("owner", ns)
-    await server.gc.idle()
+    await server.storage.gc.idle()
     with pytest.raises(client.ApiException) as gone:
         await core.read_namespaced_config_map("dep", ns)
     assert gone.value.status == 404
@@ -611,7 +611,7 @@ async def test_a_dependent_created_after_its_owner_is_gone_is_collected(
     await core.create_namespaced_config_map(
         ns, {"metadata": {"name": "kept", "ownerReferences": [unknown]}}
     )
-    await server.gc.idle()
+    await server.storage.gc.idle()
     with pytest.raises(client.ApiException) as gone:
         await core.read_namespaced_config_map("late", ns)
     assert gone.value.status == 404
@@ -636,7 +636,7 @@ async def test_orphan_and_foreground_propagation(cluster: Cluster) -> None:
             ns, {"metadata": {"name": f"d-{policy.lower()}", "ownerReferences": [ref]}}
         )
         await core.delete_namespaced_config_map(owner.metadata.name, ns, propagation_policy=policy)
-        await server.gc.idle()
+        await server.storage.gc.idle()
         with pytest.raises(client.ApiException):
             await core.read_namespaced_config_map(owner.metadata.name, ns)
     orphan = await core.read_namespaced_config_map("d-orphan", ns)
@@ -708,7 +708,7 @@ async def test_namespace_deletion_removes_its_objects(cluster: Cluster) -> None:
     assert refused.value.status == 403
     assert (await core.read_namespace("doomed")).status.phase == "Terminating"
     await core.patch_namespaced_config_map("held", "doomed", {"metadata": {"finalizers": None}})
-    await server.gc.idle()
+    await server.storage.gc.idle()
     with pytest.raises(client.ApiException) as gone:
         await core.read_namespace("doomed")
     assert gone.value.status == 404
@@ -887,7 +887,7 @@ async def test_too_old_resource_version_is_410(cluster: Cluster) -> None:
     ns = cluster.namespace
     listed = await core.list_namespaced_config_map(ns)
     await core.create_namespaced_config_map(ns, {"metadata": {"name": "c1"}})
-    server.store.compact()
+    server.storage.store.compact()
     w = watch.Watch()
     with pytest.raises(client.ApiException) as err:
         async for _ in w.stream(
@@ -1077,7 +1077,7 @@ async def test_fault_injection_and_request_log(cluster: Cluster) -> None:
     from trainer.local.apiserver.hooks import Fault  # noqa: PLC0415
 
     server = cluster.local()
-    server.hooks.inject(Fault("create", "configmaps", 500, nth=2))
+    server.storage.hooks.inject(Fault("create", "configmaps", 500, nth=2))
     core = cluster.core
     await core.create_namespaced_config_map(cluster.namespace, {"metadata": {"name": "f1"}})
     with pytest.raises(client.ApiException) as err:
@@ -1086,13 +1086,15 @@ async def test_fault_injection_and_request_log(cluster: Cluster) -> None:
     with pytest.raises(client.ApiException):
         await core.read_namespaced_config_map("f2", cluster.namespace)  # state unchanged
     await core.create_namespaced_config_map(cluster.namespace, {"metadata": {"name": "f2"}})
-    creates = [r for r in server.hooks.log if r.verb == "create" and r.resource == "configmaps"]
+    creates = [
+        r for r in server.storage.hooks.log if r.verb == "create" and r.resource == "configmaps"
+    ]
     assert [r.code for r in creates][-3:] == [201, 500, 201]
 
 
 async def test_adjustable_clock(cluster: Cluster) -> None:
     server = cluster.local()
-    server.hooks.clock.advance(3600)
+    server.storage.hooks.clock.advance(3600)
     cm = await cluster.core.create_namespaced_config_map(
         cluster.namespace, {"metadata": {"name": "late"}}
     )

@@ -52,7 +52,7 @@ def complete(kubectl: Kubectl, namespace: str, name: str) -> None:
     """Set the TrainJob's Complete condition and state through the status subresource, as
     the controller would."""
     server = kubectl.server
-    rt = server.resource("trainer.kubeflow.org/v1alpha1", "trainjobs")
+    rt = server.storage.resource("trainer.kubeflow.org/v1alpha1", "trainjobs")
     condition = {
         "type": "Complete",
         "status": "True",
@@ -61,7 +61,7 @@ def complete(kubectl: Kubectl, namespace: str, name: str) -> None:
         "lastTransitionTime": "2026-01-01T00:00:00Z",
     }
     kubectl.call(
-        lambda: server.patch(
+        lambda: server.storage.patch(
             rt,
             namespace,
             name,

@@ -114,16 +114,17 @@ class Env:
 
     def get(self, name: str, namespace: str = "default") -> dict[str, Any]:
         return (
-            self.plane.server.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, namespace, name) or {}
+            self.plane.server.storage.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, namespace, name)
+            or {}
         )
 
     def jobset(self, name: str, namespace: str = "default") -> dict[str, Any] | None:
-        return self.plane.server.get_object(JOBSET, "jobsets", namespace, name)
+        return self.plane.server.storage.get_object(JOBSET, "jobsets", namespace, name)
 
     def pods(self, name: str, namespace: str = "default") -> list[dict[str, Any]]:
         return [
             p
-            for p in self.plane.server.objects("v1", "pods", namespace)
+            for p in self.plane.server.storage.objects("v1", "pods", namespace)
             if (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == name
             and not p["metadata"].get("deletionTimestamp")
         ]
@@ -172,7 +173,7 @@ def controller_writes(plane: LocalPlane, namespace: str, name: str) -> list[Any]
     """Writes the controller made to TrainJob ``name`` or objects named like it."""
     return [
         rec
-        for rec in plane.server.hooks.writes()
+        for rec in plane.server.storage.hooks.writes()
         if rec.user_agent.startswith("trainer") and rec.namespace == namespace and rec.name == name
     ]
 
@@ -223,7 +224,7 @@ async def test_admission_on_two_flavors_quota_and_finish(env: Env) -> None:
     # Each replicated job's pods carry their own flavor's placement and podset label.
     prep_pods = [
         p
-        for p in env.plane.server.objects("v1", "pods", "default")
+        for p in env.plane.server.storage.objects("v1", "pods", "default")
         if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == "first"
         and p["metadata"]["labels"].get("jobset.sigs.k8s.io/replicatedjob-name") == "prep"
     ]

@@ -176,7 +176,7 @@ async def plane() -> AsyncIterator[tuple[LocalPlane, list[str]]]:
 
 
 def failed(p: LocalPlane, name: str) -> dict[str, Any] | None:
-    job = p.server.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, "default", name) or {}
+    job = p.server.storage.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, "default", name) or {}
     conditions = (job.get("status") or {}).get("conditions") or []
     return next((x for x in conditions if x["status"] == "True" and x["type"] == "Failed"), None)
 
@@ -207,7 +207,7 @@ async def test_a_secret_whose_public_key_does_not_match_fails_at_ssh_authenticat
     await p.kube.create(runtime, gvr=r.TRAINING_RUNTIMES)
     await p.kube.create(job, gvr=r.TRAINJOBS)
     changed = asyncio.Event()
-    p.server.store.on_write.append(lambda _ev: changed.set())
+    p.server.storage.store.on_write.append(lambda _ev: changed.set())
     async with asyncio.timeout(RUN_TIMEOUT):
         while (condition := failed(p, name)) is None:
             changed.clear()

@@ -81,7 +81,7 @@ async def plane(tmp_path: Path) -> AsyncIterator[LocalPlane]:
 async def until(plane: LocalPlane, check: Any, timeout: float = 60.0) -> Any:
     changed = asyncio.Event()
     hook = lambda _ev: changed.set()  # noqa: E731
-    plane.server.store.on_write.append(hook)
+    plane.server.storage.store.on_write.append(hook)
     try:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -96,7 +96,7 @@ async def until(plane: LocalPlane, check: Any, timeout: float = 60.0) -> Any:
                 continue
         return result
     finally:
-        plane.server.store.on_write.remove(hook)
+        plane.server.storage.store.on_write.remove(hook)
 
 
 def trainjob(name: str, command: list[str], **spec: Any) -> dict[str, Any]:
@@ -105,12 +105,12 @@ def trainjob(name: str, command: list[str], **spec: Any) -> dict[str, Any]:
 
 
 def state(plane: LocalPlane, name: str) -> dict[str, str]:
-    job = plane.server.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, "default", name) or {}
+    job = plane.server.storage.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, "default", name) or {}
     return {x["type"]: x["status"] for x in (job.get("status") or {}).get("conditions") or []}
 
 
 def condition(plane: LocalPlane, name: str, type_: str) -> dict[str, Any] | None:
-    job = plane.server.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, "default", name) or {}
+    job = plane.server.storage.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, "default", name) or {}
     return next(
         (
             x
@@ -158,7 +158,7 @@ async def test_deleting_a_running_trainjob_leaves_no_process(
         await asyncio.sleep(0.05)
     pid = int(marker.read_text().split()[0])
     await plane.kube.delete(r.TRAINJOBS, "default", "sleeper")
-    await plane.server.gc.idle()
+    await plane.server.storage.gc.idle()
 
     # A process exit is not an API event: check it a bounded number of times.
     for _ in range(200):

@@ -85,17 +85,20 @@ def replicated_job(
 
 
 def jobset(plane: LocalPlane, name: str) -> dict[str, Any]:
-    return plane.server.get_object("jobset.x-k8s.io/v1alpha2", "jobsets", "default", name) or {}
+    return (
+        plane.server.storage.get_object("jobset.x-k8s.io/v1alpha2", "jobsets", "default", name)
+        or {}
+    )
 
 
 def jobs_status(plane: LocalPlane, name: str) -> list[tuple[str, int]]:
     """The TrainJob's status.jobsStatus as (name, suspended) pairs."""
-    job = plane.server.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, "default", name) or {}
+    job = plane.server.storage.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, "default", name) or {}
     return [(x["name"], x["suspended"]) for x in (job.get("status") or {}).get("jobsStatus") or []]
 
 
 def pods(plane: LocalPlane) -> list[dict[str, Any]]:
-    return plane.server.objects("v1", "pods", "default")
+    return plane.server.storage.objects("v1", "pods", "default")
 
 
 async def test_failure_policy_max_restarts_restarts_the_whole_job(
@@ -194,21 +197,24 @@ async def test_suspend_then_resume(plane: LocalPlane, tmp_path: Path) -> None:
     await until(plane, lambda: (jobset(plane, "paused").get("spec") or {}).get("suspend"))
 
     def suspended_jobs() -> list[dict[str, Any]]:
-        jobs = plane.server.objects("batch/v1", "jobs", "default")
+        jobs = plane.server.storage.objects("batch/v1", "jobs", "default")
         return [j for j in jobs if (j.get("spec") or {}).get("suspend")]
 
     await until(plane, suspended_jobs)
     # The TrainJob reports its suspended Job; once it does, the controller has nothing more to
     # write until the resume (see the module docstring on concurrent writes).
     await until(plane, lambda: jobs_status(plane, "paused") == [("node", 1)])
-    await plane.server.gc.idle()
+    await plane.server.storage.gc.idle()
     assert pods(plane) == []
     assert not ran.exists()
 
     await plane.kube.patch(r.TRAINJOBS, "default", "paused", {"spec": {"suspend": False}})
     await until(plane, lambda: condition(plane, "paused", "Complete"), timeout=45)
     assert ran.read_text() == "ran"
-    obj = plane.server.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, "default", "paused") or {}
+    obj = (
+        plane.server.storage.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, "default", "paused")
+        or {}
+    )
     resumed = next(x for x in obj["status"]["conditions"] if x["type"] == c.COND_SUSPENDED)
     assert (resumed["status"], resumed["reason"]) == ("False", c.REASON_RESUMED)
 
@@ -283,10 +289,10 @@ async def test_the_mpi_example_fails_clearly_without_mpi_on_this_host(plane: Loc
                 if "terminated" in (st.get("state") or {}):
                     terminations.append(st["state"]["terminated"])
 
-    plane.server.store.on_write.append(record)
+    plane.server.storage.store.on_write.append(record)
     name = await apply_example(plane, "examples/mpi/trainjob.yaml")
     failed = await until(plane, lambda: condition(plane, name, "Failed"), timeout=45)
-    plane.server.store.on_write.remove(record)
+    plane.server.storage.store.on_write.remove(record)
     assert failed["reason"] == "FailedJobs"
     assert f"first failed job: {name}-node-0" in failed["message"]
     assert terminations, "node 0's container never terminated"

@@ -148,7 +148,10 @@ async def test_the_sdk_trains_a_function_waits_and_reads_its_logs(
     await sdk(lambda: client.delete_job(name))
     await until(
         plane,
-        lambda: plane.server.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, "default", name) is None,
+        lambda: (
+            plane.server.storage.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, "default", name)
+            is None
+        ),
         timeout=30,
     )
 

@@ -35,7 +35,7 @@ class Plane:
         def wake(_ev: Event) -> None:
             changed.set()
 
-        self.server.store.on_write.append(wake)
+        self.server.storage.store.on_write.append(wake)
         try:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
@@ -52,10 +52,10 @@ class Plane:
                 except TimeoutError:
                     continue
         finally:
-            self.server.store.on_write.remove(wake)
+            self.server.storage.store.on_write.remove(wake)
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.server.get_object(api_version, kind, namespace, name)
+        return self.server.storage.get_object(api_version, kind, namespace, name)
 
     def trainjob(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.get(f"{GROUP}/{VERSION}", "trainjobs", namespace, name)
@@ -66,7 +66,7 @@ class Plane:
     def writes(self, *, manager: str | None = None) -> list[Any]:
         return [
             r
-            for r in self.server.hooks.writes()
+            for r in self.server.storage.hooks.writes()
             if manager is None or r.field_manager == manager or r.user_agent.startswith(manager)
         ]
 
@@ -76,10 +76,10 @@ async def local_plane(*, runtimes: bool = True) -> AsyncIterator[Plane]:
     server = APIServer()
     await server.start()
     for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
-        server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+        server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     if runtimes:
         for doc in builtin_runtime_documents():
-            server.create_direct(f"{GROUP}/{VERSION}", "ClusterTrainingRuntime", dict(doc))
+            server.storage.create_direct(f"{GROUP}/{VERSION}", "ClusterTrainingRuntime", dict(doc))
     with tempfile.NamedTemporaryFile(suffix=".kubeconfig") as kubeconfig:
         server.write_kubeconfig(kubeconfig.name)
         api = await new_api_client(kubeconfig.name)

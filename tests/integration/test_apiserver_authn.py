@@ -115,7 +115,7 @@ def assert_status(status: int, body: Any, code: int, reason: str) -> None:
 
 
 def pods(env: Env) -> list[str]:
-    return [p["metadata"]["name"] for p in env.server.objects("v1", "pods")]
+    return [p["metadata"]["name"] for p in env.server.storage.objects("v1", "pods")]
 
 
 # --- authentication ---------------------------------------------------------------------------
@@ -372,13 +372,13 @@ async def test_impersonation_is_for_those_rbac_allows(env: Env) -> None:
 async def test_a_pod_posted_as_a_browser_can_post_it_is_415_and_nothing_runs(
     env: Env, content_type: str | None
 ) -> None:
-    rv = env.server.store.rv
+    rv = env.server.storage.store.rv
     status, answer = await env.admin("POST", PODS, POD, content_type=content_type)
     assert_status(status, answer, 415, "UnsupportedMediaType")
     # Nothing stored, so the executor (which runs stored pods) has nothing to run.
     assert pods(env) == []
-    assert env.server.store.rv == rv
-    assert [(r.verb, r.resource, r.code) for r in env.server.hooks.writes()] == [
+    assert env.server.storage.store.rv == rv
+    assert [(r.verb, r.resource, r.code) for r in env.server.storage.hooks.writes()] == [
         ("create", "pods", 415)
     ]
 

@@ -58,7 +58,7 @@ def healthy(path: Path) -> None:
     async def fill() -> None:
         server = APIServer(state_file=str(path))
         for i in range(20):
-            server.create_direct(
+            server.storage.create_direct(
                 "v1", "ConfigMap", {"metadata": {"name": f"cm-{i}"}, "data": {"k": MARKER}}
             )
         await server.stop()
@@ -325,7 +325,7 @@ def test_reset_damaged_state_also_moves_a_file_with_a_bad_row_aside(
     damaged_bytes = state.read_bytes()
     server = APIServer(state_file=str(state), reset_damaged_state=True)
     try:
-        assert server.objects("v1", "configmaps", "default") == []
+        assert server.storage.objects("v1", "configmaps", "default") == []
     finally:
         asyncio.run(server.stop())
     # (its -wal and -shm files, when SQLite left them, are moved beside it)
@@ -335,6 +335,6 @@ def test_reset_damaged_state_also_moves_a_file_with_a_bad_row_aside(
     assert moved.read_bytes() == damaged_bytes
     again = APIServer(state_file=str(state))  # the fresh file is healthy
     try:
-        assert again.objects("v1", "configmaps", "default") == []
+        assert again.storage.objects("v1", "configmaps", "default") == []
     finally:
         asyncio.run(again.stop())

@@ -78,14 +78,14 @@ async def test_what_a_mutating_webhook_returns_is_checked_like_a_request() -> No
     server = APIServer()
     await server.start()
     try:
-        server.create_direct(
+        server.storage.create_direct(
             "admissionregistration.k8s.io/v1",
             "MutatingWebhookConfiguration",
             configuration(f"https://127.0.0.1:{port}/mutate", bundle.ca_cert),
         )
-        cms = server.resource("v1", "configmaps")
+        cms = server.storage.resource("v1", "configmaps")
         with pytest.raises(APIError) as err:
-            await server.create(
+            await server.storage.create(
                 cms,
                 "default",
                 {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hooked"}},
@@ -93,7 +93,7 @@ async def test_what_a_mutating_webhook_returns_is_checked_like_a_request() -> No
         assert REVIEWS == ["CREATE"]
         cause = err.value.details["causes"][0]
         assert (err.value.code, cause["field"]) == (422, "metadata.labels")
-        assert server.get_object("v1", "configmaps", "default", "hooked") is None
+        assert server.storage.get_object("v1", "configmaps", "default", "hooked") is None
     finally:
         await server.stop()
         await runner.cleanup()

@@ -52,6 +52,6 @@ async def test_request_bodies_are_capped() -> None:
         ):
             assert resp.status == 413
             assert (await resp.json())["reason"] == "RequestEntityTooLarge"
-        assert server.get_object("v1", "configmaps", "default", "big") is None
+        assert server.storage.get_object("v1", "configmaps", "default", "big") is None
     finally:
         await server.stop()

@@ -101,7 +101,9 @@ async def test_a_failed_persist_answers_503_fast_and_nobody_sees_the_write(
         await server.stop()
     server = await started(path)
     try:
-        names = {o["metadata"]["name"] for o in server.objects("v1", "configmaps", "default")}
+        names = {
+            o["metadata"]["name"] for o in server.storage.objects("v1", "configmaps", "default")
+        }
         assert names == {"kept", "after"}
     finally:
         await server.stop()
@@ -115,7 +117,7 @@ async def test_a_second_server_on_the_same_file_is_refused(tmp_path: Path) -> No
             APIServer(state_file=str(path))
     finally:
         await server.stop()
-    APIServer(state_file=str(path)).close()
+    APIServer(state_file=str(path)).storage.close()
 
 
 def owned_by(owner: dict[str, Any], name: str) -> dict[str, Any]:
@@ -136,32 +138,38 @@ async def test_collection_interrupted_by_a_stop_is_finished_at_the_next_start(
     foreground and orphan deletion and a namespace termination are left half done."""
     path = tmp_path / "state.db"
     server = await started(path)
-    rt = server.resource("v1", "configmaps")
+    rt = server.storage.resource("v1", "configmaps")
     owners = {
-        policy: server.create_direct("v1", "ConfigMap", configmap(f"owner-{policy.lower()}"))
+        policy: server.storage.create_direct(
+            "v1", "ConfigMap", configmap(f"owner-{policy.lower()}")
+        )
         for policy in ("Background", "Foreground", "Orphan")
     }
     for policy, owner in owners.items():
         for i in range(3):
-            server.create_direct("v1", "ConfigMap", owned_by(owner, f"dep-{policy.lower()}-{i}"))
-    server.create_direct("v1", "Namespace", {"metadata": {"name": "doomed"}})
-    server.create_direct("v1", "ConfigMap", configmap("inside", namespace="doomed"))
-    await server.gc.stop()
+            server.storage.create_direct(
+                "v1", "ConfigMap", owned_by(owner, f"dep-{policy.lower()}-{i}")
+            )
+    server.storage.create_direct("v1", "Namespace", {"metadata": {"name": "doomed"}})
+    server.storage.create_direct("v1", "ConfigMap", configmap("inside", namespace="doomed"))
+    await server.storage.gc.stop()
     for policy in owners:
-        await server.delete(rt, "default", f"owner-{policy.lower()}", policy=policy)
-    await server.delete(server.resource("v1", "namespaces"), "", "doomed")
+        await server.storage.delete(rt, "default", f"owner-{policy.lower()}", policy=policy)
+    await server.storage.delete(server.storage.resource("v1", "namespaces"), "", "doomed")
     await server.stop()
 
     server = await started(path)
     try:
-        await asyncio.wait_for(server.gc.idle(), 20)
-        names = {o["metadata"]["name"] for o in server.objects("v1", "configmaps", "default")}
+        await asyncio.wait_for(server.storage.gc.idle(), 20)
+        names = {
+            o["metadata"]["name"] for o in server.storage.objects("v1", "configmaps", "default")
+        }
         assert names == {"dep-orphan-0", "dep-orphan-1", "dep-orphan-2"}
         for name in names:
-            obj = server.get_object("v1", "configmaps", "default", name)
+            obj = server.storage.get_object("v1", "configmaps", "default", name)
             assert obj is not None and "ownerReferences" not in obj["metadata"]
-        assert server.get_object("v1", "namespaces", "", "doomed") is None
-        assert server.objects("v1", "configmaps", "doomed") == []
+        assert server.storage.get_object("v1", "namespaces", "", "doomed") is None
+        assert server.storage.objects("v1", "configmaps", "doomed") == []
     finally:
         await server.stop()
 
@@ -169,20 +177,20 @@ async def test_collection_interrupted_by_a_stop_is_finished_at_the_next_start(
 async def test_a_dependent_keeps_its_remaining_owners_after_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     server = await started(path)
-    rt = server.resource("v1", "configmaps")
-    gone = server.create_direct("v1", "ConfigMap", configmap("gone"))
-    stays = server.create_direct("v1", "ConfigMap", configmap("stays"))
+    rt = server.storage.resource("v1", "configmaps")
+    gone = server.storage.create_direct("v1", "ConfigMap", configmap("gone"))
+    stays = server.storage.create_direct("v1", "ConfigMap", configmap("stays"))
     dep = owned_by(gone, "dep")
     dep["metadata"]["ownerReferences"] += owned_by(stays, "x")["metadata"]["ownerReferences"]
-    server.create_direct("v1", "ConfigMap", dep)
-    await server.gc.stop()
-    await server.delete(rt, "default", "gone")
+    server.storage.create_direct("v1", "ConfigMap", dep)
+    await server.storage.gc.stop()
+    await server.storage.delete(rt, "default", "gone")
     await server.stop()
 
     server = await started(path)
     try:
-        await asyncio.wait_for(server.gc.idle(), 20)
-        kept = server.get_object("v1", "configmaps", "default", "dep")
+        await asyncio.wait_for(server.storage.gc.idle(), 20)
+        kept = server.storage.get_object("v1", "configmaps", "default", "dep")
         assert kept is not None
         assert [r["name"] for r in kept["metadata"]["ownerReferences"]] == ["stays"]
     finally:
@@ -212,9 +220,9 @@ async def test_a_file_from_before_row_checksums_is_upgraded_in_place(tmp_path: P
     old.close()
     server = await started(path)
     try:
-        kept = server.get_object("v1", "configmaps", "default", "old")
+        kept = server.storage.get_object("v1", "configmaps", "default", "old")
         assert kept is not None and kept["metadata"]["uid"] == "u1"
-        created = server.create_direct("v1", "ConfigMap", configmap("new"))
+        created = server.storage.create_direct("v1", "ConfigMap", configmap("new"))
         assert int(created["metadata"]["resourceVersion"]) > 9
     finally:
         await server.stop()
@@ -228,9 +236,9 @@ async def test_a_file_from_before_row_checksums_is_upgraded_in_place(tmp_path: P
 async def test_collection_whose_write_cannot_be_stored_is_retried(tmp_path: Path) -> None:
     server = await started(tmp_path / "state.db")
     try:
-        owner = server.create_direct("v1", "ConfigMap", configmap("owner"))
-        server.create_direct("v1", "ConfigMap", owned_by(owner, "dep"))
-        persist = server.store.backend
+        owner = server.storage.create_direct("v1", "ConfigMap", configmap("owner"))
+        server.storage.create_direct("v1", "ConfigMap", owned_by(owner, "dep"))
+        persist = server.storage.store.backend
         assert persist is not None
         failures: list[int] = []
 
@@ -240,12 +248,12 @@ async def test_collection_whose_write_cannot_be_stored_is_retried(tmp_path: Path
                 raise APIError(503, "ServiceUnavailable", "injected: the disk is full")
             persist(writes)
 
-        await asyncio.wait_for(server.gc.idle(), 20)  # nothing queued but what follows
-        await server.delete(server.resource("v1", "configmaps"), "default", "owner")
+        await asyncio.wait_for(server.storage.gc.idle(), 20)  # nothing queued but what follows
+        await server.storage.delete(server.storage.resource("v1", "configmaps"), "default", "owner")
         # The owner's delete is stored; the collector's first two writes are not.
-        server.store.backend = failing_twice
-        await asyncio.wait_for(server.gc.idle(), 20)
+        server.storage.store.backend = failing_twice
+        await asyncio.wait_for(server.storage.gc.idle(), 20)
         assert failures == [1, 1]
-        assert server.get_object("v1", "configmaps", "default", "dep") is None
+        assert server.storage.get_object("v1", "configmaps", "default", "dep") is None
     finally:
         await server.stop()

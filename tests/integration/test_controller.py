@@ -407,7 +407,7 @@ async def test_a_settled_trainjob_costs_no_writes_on_resync(
     await plane.until(
         lambda: not controller.queue.processing and not len(controller.queue), what="idle"
     )
-    before = len(plane.server.hooks.writes())
+    before = len(plane.server.storage.hooks.writes())
     for _ in range(3):
         await controller.reconciler.reconcile("default/settled")
-    assert len(plane.server.hooks.writes()) == before
+    assert len(plane.server.storage.hooks.writes()) == before

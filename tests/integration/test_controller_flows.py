@@ -77,7 +77,7 @@ class Running:
     ) -> Any:
         """Wait until ``check()`` is truthy, re-checking after every API write, every finished
         reconcile and every change the controller's caches see (no sleeping)."""
-        store = self.plane.server.store
+        store = self.plane.server.storage.store
         store.on_write.append(self.observer.poke)
         try:
             return await until(self.observer.changed, check, timeout, what)
@@ -704,7 +704,7 @@ async def test_trainjob_deleted_mid_reconcile_leaves_nothing_behind(
             await plane.kube.create(trainjob("gone", trainer={"numNodes": 2}))
             await plane.kube.delete(r.TRAINJOBS, "default", "gone")
         else:
-            plane.server.hooks.on_request.append(delete_on_first_write)
+            plane.server.storage.hooks.on_request.append(delete_on_first_write)
             await plane.kube.create(trainjob("gone", trainer={"numNodes": 2}))
             await plane.until(lambda: deleting, what="the controller's first write")
             assert await deleting[0]
@@ -718,7 +718,7 @@ async def test_trainjob_deleted_mid_reconcile_leaves_nothing_behind(
             ),
             what="queue drained",
         )
-        await plane.server.gc.idle()
+        await plane.server.storage.gc.idle()
         assert plane.trainjob("default", "gone") is None
         assert plane.jobset("default", "gone") is None
         assert plane.get("v1", "configmaps", "default", "gone-runtime-snapshot") is None
@@ -765,21 +765,21 @@ async def test_a_trainjob_costs_the_minimum_writes_and_a_resync_none(
     env: Running, runtime: str, expected: dict[tuple[str, str], int]
 ) -> None:
     plane, ctl = env.plane, env.ctl
-    start = len(plane.server.hooks.log)
+    start = len(plane.server.storage.hooks.log)
     job = trainjob("cost", trainer={"numNodes": 2})
     job["spec"]["runtimeRef"]["name"] = runtime
     await plane.kube.create(job)
     await pending_job(plane, "cost")
     caches = ctl.caches
     await env.settle(caches.trainjobs, caches.jobsets, caches.config_maps, caches.secrets)
-    records = [x for x in plane.server.hooks.log[start:] if "marker" not in x.name]
+    records = [x for x in plane.server.storage.hooks.log[start:] if "marker" not in x.name]
     assert controller_writes(records) == Counter(expected)
     assert events(records) == 1  # Normal JobSetCreated
     assert all(x.code < 300 for x in records if x.is_write)
     # One reconcile did it all (plus one of the TrainJob marker, which writes nothing).
     assert env.observer.counts == {"success": 2}
 
-    before = len(plane.server.hooks.log)
+    before = len(plane.server.storage.hooks.log)
     for key in [f"{ns}/{name}" for ns, name in ctl.caches.trainjobs.keys()]:  # noqa: SIM118
         await ctl.reconciler.reconcile(key)
-    assert [x for x in plane.server.hooks.log[before:] if x.is_write] == []
+    assert [x for x in plane.server.storage.hooks.log[before:] if x.is_write] == []

@@ -85,14 +85,14 @@ class Replica:
 @pytest.fixture
 async def plane() -> AsyncIterator[Plane]:
     async with local_plane() as p:
-        p.server.create_direct("v1", "Namespace", {"metadata": {"name": "kubeflow-system"}})
+        p.server.storage.create_direct("v1", "Namespace", {"metadata": {"name": "kubeflow-system"}})
         yield p
 
 
 async def test_controller_with_webhook_probes_and_metrics(plane: Plane) -> None:
     port = free_port()
     for cfg in configurations(port):
-        plane.server.create_direct(cfg["apiVersion"], cfg["kind"], cfg)
+        plane.server.storage.create_direct(cfg["apiVersion"], cfg["kind"], cfg)
     replica = Replica(
         plane, config(port), ProcessOptions(webhook=True, webhook_extra_hosts=("127.0.0.1",))
     )
@@ -166,7 +166,9 @@ async def test_two_replicas_only_the_leader_reconciles_and_hands_over(plane: Pla
         assert not follower.state.elector.is_leader
         await plane.kube.create(trainjob("one"))
         await plane.until(lambda: plane.jobset("default", "one"), what="JobSet from the leader")
-        writers = {r.user_agent for r in plane.server.hooks.writes() if r.resource == "jobsets"}
+        writers = {
+            r.user_agent for r in plane.server.storage.hooks.writes() if r.resource == "jobsets"
+        }
         assert len(writers) == 1
         # Stop the leader: the follower takes over (graceful release: at once).
         loop = asyncio.get_running_loop()
@@ -190,7 +192,7 @@ async def test_tls_settings_reach_the_webhook_and_metrics_servers(plane: Plane) 
     webhook and the metrics server negotiate (our certificates use ECDSA keys)."""
     port = free_port()
     for cfg in configurations(port):
-        plane.server.create_direct(cfg["apiVersion"], cfg["kind"], cfg)
+        plane.server.storage.create_direct(cfg["apiVersion"], cfg["kind"], cfg)
     text = f"""
 apiVersion: config.trainer.kubeflow.org/v1alpha1
 kind: Configuration
@@ -257,7 +259,7 @@ async def test_metrics_auth_lets_only_authorized_service_accounts_scrape(plane: 
             gvr=accounts,
         )
     rbac = "rbac.authorization.k8s.io/v1"
-    plane.server.create_direct(
+    plane.server.storage.create_direct(
         rbac,
         "ClusterRole",
         {
@@ -265,7 +267,7 @@ async def test_metrics_auth_lets_only_authorized_service_accounts_scrape(plane: 
             "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
         },
     )
-    plane.server.create_direct(
+    plane.server.storage.create_direct(
         rbac,
         "ClusterRoleBinding",
         {

@@ -62,7 +62,7 @@ class Requests:
         self.events = 0  # of which Event creations
         self.status_patched: set[str] = set()
         self.created = 0
-        plane.server.hooks.on_request.append(self.record)
+        plane.server.storage.hooks.on_request.append(self.record)
 
     def record(self, rec: RequestRecord) -> None:
         if rec.user_agent.startswith(CONTROLLER_AGENT):
@@ -83,7 +83,7 @@ class Requests:
 def job_names(plane: Plane) -> set[str]:
     return {
         o["metadata"]["name"]
-        for o in plane.server.objects(f"{GROUP}/{VERSION}", "trainjobs", "default")
+        for o in plane.server.storage.objects(f"{GROUP}/{VERSION}", "trainjobs", "default")
         if not o["metadata"]["name"].startswith("marker")
     }
 
@@ -100,19 +100,19 @@ def check_converged(plane: Plane, expected: set[str]) -> None:
     ConfigMap belongs to an existing TrainJob."""
     jobs = {
         o["metadata"]["name"]: o
-        for o in plane.server.objects(f"{GROUP}/{VERSION}", "trainjobs", "default")
+        for o in plane.server.storage.objects(f"{GROUP}/{VERSION}", "trainjobs", "default")
         if not o["metadata"]["name"].startswith("marker")
     }
     assert set(jobs) == expected
     uids = {o["metadata"]["uid"]: name for name, o in jobs.items()}
     jobsets = [
         o
-        for o in plane.server.objects("jobset.x-k8s.io/v1alpha2", "jobsets", "default")
+        for o in plane.server.storage.objects("jobset.x-k8s.io/v1alpha2", "jobsets", "default")
         if not o["metadata"]["name"].startswith("marker")
     ]
     owned_maps = [
         o
-        for o in plane.server.objects("v1", "configmaps", "default")
+        for o in plane.server.storage.objects("v1", "configmaps", "default")
         if o["metadata"].get("ownerReferences")
     ]
     by_owner: dict[str, Counter[str]] = {name: Counter() for name in jobs}
@@ -204,7 +204,7 @@ async def test_restarts_during_a_burst_leave_exactly_one_of_everything(plane: Pl
                     )
                     caches = run.ctl.caches
                     await run.settle(caches.trainjobs, caches.jobsets, caches.config_maps)
-                    await plane.server.gc.idle()
+                    await plane.server.storage.gc.idle()
                     check_converged(plane, set(names))
                     # Settled: reconciling everything again writes nothing.
                     writes = requests.controller_writes
@@ -266,12 +266,12 @@ async def test_faults_mid_burst_converge_without_a_crash_loop(plane: Plane) -> N
             start = requests.controller
             writes = patch_faults()
             for fault in writes:
-                plane.server.hooks.inject(fault)
+                plane.server.storage.hooks.inject(fault)
             streams: list[Fault] = []
             for i, name in enumerate(names):
                 await plane.kube.create(trainjob(name, trainer={"numNodes": 2}))
                 if i in (FAULT_BURST // 3, 2 * FAULT_BURST // 3):
-                    streams += [plane.server.hooks.inject(f) for f in stream_faults()]
+                    streams += [plane.server.storage.hooks.inject(f) for f in stream_faults()]
                     cut_and_compact(plane)
             await run.until(
                 lambda: all(
@@ -286,7 +286,7 @@ async def test_faults_mid_burst_converge_without_a_crash_loop(plane: Plane) -> N
             )
             caches = run.ctl.caches
             await run.settle(caches.trainjobs, caches.jobsets, caches.config_maps, caches.secrets)
-            await plane.server.gc.idle()
+            await plane.server.storage.gc.idle()
             check_converged(plane, set(names))
             for fault in [*writes, *streams]:
                 assert fault.fired == fault.times, fault  # every fault really happened
@@ -307,11 +307,11 @@ def cut_and_compact(plane: Plane) -> None:
     """Cut every watch stream and forget the watch history, so every informer comes back
     with a resourceVersion that is too old (410) and must list again. A write nobody watches
     first moves the store past any resourceVersion an informer has seen."""
-    plane.server.create_direct(
-        "v1", "ConfigMap", {"metadata": {"name": f"bump-{plane.server.store.rv}"}}
+    plane.server.storage.create_direct(
+        "v1", "ConfigMap", {"metadata": {"name": f"bump-{plane.server.storage.store.rv}"}}
     )
-    plane.server.store.compact()
-    plane.server.store.close_watchers()
+    plane.server.storage.store.compact()
+    plane.server.storage.store.close_watchers()
 
 
 # --- the controller's own writes in its caches -------------------------------------------------

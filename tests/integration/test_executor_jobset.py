@@ -65,7 +65,7 @@ async def create_jobset(plane: Plane, name: str, rjobs: list[dict[str, Any]], **
 def pods_of(plane: Plane, job: str) -> list[dict[str, Any]]:
     return [
         p
-        for p in plane.server.objects("v1", "pods", "default")
+        for p in plane.server.storage.objects("v1", "pods", "default")
         if p["metadata"]["labels"].get("batch.kubernetes.io/job-name") == job
     ]
 
@@ -86,7 +86,7 @@ def events_about(plane: Plane, kind: str, name: str) -> list[tuple[str, str, str
     """(type, reason, message, source component) of the Events about one object, in order."""
     return [
         (e["type"], e["reason"], e["message"], e["source"]["component"])
-        for e in plane.server.objects("v1", "events", "default")
+        for e in plane.server.storage.objects("v1", "events", "default")
         if e["involvedObject"]["kind"] == kind and e["involvedObject"]["name"] == name
     ]
 

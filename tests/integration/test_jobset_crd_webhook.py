@@ -36,7 +36,9 @@ BASE: dict[str, Any] = {
 async def post() -> AsyncIterator[Any]:
     server = APIServer()
     await server.start()
-    server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crds.jobset_crd())
+    server.storage.create_direct(
+        "apiextensions.k8s.io/v1", "CustomResourceDefinition", crds.jobset_crd()
+    )
     connector = aiohttp.TCPConnector(ssl=server.client_ssl_context())
     async with aiohttp.ClientSession(connector=connector, headers=server.auth_headers()) as session:
 

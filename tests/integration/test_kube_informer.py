@@ -61,7 +61,7 @@ class Env:
     def requests(self, verb: str, resource: str = "configmaps") -> list[int]:
         return [
             rec.code
-            for rec in self.server.hooks.log
+            for rec in self.server.storage.hooks.log
             if (rec.verb, rec.resource) == (verb, resource)
         ]
 
@@ -171,12 +171,12 @@ async def test_reconnects_from_the_last_version_after_the_server_cuts_the_watch(
     await kube.create(configmap("before"))
     assert await take(events, 1) == [("ADDED", "before", None)]
 
-    server.store.close_watchers()  # a clean end of stream: reopen at once
+    server.storage.store.close_watchers()  # a clean end of stream: reopen at once
     await kube.create(configmap("after-cut"))
     assert await take(events, 1) == [("ADDED", "after-cut", None)]
 
-    server.hooks.inject(Fault("watch", "configmaps", 500, times=2))
-    server.store.close_watchers()  # the reconnect fails twice: back off, then resume
+    server.storage.hooks.inject(Fault("watch", "configmaps", 500, times=2))
+    server.storage.store.close_watchers()  # the reconnect fails twice: back off, then resume
     first, second = await sleeps.next(), await sleeps.next()
     assert 0.05 <= first <= 0.1 and 0.1 <= second <= 0.2
     await kube.create(configmap("after-errors"))
@@ -200,13 +200,13 @@ async def test_relist_after_compaction_reports_what_changed_meanwhile(env: Env) 
 
     # Park the informer in backoff (its reconnect fails), change things, compact the history.
     sleeps.gate.clear()
-    server.hooks.inject(Fault("watch", "configmaps", 500, times=1))
-    server.store.close_watchers()
+    server.storage.hooks.inject(Fault("watch", "configmaps", 500, times=1))
+    server.storage.store.close_watchers()
     await sleeps.next()
     await kube.delete(r.CONFIGMAPS, "default", "remove")
     await kube.patch(r.CONFIGMAPS, "default", "change", {"data": {"v": "2"}})
     await kube.create(configmap("new", v="1"))
-    server.store.compact()
+    server.storage.store.compact()
     sleeps.gate.set()
 
     # The watch from the old version gets 410; the relist reports the differences.
@@ -223,7 +223,7 @@ async def test_relist_after_compaction_reports_what_changed_meanwhile(env: Env) 
 
 
 async def test_backoff_on_list_errors_until_the_first_sync(env: Env) -> None:
-    env.server.hooks.inject(Fault("list", "configmaps", 500, times=3))
+    env.server.storage.hooks.inject(Fault("list", "configmaps", 500, times=3))
     sleeps = Sleeps()
     inf = env.informer(sleep=sleeps, backoff=Backoff(base=0.1, cap=0.3, rng=random.Random(1)))
     await inf.start(timeout=WAIT)
@@ -254,7 +254,9 @@ async def test_resync_re_emits_every_cached_object(env: Env) -> None:
     assert cached is not None
     rv = cached["metadata"]["resourceVersion"]
     assert await take(events, 2) == [("MODIFIED", "a", rv)] * 2
-    assert not [rec for rec in env.server.hooks.log if rec.is_write and rec.verb != "create"]
+    assert not [
+        rec for rec in env.server.storage.hooks.log if rec.is_write and rec.verb != "create"
+    ]
 
 
 async def test_a_failing_handler_does_not_stop_the_cache(env: Env) -> None:
@@ -308,7 +310,9 @@ async def test_optional_resource_waits_until_it_is_served(env: Env) -> None:
     assert inf.has_synced and not inf.served and inf.list() == []
     assert await sleeps.next() == 7.0  # the discovery retry, not the error backoff
 
-    server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", POD_GROUP_CRD)
+    server.storage.create_direct(
+        "apiextensions.k8s.io/v1", "CustomResourceDefinition", POD_GROUP_CRD
+    )
     group = {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
         "kind": "PodGroup",
@@ -320,7 +324,7 @@ async def test_optional_resource_waits_until_it_is_served(env: Env) -> None:
     assert await take(events, 1) == [("ADDED", "pg", None)]
     assert inf.served and inf.lists == 1
     assert env.requests("list", "podgroups") == [200]  # the 404 came before it was routable
-    assert [rec.code for rec in server.hooks.log if rec.code == 404] == [404]
+    assert [rec.code for rec in server.storage.hooks.log if rec.code == 404] == [404]
 
     await kube.create({**group, "metadata": {"name": "pg2", "namespace": "default"}})
     assert await take(events, 1) == [("ADDED", "pg2", None)]
@@ -338,8 +342,10 @@ async def test_start_times_out_while_the_resource_is_not_served(env: Env) -> Non
 
 async def test_optional_resource_that_goes_away(env: Env) -> None:
     kube, server = env.kube, env.server
-    server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", POD_GROUP_CRD)
-    server.create_direct(
+    server.storage.create_direct(
+        "apiextensions.k8s.io/v1", "CustomResourceDefinition", POD_GROUP_CRD
+    )
+    server.storage.create_direct(
         "scheduling.x-k8s.io/v1alpha1",
         "PodGroup",
         {"metadata": {"name": "pg", "namespace": "default"}, "spec": {}},
@@ -364,7 +370,7 @@ async def test_optional_resource_that_goes_away(env: Env) -> None:
     assert await kube.delete(r.CRDS, None, "podgroups.scheduling.x-k8s.io")
     deleted = sorted(await take(events, 2))  # the objects go first
     assert [d[:2] for d in deleted] == [("DELETED", "pg"), ("DELETED", "pg2")]
-    server.store.close_watchers()  # then the stream ends, as a real server does
+    server.storage.store.close_watchers()  # then the stream ends, as a real server does
     assert await sleeps.next() <= 0.1  # the watch gets 404: back off, then relist
     sleeps.gate.set()
     assert await sleeps.next() == 7.0  # the relist gets 404 too: wait for discovery
@@ -378,8 +384,8 @@ async def test_watch_answering_410_relists(env: Env) -> None:
     events = recorder(inf)
     await inf.start()
     await take(events, 1)
-    server.hooks.inject(Fault("watch", "configmaps", 410, times=1))
-    server.store.close_watchers()
+    server.storage.hooks.inject(Fault("watch", "configmaps", 410, times=1))
+    server.storage.store.close_watchers()
     await kube.create(configmap("b"))
     assert await take(events, 1) == [("ADDED", "b", None)]  # by the relist or the watch
     await kube.create(configmap("c"))

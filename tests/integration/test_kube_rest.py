@@ -36,7 +36,7 @@ async def env() -> AsyncIterator[Env]:
     server = APIServer()
     await server.start()
     for crd in crds.trainer_crds():
-        server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+        server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     with tempfile.NamedTemporaryFile(suffix=".kubeconfig") as kubeconfig:
         server.write_kubeconfig(kubeconfig.name)
         api = await new_api_client(kubeconfig.name)
@@ -160,7 +160,9 @@ async def test_server_side_apply_creates_then_updates(env: Env) -> None:
     updated = await kube.apply(configmap("ssa", {"a": "1"}), "trainer")
     assert updated["data"] == {"a": "1"}  # the field the manager stopped applying is removed
     assert updated["metadata"]["uid"] == created["metadata"]["uid"]
-    applies = [(rec.code, rec.field_manager) for rec in server.hooks.log if rec.verb == "patch"]
+    applies = [
+        (rec.code, rec.field_manager) for rec in server.storage.hooks.log if rec.verb == "patch"
+    ]
     assert applies == [(201, "trainer"), (200, "trainer")]
 
     dry = await kube.apply(configmap("ssa", {"a": "dry"}), "trainer", dry_run=True)
@@ -202,11 +204,11 @@ async def test_status_patch_changes_only_status(env: Env) -> None:
 
 async def test_errors_and_metrics(env: Env) -> None:
     kube, server = env.kube, env.server
-    server.hooks.inject(Fault("get", "configmaps", 503, times=1))
+    server.storage.hooks.inject(Fault("get", "configmaps", 503, times=1))
     with pytest.raises(APIError) as unavailable:
         await kube.get(r.CONFIGMAPS, "default", "x")
     assert unavailable.value.status == 503 and unavailable.value.is_retryable
-    server.hooks.inject(Fault("create", "configmaps", 429, times=1))
+    server.storage.hooks.inject(Fault("create", "configmaps", 429, times=1))
     with pytest.raises(APIError) as throttled:
         await kube.create(configmap("x", {}))
     assert throttled.value.is_retryable and throttled.value.reason == "TooManyRequests"
@@ -291,19 +293,19 @@ async def test_watch_from_a_compacted_version_raises_expired(env: Env) -> None:
     kube, server = env.kube, env.server
     _, rv = await kube.list(r.CONFIGMAPS, "default")
     await kube.create(configmap("later", {}))
-    server.store.compact()
+    server.storage.store.compact()
     with pytest.raises(Expired) as gone:
         async with contextlib.aclosing(kube.watch(r.CONFIGMAPS, "default", rv, 5)) as events:
             async for _ in events:
                 pass
     assert gone.value.status == 410 and gone.value.is_gone
 
-    server.hooks.inject(Fault("watch", "configmaps", 410, times=1))
+    server.storage.hooks.inject(Fault("watch", "configmaps", 410, times=1))
     with pytest.raises(Expired):
         async with contextlib.aclosing(kube.watch(r.CONFIGMAPS, "default", rv, 5)) as events:
             async for _ in events:
                 pass
-    server.hooks.inject(Fault("watch", "configmaps", 500, times=1))
+    server.storage.hooks.inject(Fault("watch", "configmaps", 500, times=1))
     with pytest.raises(APIError) as failed:
         async with contextlib.aclosing(kube.watch(r.CONFIGMAPS, "default", rv, 5)) as events:
             async for _ in events:

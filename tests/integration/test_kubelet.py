@@ -46,7 +46,7 @@ class Env:
         def wake(_ev: Event) -> None:
             changed.set()
 
-        self.server.store.on_write.append(wake)
+        self.server.storage.store.on_write.append(wake)
         try:
             async with asyncio.timeout(timeout):
                 while not (result := check()):
@@ -56,12 +56,12 @@ class Env:
         except TimeoutError:
             raise AssertionError(f"timed out waiting for {what}: {self.pod_now()}") from None
         finally:
-            self.server.store.on_write.remove(wake)
+            self.server.storage.store.on_write.remove(wake)
 
     def pod_now(self, name: str = "") -> Any:
         if not name:
-            return [p.get("status") for p in self.server.objects("v1", "Pod")]
-        return self.server.get_object("v1", "pods", NS, name)
+            return [p.get("status") for p in self.server.storage.objects("v1", "Pod")]
+        return self.server.storage.get_object("v1", "pods", NS, name)
 
     def phase(self, name: str) -> str:
         return str(((self.pod_now(name) or {}).get("status") or {}).get("phase"))
@@ -508,7 +508,7 @@ def pod_events(env: Env, name: str) -> list[tuple[str, str, str, str]]:
     """(type, reason, message, source component) of the Events about pod ``name``."""
     return [
         (e["type"], e["reason"], e["message"], e["source"]["component"])
-        for e in env.server.objects("v1", "events", NS)
+        for e in env.server.storage.objects("v1", "events", NS)
         if e["involvedObject"]["kind"] == "Pod" and e["involvedObject"]["name"] == name
     ]
 

@@ -98,7 +98,7 @@ class Cluster:
     new_replica: Callable[[str], Awaitable[Replica]]
 
     def lease(self) -> dict[str, Any]:
-        lease = self.server.get_object("coordination.k8s.io/v1", "Lease", NAMESPACE, LEASE)
+        lease = self.server.storage.get_object("coordination.k8s.io/v1", "Lease", NAMESPACE, LEASE)
         assert lease is not None
         return lease
 

@@ -166,8 +166,8 @@ def trainjob(name: str, runtime: str, kind: str = "ClusterTrainingRuntime", **sp
 @pytest.fixture
 async def plane() -> AsyncIterator[Plane]:
     async with local_plane() as p:
-        p.server.create_direct("v1", "Namespace", {"metadata": {"name": NAMESPACE}})
-        p.server.create_direct(
+        p.server.storage.create_direct("v1", "Namespace", {"metadata": {"name": NAMESPACE}})
+        p.server.storage.create_direct(
             "scheduling.k8s.io/v1", "PriorityClass", {"metadata": {"name": "high"}, "value": 1000}
         )
         yield p
@@ -216,7 +216,7 @@ async def test_rbac_is_exactly_what_the_controller_requests(
     await install_podgroup_crds(plane)  # before the start: the PodGroup caches watch at once
     port = free_port()
     for cfg in configurations(port):
-        plane.server.create_direct(cfg["apiVersion"], cfg["kind"], cfg)
+        plane.server.storage.create_direct(cfg["apiVersion"], cfg["kind"], cfg)
     with tempfile.NamedTemporaryFile(suffix=".kubeconfig") as kubeconfig:
         plane.server.write_kubeconfig(kubeconfig.name)
         api = await new_api_client(kubeconfig.name, qps_user_agent=AGENT)
@@ -242,7 +242,7 @@ async def test_rbac_is_exactly_what_the_controller_requests(
         await plane.until(
             lambda: any(
                 r.resource == "leases" and r.verb == "update" and r.user_agent.startswith(AGENT)
-                for r in plane.server.hooks.log
+                for r in plane.server.storage.hooks.log
             ),
             what="lease renewal",
         )
@@ -258,12 +258,12 @@ async def test_rbac_is_exactly_what_the_controller_requests(
     def ours(verb: str) -> set[tuple[str, str]]:
         return {
             (r.group, r.resource)
-            for r in plane.server.hooks.log
+            for r in plane.server.storage.hooks.log
             if r.verb == verb and r.user_agent.startswith(AGENT)
         }
 
     logged = asyncio.Event()
-    plane.server.hooks.on_request.append(lambda _rec: logged.set())
+    plane.server.storage.hooks.on_request.append(lambda _rec: logged.set())
 
     async def all_watches_logged() -> None:
         while not ours("list") - {("scheduling.k8s.io", "priorityclasses")} <= ours("watch"):
@@ -273,7 +273,7 @@ async def test_rbac_is_exactly_what_the_controller_requests(
     await asyncio.wait_for(all_watches_logged(), 10)
 
     rules = controller_rules()
-    records = [r for r in plane.server.hooks.log if r.user_agent.startswith(AGENT)]
+    records = [r for r in plane.server.storage.hooks.log if r.user_agent.startswith(AGENT)]
     assert records, "no request carried the controller's User-Agent"
     denied = sorted(
         {

@@ -38,7 +38,7 @@ async def plane(tmp_path: Path) -> AsyncIterator[LocalPlane]:
 async def until(plane: LocalPlane, check: Any, timeout: float = 60.0) -> Any:
     changed = asyncio.Event()
     hook = lambda _ev: changed.set()  # noqa: E731
-    plane.server.store.on_write.append(hook)
+    plane.server.storage.store.on_write.append(hook)
     try:
         async with asyncio.timeout(timeout):
             while not (result := check()):
@@ -46,15 +46,15 @@ async def until(plane: LocalPlane, check: Any, timeout: float = 60.0) -> Any:
                 await changed.wait()
             return result
     finally:
-        plane.server.store.on_write.remove(hook)
+        plane.server.storage.store.on_write.remove(hook)
 
 
 def trainjob(plane: LocalPlane) -> dict[str, Any]:
-    return plane.server.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, NS, NAME) or {}
+    return plane.server.storage.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, NS, NAME) or {}
 
 
 async def service_account_token(plane: LocalPlane, namespace: str, audience: str) -> str:
-    if plane.server.get_object("v1", "namespaces", "", namespace) is None:
+    if plane.server.storage.get_object("v1", "namespaces", "", namespace) is None:
         await plane.kube.request(
             "create", "namespaces", "POST", "/api/v1/namespaces",
             body={"metadata": {"name": namespace}},
@@ -107,16 +107,16 @@ async def test_progress_is_applied_kept_by_the_controller_and_replaced(
         }
     )
     tls = await until(
-        plane, lambda: plane.server.get_object("v1", "configmaps", NS, f"{NAME}-tls-config")
+        plane, lambda: plane.server.storage.get_object("v1", "configmaps", NS, f"{NAME}-tls-config")
     )
-    secret = plane.server.get_object(
+    secret = plane.server.storage.get_object(
         "v1", "secrets", "kubeflow-system", "kubeflow-trainer-webhook-cert"
     )
     assert secret is not None
     ca = tls["data"]["ca.crt"]
     assert tls["metadata"]["ownerReferences"][0]["name"] == NAME
     jobset = await until(
-        plane, lambda: plane.server.get_object(jsc.API_VERSION, "jobsets", NS, NAME)
+        plane, lambda: plane.server.storage.get_object(jsc.API_VERSION, "jobsets", NS, NAME)
     )
     pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}

@@ -185,7 +185,7 @@ async def test_another_users_bad_tokens_do_not_delay_a_real_report(plane: LocalP
             "spec": {"runtimeRef": {"name": "torch-local-cpu"}, "suspend": True},
         }
     )
-    secret = plane.server.get_object(
+    secret = plane.server.storage.get_object(
         "v1", "secrets", "kubeflow-system", "kubeflow-trainer-webhook-cert"
     )
     assert secret is not None
@@ -231,5 +231,5 @@ async def test_another_users_bad_tokens_do_not_delay_a_real_report(plane: LocalP
     assert 403 in forged and forged <= {403, 429}
     # The reports were measured while the flood was still being worked through.
     assert any(kind == "forged" and at > reported for kind, _, at in answers)
-    job = plane.server.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, NS, NAME) or {}
+    job = plane.server.storage.get_object(c.API_VERSION, c.PLURAL_TRAINJOBS, NS, NAME) or {}
     assert job["status"]["trainerStatus"] == REPORT["trainerStatus"]

@@ -113,13 +113,13 @@ async def env() -> AsyncIterator[Env]:
     server = APIServer()
     await server.start()
     for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
-        server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
-    server.create_direct("v1", "Namespace", {"metadata": {"name": "kubeflow-system"}})
+        server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+    server.storage.create_direct("v1", "Namespace", {"metadata": {"name": "kubeflow-system"}})
     runtime = yaml.safe_load((ROOT / "runtimes/torch-distributed.yaml").read_text())
-    server.create_direct(f"{GROUP}/{VERSION}", "ClusterTrainingRuntime", runtime)
+    server.storage.create_direct(f"{GROUP}/{VERSION}", "ClusterTrainingRuntime", runtime)
     port = free_port()
     for config in configurations(port):
-        server.create_direct(config["apiVersion"], config["kind"], config)
+        server.storage.create_direct(config["apiVersion"], config["kind"], config)
     with tempfile.NamedTemporaryFile(suffix=".kubeconfig") as kubeconfig:
         server.write_kubeconfig(kubeconfig.name)
         api = await new_api_client(kubeconfig.name)
@@ -141,14 +141,14 @@ async def env() -> AsyncIterator[Env]:
 
 
 async def test_certificates_are_stored_and_the_ca_bundle_injected(env: Env) -> None:
-    secret = env.server.get_object(
+    secret = env.server.storage.get_object(
         "v1", "secrets", "kubeflow-system", "kubeflow-trainer-webhook-cert"
     )
     assert secret is not None
     assert {"ca.crt", "tls.crt", "tls.key"} <= set(secret["data"])
     ca = base64.b64decode(secret["data"]["ca.crt"])
     for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
-        (config,) = env.server.objects("admissionregistration.k8s.io/v1", kind)
+        (config,) = env.server.storage.objects("admissionregistration.k8s.io/v1", kind)
         for hook in config["webhooks"]:
             assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca
             assert hook["rules"][0]["resources"]  # the strategic merge kept the rest
@@ -224,7 +224,7 @@ async def test_runtime_webhook_is_skipped_for_labelled_runtimes(env: Env) -> Non
 
 async def test_webhook_down_fails_closed(env: Env) -> None:
     # Point the validating configuration at a port nobody serves: failurePolicy Fail denies.
-    config = env.server.get_object(
+    config = env.server.storage.get_object(
         "admissionregistration.k8s.io/v1",
         "validatingwebhookconfigurations",
         "",

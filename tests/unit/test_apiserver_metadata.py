@@ -520,9 +520,11 @@ async def test_a_deletion_policy_replaces_the_other_policys_finalizer(
     from trainer.local.apiserver import APIServer  # noqa: PLC0415
 
     server = APIServer()
-    cms = server.resource("v1", "configmaps")
-    server.create_direct("v1", "ConfigMap", {"metadata": {"name": "f", "finalizers": before}})
-    deleted = await server.delete(cms, "default", "f", policy=policy)
+    cms = server.storage.resource("v1", "configmaps")
+    server.storage.create_direct(
+        "v1", "ConfigMap", {"metadata": {"name": "f", "finalizers": before}}
+    )
+    deleted = await server.storage.delete(cms, "default", "f", policy=policy)
     assert deleted["metadata"]["finalizers"] == after
     assert om.validate_finalizers(deleted["metadata"]["finalizers"], "metadata.finalizers") == []
 

@@ -27,7 +27,7 @@ def ago(**kw: float) -> str:
 @pytest.fixture
 def server() -> APIServer:
     s = APIServer()
-    s.hooks.clock.set(NOW)
+    s.storage.hooks.clock.set(NOW)
     return s
 
 
@@ -67,7 +67,7 @@ def test_trainjob_printer_columns(server: APIServer) -> None:
     running["spec"] = {"runtimeRef": {"name": "torch-distributed"}}
     body = {"kind": "TrainJobList", "metadata": {"resourceVersion": "42"}, "items": [done, running]}
 
-    tbl = table.to_table(server, rt, body, is_list=True, include_object="")
+    tbl = table.to_table(server.storage, rt, body, is_list=True, include_object="")
 
     assert tbl["kind"] == "Table" and tbl["apiVersion"] == "meta.k8s.io/v1"
     assert tbl["metadata"] == {"resourceVersion": "42"}
@@ -90,7 +90,7 @@ def test_crd_without_columns_prints_name_and_age(server: APIServer) -> None:
     rt = ResourceType("example.com", "v1", "Widget", "widgets", True, builtin=False, schema={})
     obj = {"metadata": {"name": "w", "creationTimestamp": ago(hours=3, minutes=5)}}
 
-    tbl = table.to_table(server, rt, obj, is_list=False, include_object="None")
+    tbl = table.to_table(server.storage, rt, obj, is_list=False, include_object="None")
 
     assert names(tbl) == ["Name", "Age"]
     assert tbl["columnDefinitions"][1]["type"] == "date"
@@ -114,7 +114,7 @@ def test_column_attributes_come_from_the_crd(server: APIServer) -> None:
     )
     obj = {"metadata": {"name": "w"}, "spec": {"size": 2, "tags": ["a"]}, "status": {"ok": True}}
 
-    tbl = table.to_table(server, rt, obj, is_list=False, include_object="None")
+    tbl = table.to_table(server.storage, rt, obj, is_list=False, include_object="None")
 
     size, ok, tags = tbl["columnDefinitions"][1:4]
     assert (size["priority"], ok["description"], tags["format"]) == (1, "d", "x")
@@ -156,9 +156,9 @@ def test_include_object(server: APIServer) -> None:
     rt = trainjob_type()
     obj = trainjob("x")
 
-    meta = table.to_table(server, rt, obj, is_list=False, include_object="Metadata")
-    full = table.to_table(server, rt, obj, is_list=False, include_object="Object")
-    none = table.to_table(server, rt, obj, is_list=False, include_object="None")
+    meta = table.to_table(server.storage, rt, obj, is_list=False, include_object="Metadata")
+    full = table.to_table(server.storage, rt, obj, is_list=False, include_object="Object")
+    none = table.to_table(server.storage, rt, obj, is_list=False, include_object="None")
 
     assert meta["rows"][0]["object"] == {
         "kind": "PartialObjectMetadata",
@@ -168,33 +168,33 @@ def test_include_object(server: APIServer) -> None:
     assert full["rows"][0]["object"] == obj
     assert "object" not in none["rows"][0]
     with pytest.raises(APIError) as err:
-        table.to_table(server, rt, obj, is_list=False, include_object="Everything")
+        table.to_table(server.storage, rt, obj, is_list=False, include_object="Everything")
     assert err.value.code == 400
     assert "includeObject" in err.value.message
 
 
 def test_list_paging_metadata_is_kept(server: APIServer) -> None:
-    rt = server.resource("v1", "ConfigMap")
+    rt = server.storage.resource("v1", "ConfigMap")
     body = {
         "metadata": {"resourceVersion": "9", "continue": "abc", "remainingItemCount": 4},
         "items": [],
     }
-    tbl = table.to_table(server, rt, body, is_list=True, include_object="Metadata")
+    tbl = table.to_table(server.storage, rt, body, is_list=True, include_object="Metadata")
     assert tbl["metadata"] == {"resourceVersion": "9", "continue": "abc", "remainingItemCount": 4}
     assert tbl["rows"] == []
 
 
 def test_single_object_table_carries_its_resource_version(server: APIServer) -> None:
-    rt = server.resource("v1", "ConfigMap")
+    rt = server.storage.resource("v1", "ConfigMap")
     obj = {"metadata": {"name": "c", "resourceVersion": "17"}, "data": {"a": "1"}}
-    tbl = table.to_table(server, rt, obj, is_list=False, include_object="")
+    tbl = table.to_table(server.storage, rt, obj, is_list=False, include_object="")
     assert tbl["metadata"] == {"resourceVersion": "17"}
 
 
 def test_watch_events_are_one_row_tables(server: APIServer) -> None:
     rt = trainjob_type()
     obj = trainjob("x", state="Failed", conditions=[{"type": "Failed", "status": "True"}])
-    line = table.watch_line(server, rt, "MODIFIED", obj, include_object="Metadata")
+    line = table.watch_line(server.storage, rt, "MODIFIED", obj, include_object="Metadata")
 
     event = json.loads(line)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
@@ -203,14 +203,14 @@ def test_watch_events_are_one_row_tables(server: APIServer) -> None:
     assert cells(event["object"]) == [["x", "Failed", "torch-distributed", 3, "5m"]]
 
     bookmark = {"kind": "TrainJob", "metadata": {"resourceVersion": "12"}}
-    marked = table.event_table(server, rt, "BOOKMARK", bookmark, include_object="Metadata")
+    marked = table.event_table(server.storage, rt, "BOOKMARK", bookmark, include_object="Metadata")
     assert (marked["kind"], marked["rows"], marked["metadata"]) == (
         "Table",
         [],
         {"resourceVersion": "12"},
     )
     status = {"kind": "Status", "code": 410}
-    assert table.event_table(server, rt, "ERROR", status, include_object="") is status
+    assert table.event_table(server.storage, rt, "ERROR", status, include_object="") is status
 
 
 @pytest.mark.parametrize(
@@ -319,8 +319,8 @@ RUNNING = {"running": {"startedAt": ago(hours=1)}}
     ],
 )
 def test_pod_columns(server: APIServer, obj: dict[str, Any], expected: list[Any]) -> None:
-    rt = server.resource("v1", "Pod")
-    tbl = table.to_table(server, rt, obj, is_list=False, include_object="None")
+    rt = server.storage.resource("v1", "Pod")
+    tbl = table.to_table(server.storage, rt, obj, is_list=False, include_object="None")
     assert names(tbl)[:5] == ["Name", "Ready", "Status", "Restarts", "Age"]
     assert [c["priority"] for c in tbl["columnDefinitions"]] == [0, 0, 0, 0, 0, 1, 1, 1, 1]
     row = cells(tbl)[0]
@@ -332,7 +332,7 @@ def test_terminating_pod(server: APIServer) -> None:
     obj = pod({"phase": "Running"})
     obj["metadata"]["deletionTimestamp"] = ago(seconds=1)
     tbl = table.to_table(
-        server, server.resource("v1", "Pod"), obj, is_list=False, include_object=""
+        server.storage, server.storage.resource("v1", "Pod"), obj, is_list=False, include_object=""
     )
     assert cells(tbl)[0][2] == "Terminating"
 
@@ -362,7 +362,7 @@ def test_terminating_pod(server: APIServer) -> None:
 def test_job_columns(
     server: APIServer, spec: dict[str, Any], status: dict[str, Any], expected: list[Any]
 ) -> None:
-    rt = server.resource("batch/v1", "Job")
+    rt = server.storage.resource("batch/v1", "Job")
     spec["template"] = {"spec": {"containers": [{"name": "node", "image": "python:3.11"}]}}
     spec["selector"] = {"matchLabels": {"job": "j"}}
     obj = {
@@ -370,7 +370,7 @@ def test_job_columns(
         "spec": spec,
         "status": status,
     }
-    tbl = table.to_table(server, rt, obj, is_list=False, include_object="None")
+    tbl = table.to_table(server.storage, rt, obj, is_list=False, include_object="None")
     assert names(tbl) == [
         "Name",
         "Status",
@@ -388,7 +388,11 @@ def test_namespace_configmap_secret_columns(server: APIServer) -> None:
     def one(api_version: str, kind: str, obj: dict[str, Any]) -> tuple[list[str], list[Any]]:
         obj["metadata"] = {"name": "o", "creationTimestamp": ago(days=40)}
         tbl = table.to_table(
-            server, server.resource(api_version, kind), obj, is_list=False, include_object=""
+            server.storage,
+            server.storage.resource(api_version, kind),
+            obj,
+            is_list=False,
+            include_object="",
         )
         return names(tbl), cells(tbl)[0]
 
@@ -433,7 +437,11 @@ def test_event_columns(server: APIServer) -> None:
         "source": {"component": "kubelet", "host": "local"},
     }
     tbl = table.to_table(
-        server, server.resource("v1", "Event"), event, is_list=False, include_object=""
+        server.storage,
+        server.storage.resource("v1", "Event"),
+        event,
+        is_list=False,
+        include_object="",
     )
     visible = [c["name"] for c in tbl["columnDefinitions"] if c["priority"] == 0]
     assert visible == ["Last Seen", "Type", "Reason", "Object", "Message"]
@@ -482,12 +490,18 @@ def test_human_duration(seconds: int, text: str) -> None:
 
 
 def test_ages_follow_the_server_clock(server: APIServer) -> None:
-    rt = server.resource("v1", "ConfigMap")
+    rt = server.storage.resource("v1", "ConfigMap")
     obj = yaml.safe_load(f"metadata: {{name: c, creationTimestamp: '{ago(seconds=5)}'}}")
-    assert cells(table.to_table(server, rt, obj, is_list=False, include_object=""))[0][-1] == "5s"
-    server.hooks.clock.advance(3600)
-    assert cells(table.to_table(server, rt, obj, is_list=False, include_object=""))[0][-1] == "60m"
-    obj["metadata"].pop("creationTimestamp")
-    assert cells(table.to_table(server, rt, obj, is_list=False, include_object=""))[0][-1] == (
-        "<unknown>"
+    assert (
+        cells(table.to_table(server.storage, rt, obj, is_list=False, include_object=""))[0][-1]
+        == "5s"
     )
+    server.storage.hooks.clock.advance(3600)
+    assert (
+        cells(table.to_table(server.storage, rt, obj, is_list=False, include_object=""))[0][-1]
+        == "60m"
+    )
+    obj["metadata"].pop("creationTimestamp")
+    assert cells(table.to_table(server.storage, rt, obj, is_list=False, include_object=""))[0][
+        -1
+    ] == ("<unknown>")

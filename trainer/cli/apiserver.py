@@ -38,10 +38,14 @@ async def _serve(
         for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
             name = crd["metadata"]["name"]
             if (
-                server.get_object("apiextensions.k8s.io/v1", "customresourcedefinitions", "", name)
+                server.storage.get_object(
+                    "apiextensions.k8s.io/v1", "customresourcedefinitions", "", name
+                )
                 is None
             ):
-                server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+                server.storage.create_direct(
+                    "apiextensions.k8s.io/v1", "CustomResourceDefinition", crd
+                )
     server.write_kubeconfig(str(kubeconfig))
     typer.echo(f"API server listening on {server.url}")
     typer.echo(

@@ -161,17 +161,17 @@ def install_basics(server: APIServer) -> None:
     webhooks, as the runtimes overlay does), unless already present (a state file)."""
     for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
         if (
-            server.get_object(
+            server.storage.get_object(
                 "apiextensions.k8s.io/v1", "customresourcedefinitions", "", crd["metadata"]["name"]
             )
             is None
         ):
-            server.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
-    if server.get_object("v1", "namespaces", "", SYSTEM_NAMESPACE) is None:
-        server.create_direct("v1", "Namespace", {"metadata": {"name": SYSTEM_NAMESPACE}})
-    if server.get_object("v1", "configmaps", SYSTEM_NAMESPACE, PUBLIC_CONFIG_MAP) is None:
+            server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+    if server.storage.get_object("v1", "namespaces", "", SYSTEM_NAMESPACE) is None:
+        server.storage.create_direct("v1", "Namespace", {"metadata": {"name": SYSTEM_NAMESPACE}})
+    if server.storage.get_object("v1", "configmaps", SYSTEM_NAMESPACE, PUBLIC_CONFIG_MAP) is None:
         # What the Kubeflow SDK reads to learn the Trainer version (upstream's overlay ships it).
-        server.create_direct(
+        server.storage.create_direct(
             "v1",
             "ConfigMap",
             {
@@ -188,10 +188,12 @@ def install_basics(server: APIServer) -> None:
         }
         runtime["metadata"] = meta
         if (
-            server.get_object(c.API_VERSION, c.PLURAL_CLUSTER_TRAINING_RUNTIMES, "", meta["name"])
+            server.storage.get_object(
+                c.API_VERSION, c.PLURAL_CLUSTER_TRAINING_RUNTIMES, "", meta["name"]
+            )
             is None
         ):
-            server.create_direct(c.API_VERSION, c.KIND_CLUSTER_TRAINING_RUNTIME, runtime)
+            server.storage.create_direct(c.API_VERSION, c.KIND_CLUSTER_TRAINING_RUNTIME, runtime)
 
 
 async def start_local_plane(
@@ -216,7 +218,7 @@ async def start_local_plane(
     webhook_port = free_port()
     for hook_config in webhook_configurations(webhook_port):
         # (Re)registered at every start: the webhook's port is new each time.
-        server.create_direct(hook_config["apiVersion"], hook_config["kind"], hook_config)
+        server.storage.create_direct(hook_config["apiVersion"], hook_config["kind"], hook_config)
     tmp = None
     if state_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="trainer-local-", dir=private_parent())
@@ -287,14 +289,16 @@ async def _wait_webhook_ready(plane: LocalPlane, timeout: float = 30.0) -> None:
             ("validatingwebhookconfigurations", VALIDATING),
             ("mutatingwebhookconfigurations", MUTATING),
         ):
-            config = plane.server.get_object("admissionregistration.k8s.io/v1", kind, "", name)
+            config = plane.server.storage.get_object(
+                "admissionregistration.k8s.io/v1", kind, "", name
+            )
             hooks = (config or {}).get("webhooks") or []
             if not hooks or not all(h.get("clientConfig", {}).get("caBundle") for h in hooks):
                 return False
         return True
 
     changed = asyncio.Event()
-    plane.server.store.on_write.append(lambda _ev: changed.set())
+    plane.server.storage.store.on_write.append(lambda _ev: changed.set())
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not injected():

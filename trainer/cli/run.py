@@ -386,7 +386,7 @@ async def _up(
         "built-in runtimes: "
         + ", ".join(
             o["metadata"]["name"]
-            for o in plane.server.objects(c.API_VERSION, c.PLURAL_CLUSTER_TRAINING_RUNTIMES)
+            for o in plane.server.storage.objects(c.API_VERSION, c.PLURAL_CLUSTER_TRAINING_RUNTIMES)
         )
     )
     if dashboard is not None:

@@ -5,16 +5,17 @@ apiextensions API, with real semantics: resourceVersions and optimistic concurre
 generation, status subresources, label/field selectors and paging, merge / JSON / strategic
 merge patches and server-side apply, finalizers and ownerReference garbage collection,
 namespace lifecycle, watches with history, bookmarks and 410, dry runs, and admission
-webhooks. Test hooks (:attr:`APIServer.hooks`) expose the request log, fault injection and
-the clock; :meth:`APIServer.objects` reads stored objects directly. It serves HTTPS with its
+webhooks. Test hooks (``APIServer.storage.hooks``) expose the request log, fault injection and
+the clock; ``APIServer.storage.objects`` reads stored objects directly. It serves HTTPS with its
 own CA and requires a bearer token (:mod:`.authn`, :mod:`.tls`): :meth:`APIServer.kubeconfig`
 carries both to clients.
 
-Layers: :class:`APIServer` is the storage core (:class:`~..core.storage.Storage`, every
-object rule) served over HTTP. A request goes :meth:`APIServer._handle` (Host check, bearer
-token, RBAC, media type, fault injection, the request log) -> :func:`.routing.route` and
-:func:`.routing.verb` -> :func:`.handlers.handler_for` (the table of verb + subresource) ->
-one handler, which calls the core and encodes its answer (:mod:`.responses`).
+Layers: :class:`APIServer` holds the storage core (:attr:`APIServer.storage`, a
+:class:`~..core.storage.Storage`: every object rule) and serves it over HTTP. A request goes
+:meth:`APIServer._handle` (Host check, bearer token, RBAC, media type, fault injection, the
+request log) -> :func:`.routing.route` and :func:`.routing.verb` ->
+:func:`.handlers.handler_for` (the table of verb + subresource) -> one handler, which calls the
+core and encodes its answer (:mod:`.responses`).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ DEFAULT_MAX_BODY = 3 * 1024 * 1024
 RBAC_GROUP = handlers.RBAC_GROUP
 
 
-class APIServer(Storage):
-    """The embedded API server: the storage core (:class:`Storage`) served over HTTPS.
+class APIServer:
+    """The embedded API server: its storage core (:attr:`storage`) served over HTTPS.
     ``await start()`` binds 127.0.0.1 on ``port`` (0: any free) and serves HTTPS. ``token``
     is the administrator's bearer token (random when not given); clients get it and the CA
     from :meth:`kubeconfig`, or from :meth:`client_ssl_context` and :meth:`auth_headers`."""
@@ -77,7 +78,7 @@ class APIServer(Storage):
         self.host = host
         self.port = port
         self.token = authn.valid_token(token) if token is not None else secrets.token_urlsafe(32)
-        super().__init__(
+        self.storage = Storage(
             webhooks=WebhookClient(),
             history=history,
             state_file=state_file,
@@ -87,7 +88,10 @@ class APIServer(Storage):
         self.max_body = max_body
         self.tokens = TokenIssuer()
         self.authenticator = authn.Authenticator(
-            self.token, self.tokens, self._lookup, lambda: self.hooks.clock.now().timestamp()
+            self.token,
+            self.tokens,
+            self._lookup,
+            lambda: self.storage.hooks.clock.now().timestamp(),
         )
         self.logs = PodLogs()
         self._runner: web.AppRunner | None = None
@@ -108,17 +112,17 @@ class APIServer(Storage):
         )
         await site.start()
         self.port = self._runner.addresses[0][1]
-        self.start_background()
+        self.storage.start_background()
         log.info("local API server listening on %s", self.url)
         return self.url
 
     async def stop(self) -> None:
         self.logs.stopping.set()
-        await self.stop_background()
+        await self.storage.stop_background()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        self.close()
+        self.storage.close()
 
     @property
     def url(self) -> str:
@@ -176,7 +180,7 @@ class APIServer(Storage):
         code = 500
         try:
             user = self._check_auth(request)
-            route = routing.route(self.registry, request.path)
+            route = routing.route(self.storage.registry, request.path)
             if route is None:
                 if user is not None:
                     attrs = authn.Attributes(request.method.lower(), path=request.path)
@@ -192,7 +196,7 @@ class APIServer(Storage):
             resource = route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
             manager = query.get("fieldManager", "")
             self._check_request(request, user, route, verb)
-            fault = self.hooks.fault_for(verb, resource)
+            fault = self.storage.hooks.fault_for(verb, resource)
             if fault is not None:
                 err = APIError(fault.code, reason_for(fault.code), fault.message)
                 code = fault.code
@@ -220,7 +224,7 @@ class APIServer(Storage):
             code = 500
             return status_response(internal(f"{type(exc).__name__}: {exc}"))
         finally:
-            self.hooks.record(
+            self.storage.hooks.record(
                 RequestRecord(
                     verb,
                     group,
@@ -274,15 +278,15 @@ class APIServer(Storage):
         )
 
     def _rbac(self, plural: str) -> Iterable[dict[str, Any]]:
-        return self.store.items((RBAC_GROUP, plural))
+        return self.storage.store.items((RBAC_GROUP, plural))
 
     def _lookup(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.store.get(("", plural), namespace, name)
+        return self.storage.store.get(("", plural), namespace, name)
 
     async def _non_resource(self, request: web.Request) -> web.StreamResponse:
         if request.method != "GET":
             raise method_not_allowed(f"{request.method} is not allowed on {request.path}")
-        body = discovery.non_resource(self.registry, f"{self.host}:{self.port}", request)
+        body = discovery.non_resource(self.storage.registry, f"{self.host}:{self.port}", request)
         if body is None:
             raise APIError(404, "NotFound", "the server could not find the requested resource")
         if isinstance(body, web.StreamResponse):
@@ -305,7 +309,7 @@ class APIServer(Storage):
         if handler is None:
             raise method_not_allowed(f"{request.method} is not supported")
         call = handlers.Call(
-            self, self.tokens, self.logs, self.max_body, request, route, verb, query, user
+            self.storage, self.tokens, self.logs, self.max_body, request, route, verb, query, user
         )
         return await handler(call)
 
