@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.integration.harness import Plane, local_plane
+from trainer.local.executor.api import executor_kube
 from trainer.local.executor.runner import Executor
 
 JS = "jobset.x-k8s.io/v1alpha2"
@@ -20,10 +21,10 @@ JS = "jobset.x-k8s.io/v1alpha2"
 async def env() -> AsyncIterator[tuple[Plane, Executor]]:
     async with local_plane(runtimes=False) as plane:
         with tempfile.TemporaryDirectory() as tmp:
+            plane.server.write_kubeconfig(str(Path(tmp) / "kubeconfig"))
+            kube = await executor_kube(str(Path(tmp) / "kubeconfig"))
             executor = Executor(
-                plane.server.url,
-                token=plane.server.token,
-                ssl_context=plane.server.client_ssl_context(),
+                kube,
                 workdir=Path(tmp),
                 state_dir=Path(tmp),
                 kubelet=False,
@@ -33,6 +34,7 @@ async def env() -> AsyncIterator[tuple[Plane, Executor]]:
                 yield plane, executor
             finally:
                 await executor.stop()
+                await kube.api.close()
 
 
 def rjob(name: str, parallelism: int = 1, **extra: Any) -> dict[str, Any]:

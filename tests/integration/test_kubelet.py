@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import socket
@@ -19,9 +20,12 @@ from typing import Any
 
 import pytest
 
+from trainer.kube import resources as r
+from trainer.kube.podlogs import stream_log
+from trainer.kube.rest import JSON_PATCH, APIError, Kube
 from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.store import Event
-from trainer.local.executor.client import ClientError, LocalClient, path
+from trainer.local.executor.api import executor_kube
 from trainer.local.executor.kubelet import Kubelet
 from trainer.local.executor.podfields import LOCAL_PORTS
 
@@ -33,7 +37,7 @@ INDEX_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 @dataclass
 class Env:
     server: APIServer
-    client: LocalClient
+    kube: Kube
     kubelet: Kubelet
     state_dir: Path
     lines: list[tuple[str, str, str]] = field(default_factory=list)
@@ -91,16 +95,25 @@ class Env:
                 await self.line_added.wait()
 
     async def log(self, name: str, container: str = "main", previous: bool = False) -> str:
-        params = {"container": container, **({"previous": "true"} if previous else {})}
-        text = await self.client.request("GET", path("v1", "pods", NS, name, "log"), params=params)
-        return str(text or "")
+        chunks = stream_log(self.kube, NS, name, container, previous=previous)
+        async with contextlib.aclosing(chunks):
+            return b"".join([chunk async for chunk in chunks]).decode()
+
+    async def create(self, obj: dict[str, Any], plural: str) -> dict[str, Any]:
+        gvr = {"pods": r.PODS, "configmaps": r.CONFIGMAPS, "secrets": r.SECRETS}[plural]
+        return await self.kube.create(obj, gvr=gvr)
+
+    async def delete(self, name: str) -> bool:
+        """Delete pod ``name``."""
+        return await self.kube.delete(r.PODS, NS, name)
 
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
     server = APIServer()
     await server.start()
-    client = LocalClient(server.url, server.token, ssl_context=server.client_ssl_context())
+    server.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    kube = await executor_kube(str(tmp_path / "kubeconfig"))
     (tmp_path / "work").mkdir()
     kubelet: Kubelet
     holder: list[Env] = []
@@ -109,10 +122,8 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         holder[0].lines.append((pod, container, line))
         holder[0].line_added.set()
 
-    kubelet = Kubelet(
-        client, workdir=tmp_path / "work", state_dir=tmp_path / "state", on_log=on_log
-    )
-    e = Env(server, client, kubelet, tmp_path / "state")
+    kubelet = Kubelet(kube, workdir=tmp_path / "work", state_dir=tmp_path / "state", on_log=on_log)
+    e = Env(server, kube, kubelet, tmp_path / "state")
     holder.append(e)
     task = asyncio.create_task(kubelet.run())
     try:
@@ -123,7 +134,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         await kubelet.stop()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await client.close()
+        await kube.api.close()
         await server.stop()
 
 
@@ -206,7 +217,7 @@ async def wait_exit(pid: int, timeout: float = 10.0) -> None:
 
 
 async def test_pod_succeeds_and_its_log_is_served(env: Env) -> None:
-    await env.client.create(pod("hello", [PY, "-c", "print('hi'); print('there')"]), "pods")
+    await env.create(pod("hello", [PY, "-c", "print('hi'); print('there')"]), "pods")
     p = await env.finished("hello")
     status = p["status"]
     assert status["phase"] == "Succeeded"
@@ -232,7 +243,7 @@ async def test_pod_succeeds_and_its_log_is_served(env: Env) -> None:
 
 async def test_failing_command_fails_the_pod_with_its_exit_code(env: Env) -> None:
     code = "import sys; print('about to fail', file=sys.stderr); sys.exit(3)"
-    await env.client.create(
+    await env.create(
         pod(
             "bad", [PY, "-c", code], container={"terminationMessagePolicy": "FallbackToLogsOnError"}
         ),
@@ -263,9 +274,7 @@ async def test_a_command_that_cannot_run_fails_the_pod_clearly(
     env: Env, command: list[str] | None, container: dict[str, Any], expected: str
 ) -> None:
     # OnFailure would restart a failing process; a missing executable fails at once.
-    await env.client.create(
-        pod("cannot", command, container=container, restartPolicy="OnFailure"), "pods"
-    )
+    await env.create(pod("cannot", command, container=container, restartPolicy="OnFailure"), "pods")
     p = await env.finished("cannot")
     assert p["status"]["phase"] == "Failed"
     terminated = status_of(p)["state"]["terminated"]
@@ -276,7 +285,7 @@ async def test_a_command_that_cannot_run_fails_the_pod_clearly(
 
 
 async def test_config_map_volume_is_readable_at_its_mount_path(env: Env) -> None:
-    await env.client.create(
+    await env.create(
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -307,14 +316,14 @@ async def test_config_map_volume_is_readable_at_its_mount_path(env: Env) -> None
             }
         ],
     )
-    await env.client.create(spec, "pods")
+    await env.create(spec, "pods")
     p = await env.finished("reads-config")
     assert p["status"]["phase"] == "Succeeded", await env.log("reads-config")
     assert await env.log("reads-config") == "lr: 0.1 0o440 True True\n"
 
 
 async def test_env_from_a_secret(env: Env) -> None:
-    await env.client.create(
+    await env.create(
         {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -341,7 +350,7 @@ async def test_env_from_a_secret(env: Env) -> None:
             {"name": "SHOWN", "value": "user=$(HF_USER)"},
         ],
     }
-    await env.client.create(
+    await env.create(
         pod("secret-env", [PY, "-c", code], index=1, subdomain="demo", container=container),
         "pods",
     )
@@ -372,7 +381,7 @@ async def test_init_container_and_restart_on_failure(env: Env) -> None:
         initContainers=[init],
         volumes=[{"name": "scratch", "emptyDir": {}}],
     )
-    await env.client.create(spec, "pods")
+    await env.create(spec, "pods")
     p = await env.finished("restarts")
     assert p["status"]["phase"] == "Succeeded"
     main = status_of(p)
@@ -382,7 +391,7 @@ async def test_init_container_and_restart_on_failure(env: Env) -> None:
     # As a kubelet serves them: the current run's log, and the run before with previous=true.
     assert await env.log("restarts") == "ready\nsecond run\n"
     assert await env.log("restarts", previous=True) == "ready\nfirst run\n"
-    with pytest.raises(ClientError) as never:
+    with pytest.raises(APIError) as never:
         await env.log("restarts", "prepare", previous=True)
     assert 'previous terminated container "prepare" in pod "restarts" not found' in str(never.value)
 
@@ -393,7 +402,7 @@ async def test_deleting_a_pod_kills_its_processes(env: Env) -> None:
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
         "print('child', child.pid, flush=True); time.sleep(60)"
     )
-    await env.client.create(pod("long", [PY, "-c", code], terminationGracePeriodSeconds=1), "pods")
+    await env.create(pod("long", [PY, "-c", code], terminationGracePeriodSeconds=1), "pods")
     line = await env.line(lambda text: text.startswith("child "))
     child = int(line.split()[1])
     running = await env.ready("long")
@@ -402,12 +411,12 @@ async def test_deleting_a_pod_kills_its_processes(env: Env) -> None:
     assert "running" in main["state"]
     leader = int(main["containerID"].removeprefix("local://"))
     assert os.getpgid(child) == leader
-    assert await env.client.delete("v1", "pods", NS, "long")
+    assert await env.delete("long")
     await asyncio.gather(wait_exit(leader), wait_exit(child))
 
 
 async def test_stop_ends_every_process(env: Env) -> None:
-    await env.client.create(pod("sleeper", [PY, "-c", "import time; time.sleep(60)"]), "pods")
+    await env.create(pod("sleeper", [PY, "-c", "import time; time.sleep(60)"]), "pods")
     p = await env.ready("sleeper")
     leader = int(status_of(p)["containerID"].removeprefix("local://"))
     await env.kubelet.stop()
@@ -431,7 +440,7 @@ async def test_pods_of_one_subdomain_talk_over_rewritten_names(env: Env) -> None
         "        conn.sendall(b'ack')\n"
         "        break\n"
     )
-    await env.client.create(
+    await env.create(
         pod(
             "server",
             [PY, "-c", listener],
@@ -454,7 +463,7 @@ async def test_pods_of_one_subdomain_talk_over_rewritten_names(env: Env) -> None
         "s.sendall(sys.argv[2].encode())\n"
         "print(s.recv(10).decode())\n"
     )
-    await env.client.create(
+    await env.create(
         pod(
             "client",
             [PY, "-c", connector, "demo-node-0-0.demo.default.svc.cluster.local:29500"],
@@ -478,9 +487,9 @@ async def test_a_deletion_timestamp_ends_the_pod_and_reports_it(env: Env) -> Non
     # and reports the final status.
     spec = pod("kept", [PY, "-c", "import time; time.sleep(60)"])
     spec["metadata"]["finalizers"] = ["example.com/keep"]
-    await env.client.create(spec, "pods")
+    await env.create(spec, "pods")
     leader = int(status_of(await env.ready("kept"))["containerID"].removeprefix("local://"))
-    await env.client.delete("v1", "pods", NS, "kept")
+    await env.delete("kept")
     p = await env.finished("kept")
     await wait_exit(leader)
     assert p["status"]["phase"] == "Failed"
@@ -489,15 +498,15 @@ async def test_a_deletion_timestamp_ends_the_pod_and_reports_it(env: Env) -> Non
 
 
 async def test_pods_of_other_nodes_are_ignored(env: Env) -> None:
-    await env.client.create(pod("elsewhere", [PY, "-c", "print(1)"], nodeName="node-b"), "pods")
-    await env.client.create(pod("here", [PY, "-c", "print(2)"], nodeName="local"), "pods")
+    await env.create(pod("elsewhere", [PY, "-c", "print(1)"], nodeName="node-b"), "pods")
+    await env.create(pod("here", [PY, "-c", "print(2)"], nodeName="local"), "pods")
     await env.finished("here")  # events arrive in order: "elsewhere" was seen first
     assert env.pod_now("elsewhere")["status"] == {"phase": "Pending"}
 
 
 async def test_large_output_arrives_complete_and_in_order(env: Env) -> None:
     code = "import sys\nfor i in range(20000): print('line', i, 'x' * 20)\n"
-    await env.client.create(pod("chatty", [PY, "-c", code]), "pods")
+    await env.create(pod("chatty", [PY, "-c", code]), "pods")
     await env.finished("chatty")
     expected = "".join(f"line {i} {'x' * 20}\n" for i in range(20000))
     assert await env.log("chatty") == expected
@@ -524,7 +533,7 @@ async def test_events_tell_what_happened_to_the_pod(env: Env) -> None:
     marker_dir = env.state_dir.parent / "markers"
     marker_dir.mkdir()
     container = {"env": [{"name": "TMPDIR_X", "value": str(marker_dir)}]}
-    await env.client.create(
+    await env.create(
         pod("twice", [PY, "-c", code], container=container, restartPolicy="OnFailure"), "pods"
     )
     await env.finished("twice")
@@ -538,7 +547,7 @@ async def test_events_tell_what_happened_to_the_pod(env: Env) -> None:
     scheduled = next(m for _, r, m, _ in events if r == "Scheduled")
     assert scheduled == f"Successfully assigned {NS}/twice to local"
 
-    await env.client.create(pod("missing", ["no-such-tool-xyz"]), "pods")
+    await env.create(pod("missing", ["no-such-tool-xyz"]), "pods")
     await env.finished("missing")
     failed = await env.until(
         lambda: [e for e in pod_events(env, "missing") if e[0] == "Warning"], "Warning"
@@ -546,12 +555,12 @@ async def test_events_tell_what_happened_to_the_pod(env: Env) -> None:
     assert failed[0][1] == "Failed"
     assert 'exec: "no-such-tool-xyz": executable file not found in $PATH' in failed[0][2]
 
-    await env.client.create(
+    await env.create(
         pod("stopped", [PY, "-c", "import time; time.sleep(60)"], terminationGracePeriodSeconds=1),
         "pods",
     )
     await env.ready("stopped")
-    await env.client.delete("v1", "pods", NS, "stopped")
+    await env.delete("stopped")
     killing = await env.until(
         lambda: [e for e in pod_events(env, "stopped") if e[1] == "Killing"], "Killing"
     )
@@ -560,7 +569,7 @@ async def test_events_tell_what_happened_to_the_pod(env: Env) -> None:
 
 async def test_a_gated_pod_waits_until_its_gates_are_removed(env: Env) -> None:
     spec = pod("gated", [PY, "-c", "print('ran')"], schedulingGates=[{"name": "example.com/g"}])
-    await env.client.create(spec, "pods")
+    await env.create(spec, "pods")
 
     def gated() -> bool:
         conditions = ((env.pod_now("gated") or {}).get("status") or {}).get("conditions") or []
@@ -569,11 +578,8 @@ async def test_a_gated_pod_waits_until_its_gates_are_removed(env: Env) -> None:
     await env.until(gated, "SchedulingGated")
     assert env.phase("gated") == "Pending"
     assert not env.lines  # nothing ran
-    await env.client.request(
-        "PATCH",
-        path("v1", "pods", NS, "gated"),
-        [{"op": "remove", "path": "/spec/schedulingGates"}],
-        content_type="application/json-patch+json",
+    await env.kube.patch(
+        r.PODS, NS, "gated", [{"op": "remove", "path": "/spec/schedulingGates"}], JSON_PATCH
     )
     p = await env.finished("gated")
     assert p["status"]["phase"] == "Succeeded"
@@ -590,7 +596,7 @@ async def test_without_a_sandbox_an_elastic_rendezvous_is_refused_unless_allowed
     "The network sandbox")."""
     env.kubelet.sandboxes = None
     elastic = {"env": [{"name": "PET_RDZV_BACKEND", "value": "c10d"}]}
-    await env.client.create(pod("elastic", [PY, "-c", "print('ran')"], container=elastic), "pods")
+    await env.create(pod("elastic", [PY, "-c", "print('ran')"], container=elastic), "pods")
     p = await env.finished("elastic")
     assert p["status"]["phase"] == "Failed"
     assert p["status"]["reason"] == "NetworkSandboxUnavailable"
@@ -602,7 +608,7 @@ async def test_without_a_sandbox_an_elastic_rendezvous_is_refused_unless_allowed
     assert len(warnings) == 1 and "torchrun's TCPStore" in warnings[0]
 
     env.kubelet.allow_exposed_ports = True
-    await env.client.create(pod("allowed", [PY, "-c", "print('ran')"], container=elastic), "pods")
+    await env.create(pod("allowed", [PY, "-c", "print('ran')"], container=elastic), "pods")
     p = await env.finished("allowed")
     assert p["status"]["phase"] == "Succeeded"
     assert await env.log("allowed") == "ran\n"

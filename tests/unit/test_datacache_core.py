@@ -17,7 +17,7 @@ from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import TrainingRuntime, TrainJob
 from trainer.datacache import config as cfg
 from trainer.datacache.sharding import RowRange, part_of, pieces, split
-from trainer.local.executor.jobset import declared_ports
+from trainer.local.executor.jobset_core import declared_ports
 from trainer.plugins.registry import render
 from trainer.runtime.info import BuildContext
 

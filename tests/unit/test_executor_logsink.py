@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from trainer.local.executor.client import ClientError
+from trainer.kube.rest import APIError
 from trainer.local.executor.logsink import (
     LOG_FLUSH_BYTES,
     TERMINATION_LOG_BYTES,
@@ -28,7 +28,7 @@ class PodLog:
         self.appends.append((namespace, pod, container, text))
         self.appended.set()
         if self.fail:
-            raise ClientError(503, {"message": "unavailable"})
+            raise APIError(503, "ServiceUnavailable", "unavailable")
 
 
 def sink_for(log: PodLog, seen: list[tuple[str, str, str]] | None = None) -> LogSink:

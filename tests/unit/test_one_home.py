@@ -29,16 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 HOME = Path("trainer/api/jobset_contract.py")
 TRAINER_NAMES = Path("trainer/api/constants.py")  # the home of the Trainer's own BuildFailed
 
-# The local executor's JobSet controller, Job controller and kubelet are being rewritten onto the
-# shared client, cache and work queue, and may not be edited meanwhile; they still spell the
-# contract. Remove each entry once that rewrite is merged: the test fails on a stale entry.
-ALLOWED = frozenset(
-    {
-        Path("trainer/local/executor/jobset.py"),
-        Path("trainer/local/executor/job.py"),
-        Path("trainer/local/executor/runner.py"),
-    }
-)
+# Files allowed to spell the contract (none: the local executor's rewrite onto the shared
+# client, cache and work queue is merged). The test fails on a stale entry.
+ALLOWED: frozenset[Path] = frozenset()
 
 SPELLED_INSIDE = ("jobset.sigs.k8s.io/", "jobset.x-k8s.io")
 DISTINCTIVE = frozenset(

@@ -22,6 +22,7 @@ from trainer.controller.config import Configuration, parse_config
 from trainer.kube.client import ApiClient, new_api_client
 from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
+from trainer.local.executor.api import executor_kube
 from trainer.local.executor.ports import PortAllocator
 from trainer.local.executor.runner import Executor
 from trainer.local.executor.ssh import private_parent
@@ -150,6 +151,7 @@ class LocalPlane:
         for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.executor.kube.api.close()
         await self.api.close()
         await self.server.stop()
         if self._tmp is not None:
@@ -253,9 +255,8 @@ async def start_local_plane(
         name="controller",
     )
     executor = Executor(
-        server.url,
-        token=server.token,
-        ssl_context=server.client_ssl_context(),
+        # Its own client of the plane (user agent trainer-executor), as a kubelet has.
+        await executor_kube(str(kubeconfig)),
         workdir=work_dir,
         state_dir=state_dir,
         on_log=on_log,

@@ -209,7 +209,7 @@ class Informer:
     def __len__(self) -> int:
         return len(self._cache)
 
-    def record_write(self, obj: Obj) -> bool:
+    def record_write(self, obj: Obj, *, notify: bool = False) -> bool:
         """Put ``obj``, the API's answer to a write this process just made, into the cache
         ahead of its watch event, so the next read does not go back to the version before the
         write (client-go's mutation cache). Returns whether it was stored.
@@ -220,7 +220,9 @@ class Informer:
         and while the resource is not served (the next list, served or not, decides).
         When the watch event for the write arrives it carries the same resourceVersion and is
         not reported again; every other change still arrives as its own event. Handlers are not
-        called: the writer knows what it wrote."""
+        called (the writer knows what it wrote) unless ``notify``: then they are told now, as
+        the watch event would have told them, which a cache shared by several readers needs
+        (the local executor's Pods: its Job controller writes them, its kubelet runs them)."""
         rv = _rv_number(_rv(obj))
         if rv is None or rv <= (_rv_number(self.resource_version) or 0):
             return False
@@ -230,7 +232,10 @@ class Informer:
         cached = self._cache.get(key)
         if cached is not None and (_rv_number(_rv(cached)) or 0) >= rv:
             return False
-        self._store(key, compact(obj))
+        stored = compact(obj)
+        old = self._store(key, stored)
+        if notify:
+            self._emit(ADDED if old is None else MODIFIED, stored, old)
         return True
 
     def _watches(self, obj: Obj) -> bool:

@@ -35,6 +35,9 @@ LIMIT_RANGES = GVR("", "v1", "limitranges", True, "LimitRange")
 RUNTIME_CLASSES = GVR("node.k8s.io", "v1", "runtimeclasses", False, "RuntimeClass")
 PODS = GVR("", "v1", "pods", True, "Pod")  # read by the dashboard; the controller never does
 JOBS = GVR("batch", "v1", "jobs", True, "Job")
+# The local plane's executor (its Job controller, JobSet controller and kubelet) also writes:
+SERVICES = GVR("", "v1", "services", True, "Service")
+SERVICE_ACCOUNTS = GVR("", "v1", "serviceaccounts", True, "ServiceAccount")
 CRDS = GVR(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
 )

@@ -21,8 +21,8 @@ import os
 import signal
 from typing import Any
 
+from trainer.kube.events import NORMAL, WARNING
 from trainer.local.executor import podenv, uts
-from trainer.local.executor.events import NORMAL, WARNING
 from trainer.local.executor.logsink import read_lines
 from trainer.local.executor.podfields import pod_hostname
 from trainer.local.executor.podhost import (

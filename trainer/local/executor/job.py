@@ -9,49 +9,35 @@ import logging
 import secrets
 from typing import Any
 
-from trainer.local.executor.cache import Cache
-from trainer.local.executor.client import ClientError, LocalClient
-from trainer.local.executor.events import NORMAL, WARNING, Recorder
+from trainer.api import jobset_contract as jc
+from trainer.kube.events import NORMAL, WARNING
+from trainer.kube.informer import Informer
+from trainer.kube.resources import JOBS, PODS
+from trainer.kube.rest import APIError, Kube
+from trainer.local.executor.api import recorder
+from trainer.local.executor.batch import (
+    CONTROLLER_UID,
+    INDEX,
+    JOB_NAME,
+    job_finished,
+    pod_index,
+    pod_phase,
+    pod_ready,
+)
 from trainer.machinery.times import now
 
 log = logging.getLogger(__name__)
 
-INDEX = "batch.kubernetes.io/job-completion-index"
-JOB_NAME = "batch.kubernetes.io/job-name"
-CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 
 
-def pod_index(pod: dict[str, Any]) -> int:
-    return int(((pod.get("metadata") or {}).get("annotations") or {}).get(INDEX, "0"))
-
-
-def pod_phase(pod: dict[str, Any]) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
-
-
-def pod_ready(pod: dict[str, Any]) -> bool:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
-
-
-def job_condition(job: dict[str, Any], type_: str) -> bool:
-    return any(
-        c.get("type") == type_ and c.get("status") == "True"
-        for c in (job.get("status") or {}).get("conditions") or []
-    )
-
-
-def job_finished(job: dict[str, Any]) -> bool:
-    return job_condition(job, "Complete") or job_condition(job, "Failed")
-
-
 class JobController:
-    def __init__(self, client: LocalClient, jobs: Cache, pods: Cache) -> None:
-        self.events = Recorder(client, "job-controller")
-        self.client = client
+    """Reconciles one Job at a time (the executor's work queue calls :meth:`reconcile`); an
+    error it raises is retried with back-off."""
+
+    def __init__(self, kube: Kube, jobs: Informer, pods: Informer) -> None:
+        self.events = recorder(kube, "job-controller")
+        self.kube = kube
         self.jobs = jobs
         self.pods = pods
 
@@ -64,7 +50,9 @@ class JobController:
         labels.update({JOB_NAME: meta["name"], CONTROLLER_UID: meta["uid"], INDEX: str(index)})
         annotations[INDEX] = str(index)
         spec = template.get("spec") or {}
-        spec["hostname"] = f"{meta['name']}-{index}"
+        # The Job controller's rule (batch/v1, not JobSet's): an Indexed Job's pod is
+        # ``<job>-<index>`` as hostname, and that plus a random suffix as name.
+        hostname = spec["hostname"] = f"{meta['name']}-{index}"
         # The Job controller gives every container of an Indexed Job its index.
         index_env = {
             "name": "JOB_COMPLETION_INDEX",
@@ -79,19 +67,14 @@ class JobController:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
-                "name": f"{meta['name']}-{index}-{suffix}",
+                "name": f"{hostname}-{suffix}",
                 "namespace": meta["namespace"],
                 "labels": labels,
                 "annotations": annotations,
                 "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
+                    jc.owner_reference(
+                        meta["name"], meta["uid"], api_version="batch/v1", kind="Job"
+                    )
                 ],
             },
             "spec": spec,
@@ -103,7 +86,7 @@ class JobController:
             return
         spec = job.get("spec") or {}
         status = dict(job.get("status") or {})
-        pods = self.pods.owned_by(job["metadata"]["uid"])
+        pods = self.pods.by_owner_uid(job["metadata"]["uid"])
         completions = int(spec.get("completions") or spec.get("parallelism") or 1)
         parallelism = int(spec["parallelism"]) if spec.get("parallelism") is not None else 1
         backoff_limit = int(spec.get("backoffLimit", 6))
@@ -165,11 +148,9 @@ class JobController:
                     break
                 if index in running_idx or index in succeeded_idx:
                     continue
-                try:
-                    created = await self.client.create(self.new_pod(job, index), "pods")
-                except ClientError as exc:
-                    log.warning("creating a pod of Job %s/%s failed: %s", namespace, name, exc)
-                    break
+                # A failure is raised: the work queue retries the Job with back-off.
+                created = await self.kube.create(self.new_pod(job, index), gvr=PODS)
+                self.pods.record_write(created, notify=True)
                 live.append(created)
                 running_idx.add(index)
                 await self.events.record(
@@ -191,14 +172,14 @@ class JobController:
             status["active"] = 0
         if status != (job.get("status") or {}):
             try:
-                await self.client.patch(
-                    "batch/v1", "jobs", namespace, name, {"status": status}, sub="status"
-                )
-            except ClientError as exc:
-                if exc.status != 404:
+                written = await self.kube.patch_status(JOBS, namespace, name, {"status": status})
+            except APIError as exc:
+                if not exc.is_not_found:
                     raise
+            else:
+                self.jobs.record_write(written, notify=True)
 
     async def _delete_pod(self, job: dict[str, Any], pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
-        await self.client.delete("v1", "pods", meta["namespace"], meta["name"])
+        await self.kube.delete(PODS, meta["namespace"], meta["name"])
         await self.events.record(job, NORMAL, "SuccessfulDelete", f"Deleted pod: {meta['name']}")

@@ -1,10 +1,11 @@
 """The local kubelet: runs every Pod bound to this host ("" or ``local`` ``spec.nodeName``) as
 local processes and reports it back through the API, like a kubelet on a one-node cluster.
 
-It talks to the API server only through :class:`~trainer.local.executor.client.LocalClient`:
-a list + watch of Pods in all namespaces (re-listed after an error or a 410), GETs of the
-ConfigMaps and Secrets a pod references, merge patches of ``pods/status`` and appends to
-``pods/log``.
+It talks to the API server only through the project's client, :class:`~trainer.kube.rest.Kube`
+(:mod:`~trainer.local.executor.api`): a watch cache of Pods in all namespaces
+(:class:`~trainer.kube.informer.Informer`: re-listed after a 410, retried with back-off after
+an error; the executor shares its own), GETs of the ConfigMaps and Secrets a pod references,
+merge patches of ``pods/status`` and appends to ``pods/log``.
 
 A pod, once seen (and not yet finished):
 
@@ -79,14 +80,17 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from trainer.kube.events import NORMAL
+from trainer.kube.informer import DELETED, Informer
+from trainer.kube.resources import PODS
+from trainer.kube.rest import APIError, Kube
 from trainer.local.executor import volumes
-from trainer.local.executor.client import TRANSIENT, ClientError, LocalClient
-from trainer.local.executor.events import NORMAL, Recorder
+from trainer.local.executor.api import recorder
 from trainer.local.executor.logsink import LogCallback
 from trainer.local.executor.pod import LocalPod
 from trainer.local.executor.pod_status import scheduling_gated_status
 from trainer.local.executor.podfields import NODE_NAME, Node
-from trainer.local.executor.podhost import BACKOFF_CAP, BACKOFF_START, GRACE_CAP, killpg
+from trainer.local.executor.podhost import GRACE_CAP, killpg
 from trainer.local.executor.sandbox import Sandboxes
 from trainer.machinery.times import now
 
@@ -140,13 +144,15 @@ class Kubelet:
     network sandbox (:mod:`~trainer.local.executor.sandbox`) into which ``plane_ports`` (the
     status server's, the API server's) are forwarded; ``sandbox=False`` runs them in the host's
     network namespace, as happens anyway where the kernel refuses namespaces, and then a pod
-    with an elastic rendezvous is refused unless ``allow_exposed_ports``.
+    with an elastic rendezvous is refused unless ``allow_exposed_ports``. ``pods`` is a watch
+    cache of every pod to share (the executor's); without one the kubelet keeps its own.
     """
 
     def __init__(
         self,
-        client: LocalClient,
+        kube: Kube,
         *,
+        pods: Informer | None = None,
         workdir: Path,
         state_dir: Path,
         on_log: LogCallback | None = None,
@@ -156,7 +162,9 @@ class Kubelet:
         sandbox: bool = True,
         allow_exposed_ports: bool = False,
     ) -> None:
-        self.client = client
+        self.kube = kube
+        self.informer = pods
+        self._own_informer = pods is None
         self.workdir = Path(workdir).resolve()
         self.state_dir = Path(state_dir).resolve()
         self.on_log = on_log
@@ -176,8 +184,8 @@ class Kubelet:
         self._shutdown_task: asyncio.Task[None] | None = None
         self.synced = asyncio.Event()
         """Set once the first list of pods has been handled."""
-        self.events = Recorder(client, "kubelet")
-        self.scheduler_events = Recorder(client, "default-scheduler")
+        self.events = recorder(kube, "kubelet")
+        self.scheduler_events = recorder(kube, "default-scheduler")
 
     # --- public -----------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -276,43 +284,32 @@ class Kubelet:
             await self.sandboxes.close()
 
     async def _watch_loop(self) -> None:
-        backoff = BACKOFF_START
-        while not self.stopping:
-            try:
-                items, rv = await self.client.list("v1", "pods")
-                self._resync(items)
-                self.synced.set()
-                backoff = BACKOFF_START
-                while not self.stopping:
-                    expired = False
-                    async for event in self.client.watch("v1", "pods", rv):
-                        kind = event.get("type")
-                        obj = event.get("object") or {}
-                        if kind == "ERROR":
-                            expired = True
-                            break
-                        rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                        if kind != "BOOKMARK":
-                            self._on_event(str(kind), obj)
-                    if expired:
-                        break
-            except asyncio.CancelledError:
-                raise
-            except TRANSIENT as exc:
-                if self.stopping:
-                    return
-                log.warning("kubelet: watching pods failed (%s); listing again", exc)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop_event.wait(), backoff)
-                backoff = min(backoff * 2, BACKOFF_CAP)
-
-    def _resync(self, items: list[dict[str, Any]]) -> None:
-        present = {str((p.get("metadata") or {}).get("uid")) for p in items}
-        for uid, pod in list(self._pods.items()):
-            if uid not in present:
-                self._deleted(pod)
-        for item in items:
+        """Run every pod the cache holds, then follow its changes until stopped."""
+        informer = self.informer
+        if informer is None:
+            informer = self.informer = Informer(self.kube, PODS)
+        if self._own_informer:
+            await informer.start()
+        else:
+            await informer.wait_synced()
+        # No await between the two: no change falls between the snapshot and the handler.
+        informer.add_handler(self._on_change)
+        for item in informer.list():
             self._on_event("ADDED", item)
+        self.synced.set()
+        try:
+            await self._stop_event.wait()
+        finally:
+            if self._own_informer:
+                await informer.stop()
+
+    def _on_change(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        # A pod deleted and created again under its name while the watch was down arrives as
+        # one change of the name: the old pod is gone.
+        old_uid = (old or {}).get("metadata", {}).get("uid")
+        if kind != DELETED and old_uid and old_uid != (obj.get("metadata") or {}).get("uid"):
+            self._on_event(DELETED, old or {})
+        self._on_event(kind, obj)
 
     def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
         if self.stopping:
@@ -362,15 +359,10 @@ class Kubelet:
 
         async def write() -> None:
             try:
-                await self.client.patch(
-                    "v1",
-                    "pods",
-                    str(meta.get("namespace")),
-                    str(meta.get("name")),
-                    {"status": status},
-                    sub="status",
+                await self.kube.patch_status(
+                    PODS, str(meta.get("namespace")), str(meta.get("name")), {"status": status}
                 )
-            except ClientError as exc:
+            except APIError as exc:
                 log.debug("gated pod %s: status not written: %s", meta.get("name"), exc)
 
         self.background(asyncio.get_running_loop().create_task(write()))

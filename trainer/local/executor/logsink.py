@@ -18,7 +18,7 @@ import collections
 import logging
 from collections.abc import Awaitable, Callable
 
-from trainer.local.executor.client import API_TIMEOUT, TRANSIENT
+from trainer.local.executor.api import API_TIMEOUT, TRANSIENT
 
 log = logging.getLogger(__name__)
 

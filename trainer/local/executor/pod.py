@@ -24,14 +24,14 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable
 from typing import Any
 
+from trainer.kube.events import NORMAL, WARNING
+from trainer.kube.resources import CONFIGMAPS, PODS, SECRETS
+from trainer.kube.rest import APIError
 from trainer.local.executor import podenv, podfields, sandbox, sshpod
-from trainer.local.executor.client import API_TIMEOUT, TRANSIENT, ClientError
-from trainer.local.executor.client import path as client_path
+from trainer.local.executor.api import TRANSIENT, append_log, request_token
 from trainer.local.executor.containers import run_container
-from trainer.local.executor.events import NORMAL, WARNING
 from trainer.local.executor.logsink import AppendLog, LogSink
 from trainer.local.executor.pod_status import PodState, final_phase, pod_status
 from trainer.local.executor.podfields import ConfigError, Sources
@@ -53,13 +53,14 @@ log = logging.getLogger(__name__)
 DEFAULT_GRACE = 30.0
 
 
-def _append_for(append: Callable[..., Awaitable[None]], c: Container) -> AppendLog:
-    """``append`` that also says which run of ``c`` the text is from (its restartCount when
-    the batch goes out: a run's last batch is flushed before the restart is counted), so the
-    API server keeps each run's log apart and serves the previous one."""
+def _append_for(host: PodHost, c: Container) -> AppendLog:
+    """Appending to ``pods/log`` through the host's client, saying which run of ``c`` the
+    text is from (its restartCount when the batch goes out: a run's last batch is flushed
+    before the restart is counted), so the API server keeps each run's log apart and serves
+    the previous one."""
 
     async def append_run(namespace: str, pod: str, container: str, text: str) -> None:
-        await append(namespace, pod, container, text, run=c.restart_count)
+        await append_log(host.kube, namespace, pod, container, text, run=c.restart_count)
 
     return append_run
 
@@ -103,7 +104,7 @@ class LocalPod:
                 namespace=self.namespace,
                 pod=self.name,
                 container=c.name,
-                append=_append_for(host.client.append_log, c),
+                append=_append_for(host, c),
                 on_log=host.on_log,
             )
             for c in [*self.init, *self.main]
@@ -426,11 +427,11 @@ class LocalPod:
     async def _sources(self) -> Sources:
         config_maps, secrets = podfields.referenced_objects(self.pod)
         sources = Sources()
-        client = self.host.client
+        kube = self.host.kube
         for name in sorted(config_maps):
-            sources.config_maps[name] = await client.get("v1", "configmaps", self.namespace, name)
+            sources.config_maps[name] = await kube.get(CONFIGMAPS, self.namespace, name)
         for name in sorted(secrets):
-            sources.secrets[name] = await client.get("v1", "secrets", self.namespace, name)
+            sources.secrets[name] = await kube.get(SECRETS, self.namespace, name)
         for audience, expiration in sorted(podfields.token_requests(self.pod)):
             sources.tokens[(audience, expiration)] = await self._token(audience, expiration)
         return sources
@@ -452,14 +453,10 @@ class LocalPod:
         if audience:
             spec["audiences"] = [audience]
         try:
-            answer = await self.host.client.request(
-                "POST",
-                client_path("v1", "serviceaccounts", self.namespace, sa, "token"),
-                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
-            )
-        except ClientError as exc:
+            answer = await request_token(self.host.kube, self.namespace, sa, spec)
+        except APIError as exc:
             if exc.status in (404, 422):
-                message = exc.body.get("message") if isinstance(exc.body, dict) else exc.body
+                message = exc.message
                 raise ConfigError(
                     f"cannot get a token of service account {sa!r}: {message}",
                     reason="ContainerCreating",
@@ -500,15 +497,12 @@ class LocalPod:
             if status == self._last_status:
                 return
             try:
-                await asyncio.wait_for(
-                    self.host.client.patch(
-                        "v1", "pods", self.namespace, self.name, {"status": status}, sub="status"
-                    ),
-                    API_TIMEOUT,
+                await self.host.kube.patch_status(
+                    PODS, self.namespace, self.name, {"status": status}
                 )
                 self._last_status = status
-            except ClientError as exc:
-                if exc.status == 404:
+            except APIError as exc:
+                if exc.is_not_found:
                     return
                 log.warning("pod %s: status update failed: %s", self.key, exc)
             except TRANSIENT as exc:

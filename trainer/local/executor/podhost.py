@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from trainer.kube.events import Recorder
+from trainer.kube.rest import Kube
 from trainer.local.executor import uts
-from trainer.local.executor.client import LocalClient
-from trainer.local.executor.events import Recorder
 from trainer.local.executor.logsink import LogCallback, LogSink
 from trainer.local.executor.pod_status import ContainerReport
 from trainer.local.executor.podenv import ContainerPlan
@@ -38,7 +38,7 @@ BACKOFF_CAP = 5.0
 class PodHost(Protocol):
     """The kubelet as a pod sees it."""
 
-    client: LocalClient
+    kube: Kube
     events: Recorder
     workdir: Path
     state_dir: Path

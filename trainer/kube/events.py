@@ -1,0 +1,117 @@
+"""Posting core/v1 Events, best effort, as client-go's event recorder does: a failed post is
+logged and never fails the work that caused it, and a message is cut to fit an Event's note
+(under 1 KiB, :func:`trainer.machinery.messages.truncate`).
+
+One recorder serves every component that reports (the TrainJob controller, and the local
+plane's JobSet controller, Job controller, kubelet and scheduler): each names itself
+(``component``, and ``host`` for a node-local one such as a kubelet)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from trainer.kube import resources as r
+from trainer.kube.rest import APIError, Kube
+from trainer.machinery.messages import truncate
+from trainer.machinery.times import now as utc_now
+
+log = logging.getLogger(__name__)
+
+NORMAL = "Normal"
+WARNING = "Warning"
+MAX_MESSAGE = 1000
+"""An Event's note must stay under 1 KiB."""
+
+
+def new_event(
+    obj: dict[str, Any],
+    type_: str,
+    reason: str,
+    message: str,
+    *,
+    component: str,
+    stamp: str,
+    host: str = "",
+    action: str = "",
+) -> dict[str, Any]:
+    """The Event about ``obj`` (its ``involvedObject`` taken from the object's own apiVersion,
+    kind and metadata), named ``<object>.<random>`` as client-go names them."""
+    meta = obj.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "default")
+    name = str(meta.get("name") or "")
+    source: dict[str, str] = {"component": component}
+    if host:
+        source["host"] = host
+    event: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": f"{name or str(obj.get('kind') or 'object').lower()}.{uuid.uuid4().hex[:16]}",
+            "namespace": namespace,
+        },
+        "involvedObject": {
+            "apiVersion": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": name,
+            "namespace": namespace,
+            "uid": meta.get("uid", ""),
+            "resourceVersion": meta.get("resourceVersion", ""),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": truncate(message, MAX_MESSAGE),
+        "source": source,
+        "reportingComponent": component,
+        "reportingInstance": f"{component}-{host}" if host else component,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+    if action:
+        event["action"] = action
+    return event
+
+
+class Recorder:
+    """Posts Events about objects for one ``component`` (on ``host``, when node-local)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        component: str,
+        *,
+        host: str = "",
+        now: Callable[[], str] = utc_now,
+    ) -> None:
+        self.kube = kube
+        self.component = component
+        self.host = host
+        self.now = now
+
+    async def record(
+        self, obj: dict[str, Any], type_: str, reason: str, message: str, *, action: str = ""
+    ) -> None:
+        event = new_event(
+            obj,
+            type_,
+            reason,
+            message,
+            component=self.component,
+            stamp=self.now(),
+            host=self.host,
+            action=action,
+        )
+        try:
+            await self.kube.create(event, gvr=r.EVENTS)
+        except (APIError, OSError, ValueError) as exc:  # best effort: never fail the work
+            meta = obj.get("metadata") or {}
+            log.warning(
+                "could not record event %s on %s/%s: %s",
+                reason,
+                meta.get("namespace"),
+                meta.get("name"),
+                exc,
+            )
