@@ -396,13 +396,19 @@ class Informer:
         obj = event.get("object")
         if not isinstance(obj, dict):
             return
-        obj = compact(obj)
         rv = _rv(obj)
         if kind == BOOKMARK:
             if rv:
                 self.resource_version = rv
             return
         key = key_of(obj)
+        cached = self._cache.get(key)
+        if kind in (ADDED, MODIFIED) and rv and cached is not None and _rv(cached) == rv:
+            # The version record_write already cached (a write of this process): the same
+            # object, so it is neither compacted again nor reported again.
+            self.resource_version = rv
+            return
+        obj = compact(obj)
         if kind in (ADDED, MODIFIED):
             old = self._store(key, obj)
             if old is None:
