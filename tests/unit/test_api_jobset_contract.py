@@ -61,6 +61,9 @@ def test_names_follow_jobsets_rules() -> None:
     assert jsc.pod_dns_name("train", "node", 2, 1, jsc.subdomain("train")) == "train-node-2-1.train"
     assert jsc.subdomain("train", "net") == "net"
     assert jsc.claim_name("data", "train") == "data-train"
+    assert jsc.pod_dns_names("train", "node", 2, 2, "net") == [
+        jsc.pod_dns_name("train", "node", job, pod, "net") for job in (0, 1) for pod in (0, 1)
+    ]
 
 
 def test_controller_of_reads_malformed_metadata_as_no_owner() -> None:

@@ -103,6 +103,14 @@ def pod_dns_name(jobset: str, replicated_job: str, job_index: int, pod_index: in
     return f"{pod_hostname(jobset, replicated_job, job_index, pod_index)}.{sub}"
 
 
+def pod_dns_names(jobset: str, replicated_job: str, jobs: int, pods: int, sub: str) -> list[str]:
+    """:func:`pod_dns_name` of every pod of a replicated job's ``jobs`` Jobs of ``pods`` pods
+    each, Job-major. One call per replicated job, with each Job's name made once: a 10,000-node
+    render asks for 10,000 names (hack/bench/render.py). Each is ``pod_hostname`` + ``.sub``."""
+    prefixes = [job_name(jobset, replicated_job, index) for index in range(jobs)]
+    return [f"{prefix}-{pod}.{sub}" for prefix in prefixes for pod in range(pods)]
+
+
 def claim_name(claim: str, jobset: str) -> str:
     """The PersistentVolumeClaim JobSet makes from a ``volumeClaimPolicies`` template named
     ``claim``: ``<claim>-<jobset>``."""

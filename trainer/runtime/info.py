@@ -118,11 +118,7 @@ class PodSet:
 
     def endpoints(self, jobset_name: str, subdomain: str) -> list[str]:
         """Pod DNS names, ``<jobset>-<rjob>-<replica>-<pod>.<subdomain>``, replica-major."""
-        return [
-            jsc.pod_dns_name(jobset_name, self.name, r, p, subdomain)
-            for r in range(self.replicas)
-            for p in range(self.count)
-        ]
+        return jsc.pod_dns_names(jobset_name, self.name, self.replicas, self.count, subdomain)
 
     def single_pod_requests(self) -> dict[str, Quantity]:
         return pod_requests(self.pod_spec)
