@@ -17,6 +17,7 @@ that no status write is in flight.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import sys
 from collections.abc import AsyncIterator
@@ -253,6 +254,23 @@ async def test_kubectl_get_trainjobs_shows_the_state(plane: LocalPlane, tmp_path
     header, *rows = [line.split() for line in out.splitlines()]
     assert header[:2] == ["NAME", "STATE"], out
     assert [row[:2] for row in rows] == [["listed", "Complete"]], out
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+async def test_kubectl_shows_this_host_as_a_ready_node_with_its_capacity(
+    plane: LocalPlane, tmp_path: Path
+) -> None:
+    kubeconfig = tmp_path / "state" / "kubeconfig"
+    await plane.executor.kubelet.heartbeat.registered.wait()
+    out = await kubectl(kubeconfig, "get", "nodes")
+    header, *rows = [line.split() for line in out.splitlines()]
+    assert header == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"], out
+    assert [row[:3] for row in rows] == [["local", "Ready", "<none>"]], out
+    described = await kubectl(kubeconfig, "describe", "node", "local")
+    capacity = described.split("Capacity:", 1)[1].split("Allocatable:", 1)[0]
+    assert f"cpu:                {os.cpu_count()}" in capacity, described
+    assert "pods:               110" in capacity, described
+    assert "KubeletReady" in described and "HolderIdentity:  local" in described, described
 
 
 async def apply_example(plane: LocalPlane, path: str) -> str:

@@ -37,6 +37,7 @@ PODS = GVR("", "v1", "pods", True, "Pod")  # read by the dashboard; the controll
 JOBS = GVR("batch", "v1", "jobs", True, "Job")
 # The local plane's executor (its Job controller, JobSet controller and kubelet) also writes:
 SERVICES = GVR("", "v1", "services", True, "Service")
+NODES = GVR("", "v1", "nodes", False, "Node")
 SERVICE_ACCOUNTS = GVR("", "v1", "serviceaccounts", True, "ServiceAccount")
 CRDS = GVR(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"

@@ -77,6 +77,7 @@ def builtin_types() -> list[ResourceType]:
             log=True,
             categories=("all",),
         ),
+        rt("", "v1", "Node", "nodes", False, short_names=("no",), status=True),
         rt("", "v1", "Event", "events", True, short_names=("ev",)),
         rt("", "v1", "LimitRange", "limitranges", True, short_names=("limits",)),
         rt("events.k8s.io", "v1", "Event", "events", True, short_names=("ev",)),

@@ -87,6 +87,7 @@ from trainer.kube.rest import APIError, Kube
 from trainer.local.executor import volumes
 from trainer.local.executor.api import recorder
 from trainer.local.executor.logsink import LogCallback
+from trainer.local.executor.node import NodeHeartbeat
 from trainer.local.executor.pod import LocalPod
 from trainer.local.executor.pod_status import scheduling_gated_status
 from trainer.local.executor.podfields import NODE_NAME, Node
@@ -170,6 +171,8 @@ class Kubelet:
         self.on_log = on_log
         self.base_env = dict(base_env) if base_env is not None else default_base_env()
         self.node = node or local_node(self.state_dir)
+        self.heartbeat = NodeHeartbeat(kube, self.node)
+        """Registers this host's Node and renews its Lease (:mod:`~trainer.local.executor.node`)."""
         self.allow_exposed_ports = allow_exposed_ports
         self.sandboxes: Sandboxes | None = (
             Sandboxes(self.state_dir / SANDBOX_DIR, plane_ports) if sandbox else None
@@ -190,14 +193,16 @@ class Kubelet:
     # --- public -----------------------------------------------------------------------------------
     async def run(self) -> None:
         """Watch pods and run them until :meth:`stop` (or cancellation)."""
-        watcher = asyncio.get_running_loop().create_task(self._watch_loop(), name="kubelet-watch")
-        stopped = asyncio.get_running_loop().create_task(self._stop_event.wait())
+        loop = asyncio.get_running_loop()
+        watcher = loop.create_task(self._watch_loop(), name="kubelet-watch")
+        heartbeat = loop.create_task(self.heartbeat.run(), name="kubelet-node-heartbeat")
+        stopped = loop.create_task(self._stop_event.wait())
         try:
             await asyncio.wait({watcher, stopped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            watcher.cancel()
-            stopped.cancel()
-            await asyncio.gather(watcher, stopped, return_exceptions=True)
+            for task in (watcher, heartbeat, stopped):
+                task.cancel()
+            await asyncio.gather(watcher, heartbeat, stopped, return_exceptions=True)
             await self.stop()
 
     async def stop(self) -> None:

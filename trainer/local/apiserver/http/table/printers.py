@@ -335,6 +335,32 @@ def _lease(obj: dict[str, Any], now: dt.datetime) -> Row:
     return [name_cell(obj), holder, age_cell(obj, now)]
 
 
+def _node(obj: dict[str, Any], now: dt.datetime) -> Row:
+    """kube-apiserver's node printer: Ready / NotReady / Unknown (``,SchedulingDisabled`` when
+    cordoned), roles from ``node-role.kubernetes.io/<role>`` labels."""
+    status = obj.get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    state = {"True": "Ready", "False": "NotReady"}.get(str((ready or {}).get("status")), "Unknown")
+    if (obj.get("spec") or {}).get("unschedulable"):
+        state += ",SchedulingDisabled"
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    roles = sorted(k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/"))
+    info = status.get("nodeInfo") or {}
+    addresses = {a.get("type"): a.get("address") for a in status.get("addresses") or []}
+    return [
+        name_cell(obj),
+        state,
+        ",".join(r for r in roles if r) or "<none>",
+        age_cell(obj, now),
+        info.get("kubeletVersion", ""),
+        addresses.get("InternalIP") or "<none>",
+        addresses.get("ExternalIP") or "<none>",
+        info.get("osImage", ""),
+        info.get("kernelVersion", ""),
+        info.get("containerRuntimeVersion", ""),
+    ]
+
+
 def _webhooks(obj: dict[str, Any], now: dt.datetime) -> Row:
     return [name_cell(obj), len(obj.get("webhooks") or []), age_cell(obj, now)]
 
@@ -441,6 +467,23 @@ BUILTIN_PRINTERS: dict[tuple[str, str], tuple[list[dict[str, Any]], Printer]] = 
     ("node.k8s.io", "RuntimeClass"): (
         [NAME_COLUMN, column("Handler", "string", "The CRI handler."), AGE_COLUMN],
         _runtime_class,
+    ),
+    ("", "Node"): (
+        [
+            NAME_COLUMN,
+            column("Status", "string", "The status of the node."),
+            column("Roles", "string", "The roles of the node."),
+            AGE_COLUMN,
+            column("Version", "string", "Kubelet Version reported by the node."),
+            column("Internal-IP", "string", "The node's internal IP.", priority=1),
+            column("External-IP", "string", "The node's external IP.", priority=1),
+            column("OS-Image", "string", "OS image reported by the node.", priority=1),
+            column("Kernel-Version", "string", "Kernel version reported by the node.", priority=1),
+            column(
+                "Container-Runtime", "string", "Container runtime reported by the node.", priority=1
+            ),
+        ],
+        _node,
     ),
     ("coordination.k8s.io", "Lease"): (
         [NAME_COLUMN, column("Holder", "string", "The holder of the lease."), AGE_COLUMN],

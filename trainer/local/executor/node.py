@@ -1,0 +1,181 @@
+"""This host as a Node of the local plane, registered and kept alive as a kubelet does.
+
+At start the kubelet registers the Node ``local`` (the ``spec.nodeName`` its pods are bound to;
+docs/local-plane.md, "The node") with this host's capacity, and renews the node's Lease in
+``kube-node-lease`` every :data:`LEASE_RENEW_SECONDS`, as the kubelet's node heartbeat does
+(https://kubernetes.io/docs/concepts/architecture/nodes/#node-heartbeats). ``kubectl get
+nodes`` and ``kubectl describe node local`` then read it like any cluster's node.
+
+:func:`node_object` and :func:`lease_object` are pure; :class:`NodeHeartbeat` writes them
+through the plane's client. Allocatable equals capacity: nothing is reserved for the system
+yet, and no scheduler reads it yet (pods still run as soon as they exist).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import platform
+import time
+from typing import Any, Final
+
+from trainer.kube import resources as r
+from trainer.kube.rest import APIError, Kube
+from trainer.local.executor.podfields import NODE_NAME, Node
+from trainer.machinery.times import format_micro_time, now
+
+log = logging.getLogger(__name__)
+
+LEASE_NAMESPACE: Final = "kube-node-lease"
+LEASE_DURATION_SECONDS: Final = 40
+"""The kubelet's default ``nodeLeaseDurationSeconds``."""
+LEASE_RENEW_SECONDS: Final = 10.0
+"""A quarter of the lease's duration, as the kubelet renews it."""
+MAX_PODS: Final = 110
+"""The kubelet's default ``maxPods``."""
+KUBELET_VERSION: Final = "v1.32.0-trainer-local"
+"""The version the local API server reports (``/version``), as a kubelet reports its own."""
+FIELD_MANAGER: Final = "kubelet"
+
+_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64le"}
+
+
+def capacity(node: Node) -> dict[str, str]:
+    """The resources a kubelet reports: cores, memory in Ki, ephemeral storage, pods."""
+    return {
+        "cpu": str(node.cpus),
+        "memory": f"{node.memory // 1024}Ki",
+        "ephemeral-storage": f"{node.ephemeral_storage // 1024}Ki",
+        "pods": str(MAX_PODS),
+    }
+
+
+def _os_image() -> str:
+    with contextlib.suppress(OSError), open("/etc/os-release", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    return platform.system()
+
+
+def node_object(node: Node, stamp: str, *, name: str = NODE_NAME) -> dict[str, Any]:
+    """The Node a kubelet on this host would register, Ready as of ``stamp``."""
+    arch = _ARCH.get(platform.machine(), platform.machine())
+    system = platform.system().lower()
+    resources = capacity(node)
+
+    def condition(type_: str, status: str, reason: str, message: str) -> dict[str, str]:
+        return {
+            "type": type_,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": stamp,
+        }
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": system,
+                "kubernetes.io/arch": arch,
+                "beta.kubernetes.io/os": system,
+                "beta.kubernetes.io/arch": arch,
+            },
+        },
+        "spec": {},
+        "status": {
+            "capacity": resources,
+            "allocatable": dict(resources),
+            "conditions": [
+                condition(
+                    "MemoryPressure",
+                    "False",
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
+                condition(
+                    "DiskPressure",
+                    "False",
+                    "KubeletHasNoDiskPressure",
+                    "kubelet has no disk pressure",
+                ),
+                condition(
+                    "PIDPressure",
+                    "False",
+                    "KubeletHasSufficientPID",
+                    "kubelet has sufficient PID available",
+                ),
+                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": name},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "nodeInfo": {
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+                "kernelVersion": platform.release(),
+                "osImage": _os_image(),
+                "containerRuntimeVersion": "local://processes",
+                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": "",
+                "operatingSystem": system,
+                "architecture": arch,
+            },
+        },
+    }
+
+
+def lease_object(name: str, stamp: str) -> dict[str, Any]:
+    """The node's Lease, renewed at ``stamp`` (MicroTime, as the kubelet writes it)."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": LEASE_NAMESPACE},
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+            "renewTime": stamp,
+        },
+    }
+
+
+class NodeHeartbeat:
+    """Registers the Node, then renews its Lease until stopped. Failures are logged and
+    retried at the next beat: a heartbeat never stops the kubelet."""
+
+    def __init__(self, kube: Kube, node: Node, *, name: str = NODE_NAME) -> None:
+        self.kube = kube
+        self.node = node
+        self.name = name
+        self.registered = asyncio.Event()
+        """Set once the Node has been written."""
+
+    async def register(self) -> None:
+        obj = node_object(self.node, now(), name=self.name)
+        status = {"status": obj.pop("status")}
+        await self.kube.apply(obj, FIELD_MANAGER, gvr=r.NODES)
+        await self.kube.patch(r.NODES, None, self.name, status, subresource="status")
+        self.registered.set()
+
+    async def beat(self) -> None:
+        lease = lease_object(self.name, format_micro_time(time.time()))
+        await self.kube.apply(lease, FIELD_MANAGER, gvr=r.LEASES)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if not self.registered.is_set():
+                    await self.register()
+                await self.beat()
+            except (APIError, ValueError) as exc:
+                log.warning("node %s: heartbeat failed: %s", self.name, exc)
+            await asyncio.sleep(LEASE_RENEW_SECONDS)
