@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+from pathlib import Path
+
+import pytest
 
 from trainer.local.apiserver.http.table.printers import BUILTIN_PRINTERS
+from trainer.local.executor.devices import Gpu, discover_gpus, parse_gpus
 from trainer.local.executor.node import LEASE_NAMESPACE, lease_object, node_object
 from trainer.local.executor.podfields import Node
 
@@ -47,3 +52,41 @@ def test_the_lease_is_held_by_the_node_in_kube_node_lease() -> None:
     assert lease["metadata"] == {"name": "local", "namespace": LEASE_NAMESPACE}
     assert lease["spec"]["holderIdentity"] == "local"
     assert lease["spec"]["leaseDurationSeconds"] == 40
+
+
+FOUR_H100 = "\n".join(f"{i}, GPU-{i:08d}-fake, NVIDIA H100 80GB HBM3, 81559" for i in (3, 0, 1, 2))
+
+
+def fake_nvidia_smi(directory: Path, body: str) -> None:
+    """An ``nvidia-smi`` on PATH that runs ``body`` (a shell script) whatever it is asked."""
+    tool = directory / "nvidia-smi"
+    tool.write_text(f"#!/bin/sh\n{body}\n")
+    tool.chmod(0o755)
+
+
+def test_nvidia_smi_output_gives_the_gpus_in_driver_order_and_gfd_labels() -> None:
+    gpus = parse_gpus(FOUR_H100 + "\n")
+    assert [g.index for g in gpus] == [0, 1, 2, 3]
+    assert gpus[0] == Gpu(0, "GPU-00000000-fake", "NVIDIA H100 80GB HBM3", 81559)
+    node = node_object(Node(cpus=2), STAMP, gpus=gpus)
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "4"
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    labels = node["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert (labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.memory"]) == ("4", "81559")
+    assert "nvidia.com/gpu" not in node_object(Node(cpus=2), STAMP)["status"]["capacity"]
+    with pytest.raises(ValueError, match="unexpected nvidia-smi line 'oops'"):
+        parse_gpus("oops")
+
+
+async def test_gpus_are_found_with_the_hosts_nvidia_smi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    fake_nvidia_smi(tmp_path, f"cat <<'END'\n{FOUR_H100}\nEND")
+    assert [g.uuid for g in await discover_gpus()] == [f"GPU-{i:08d}-fake" for i in range(4)]
+    fake_nvidia_smi(tmp_path, "echo 'NVIDIA-SMI has failed' >&2; exit 9")
+    assert await discover_gpus() == []
+    assert "NVIDIA-SMI has failed" in caplog.text
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert await discover_gpus() == []

@@ -8,7 +8,9 @@ nodes`` and ``kubectl describe node local`` then read it like any cluster's node
 
 :func:`node_object` and :func:`lease_object` are pure; :class:`NodeHeartbeat` writes them
 through the plane's client. Allocatable equals capacity: nothing is reserved for the system
-yet, and no scheduler reads it yet (pods still run as soon as they exist).
+yet, and no scheduler reads it yet (pods still run as soon as they exist). NVIDIA GPUs are found
+with ``nvidia-smi`` (:mod:`~trainer.local.executor.devices`) and advertised as
+``nvidia.com/gpu`` with GPU feature discovery's labels.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import contextlib
 import logging
 import platform
 import time
+from collections.abc import Sequence
 from typing import Any, Final
 
 from trainer.kube import resources as r
 from trainer.kube.rest import APIError, Kube
+from trainer.local.executor.devices import RESOURCE_NVIDIA_GPU, Gpu, discover_gpus, gpu_labels
 from trainer.local.executor.podfields import NODE_NAME, Node
 from trainer.machinery.times import format_micro_time, now
 
@@ -41,14 +45,18 @@ FIELD_MANAGER: Final = "kubelet"
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64le"}
 
 
-def capacity(node: Node) -> dict[str, str]:
-    """The resources a kubelet reports: cores, memory in Ki, ephemeral storage, pods."""
-    return {
+def capacity(node: Node, gpus: Sequence[Gpu] = ()) -> dict[str, str]:
+    """The resources a kubelet reports: cores, memory in Ki, ephemeral storage, pods, and
+    ``nvidia.com/gpu`` when the host has NVIDIA GPUs (as the device plugin advertises them)."""
+    resources = {
         "cpu": str(node.cpus),
         "memory": f"{node.memory // 1024}Ki",
         "ephemeral-storage": f"{node.ephemeral_storage // 1024}Ki",
         "pods": str(MAX_PODS),
     }
+    if gpus:
+        resources[RESOURCE_NVIDIA_GPU] = str(len(gpus))
+    return resources
 
 
 def _os_image() -> str:
@@ -59,11 +67,14 @@ def _os_image() -> str:
     return platform.system()
 
 
-def node_object(node: Node, stamp: str, *, name: str = NODE_NAME) -> dict[str, Any]:
-    """The Node a kubelet on this host would register, Ready as of ``stamp``."""
+def node_object(
+    node: Node, stamp: str, *, name: str = NODE_NAME, gpus: Sequence[Gpu] = ()
+) -> dict[str, Any]:
+    """The Node a kubelet on this host would register, Ready as of ``stamp``, with GPU
+    feature discovery's labels when it has NVIDIA ``gpus``."""
     arch = _ARCH.get(platform.machine(), platform.machine())
     system = platform.system().lower()
-    resources = capacity(node)
+    resources = capacity(node, gpus)
 
     def condition(type_: str, status: str, reason: str, message: str) -> dict[str, str]:
         return {
@@ -86,6 +97,7 @@ def node_object(node: Node, stamp: str, *, name: str = NODE_NAME) -> dict[str, A
                 "kubernetes.io/arch": arch,
                 "beta.kubernetes.io/os": system,
                 "beta.kubernetes.io/arch": arch,
+                **gpu_labels(list(gpus)),
             },
         },
         "spec": {},
@@ -156,11 +168,15 @@ class NodeHeartbeat:
         self.kube = kube
         self.node = node
         self.name = name
+        self.gpus: list[Gpu] | None = None
+        """This host's NVIDIA GPUs, found at the first registration."""
         self.registered = asyncio.Event()
         """Set once the Node has been written."""
 
     async def register(self) -> None:
-        obj = node_object(self.node, now(), name=self.name)
+        if self.gpus is None:
+            self.gpus = await discover_gpus()
+        obj = node_object(self.node, now(), name=self.name, gpus=self.gpus)
         status = {"status": obj.pop("status")}
         await self.kube.apply(obj, FIELD_MANAGER, gvr=r.NODES)
         await self.kube.patch(r.NODES, None, self.name, status, subresource="status")
