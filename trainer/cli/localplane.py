@@ -23,6 +23,7 @@ from trainer.kube.client import ApiClient, new_api_client
 from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
 from trainer.local.executor.api import executor_kube
+from trainer.local.executor.nodeconfig import NodeConfig
 from trainer.local.executor.ports import PortAllocator
 from trainer.local.executor.runner import Executor
 from trainer.local.executor.ssh import private_parent
@@ -209,6 +210,7 @@ async def start_local_plane(
     reset_damaged_state: bool = False,
     ready_timeout: float | None = None,
     allow_exposed_ports: bool = False,
+    node_config: NodeConfig | None = None,
 ) -> LocalPlane:
     """Start the local plane. With ``feature_gates`` TrainJobStatus=true the status server
     runs too, on 127.0.0.1 (its certificate covers 127.0.0.1), and pods are told
@@ -265,6 +267,7 @@ async def start_local_plane(
         # sandbox"): the status server and, for in-cluster clients, the API server.
         plane_ports=(status_port, urlsplit(server.url).port or 0),
         allow_exposed_ports=allow_exposed_ports,
+        node_config=node_config,
     )
     await executor.start()
     await asyncio.wait(

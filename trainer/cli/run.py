@@ -26,6 +26,7 @@ from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError
 from trainer.local.apiserver.statefile import StateFileError
+from trainer.local.executor.nodeconfig import NodeConfig, NodeConfigError, load_node_config
 from trainer.local.executor.waiting import not_ready
 from trainer.machinery.safeload import InputError
 from trainer.observability.logging import setup_logging
@@ -206,6 +207,7 @@ async def _run(
     dashboard: DashboardOptions | None = None,
     ready_timeout: float | None = None,
     allow_exposed_ports: bool = False,
+    node_config: NodeConfig | None = None,
 ) -> int:
     printer = Printer()
     try:
@@ -227,6 +229,7 @@ async def _run(
         feature_gates=gates,
         ready_timeout=ready_timeout,
         allow_exposed_ports=allow_exposed_ports,
+        node_config=node_config,
     )
     stop = stop_on_signals()
     try:
@@ -260,6 +263,27 @@ AllowExposedPortsOption = Annotated[
         "(docs/local-plane.md, 'The network sandbox').",
     ),
 ]
+
+NodeConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--node-config",
+        help="YAML declaring the local node's GPUs (instead of nvidia-smi), reserved capacity, "
+        "labels and taints (docs/local-plane.md, 'The node').",
+    ),
+]
+
+
+def _node_config(path: Path | None) -> NodeConfig | None:
+    """``--node-config``'s file, checked before anything starts (exit 2 naming the field)."""
+    if path is None:
+        return None
+    try:
+        return load_node_config(path)
+    except NodeConfigError as exc:
+        typer.echo(f"error: --node-config: {exc}", err=True)
+        raise typer.Exit(2) from None
+
 
 FEATURE_GATES_HELP = (
     "Controller feature gates, e.g. TrainJobStatus=true: the status server runs on 127.0.0.1 "
@@ -313,6 +337,7 @@ def run(
         ),
     ] = DEFAULT_READY_TIMEOUT,
     allow_exposed_ports: AllowExposedPortsOption = False,
+    node_config: NodeConfigOption = None,
     dashboard: Annotated[
         bool,
         typer.Option(
@@ -334,6 +359,7 @@ def run(
     interrupted.
     """
     gates = _gates(feature_gates)
+    node = _node_config(node_config)
     setup_logging("DEBUG" if verbose else "WARNING", "text")
     board = DashboardOptions(port=dashboard_port) if dashboard else None
     try:
@@ -348,6 +374,7 @@ def run(
                 dashboard=board,
                 ready_timeout=ready_timeout,
                 allow_exposed_ports=allow_exposed_ports,
+                node_config=node,
             )
         )
     except DashboardPortError as err:
@@ -364,6 +391,7 @@ async def _up(
     reset_damaged_state: bool = False,
     dashboard: DashboardOptions | None = None,
     allow_exposed_ports: bool = False,
+    node_config: NodeConfig | None = None,
 ) -> None:
     printer = Printer()
     plane = await start_local_plane(
@@ -374,6 +402,7 @@ async def _up(
         on_log=printer.log,
         feature_gates=gates,
         allow_exposed_ports=allow_exposed_ports,
+        node_config=node_config,
     )
     plane.server.write_kubeconfig(str(kubeconfig))
     printer.line(f"local control plane ready: API server {plane.server.url}")
@@ -430,6 +459,7 @@ def up(
         typer.Option(help="Enable the dashboard's suspend, resume and delete buttons."),
     ] = False,
     allow_exposed_ports: AllowExposedPortsOption = False,
+    node_config: NodeConfigOption = None,
 ) -> None:
     """Start the local control plane and leave it running (kubectl, the Kubeflow SDK and
     `trainer` commands work against the kubeconfig it writes) until SIGINT/SIGTERM.
@@ -438,6 +468,7 @@ def up(
     in the kubeconfig (created with mode 0600, with the server's CA), which is made at random
     for each start."""
     gates = _gates(feature_gates)
+    node = _node_config(node_config)
     setup_logging("DEBUG" if verbose else "INFO", "text")
     try:
         board = (
@@ -454,6 +485,7 @@ def up(
                 reset_damaged_state,
                 board,
                 allow_exposed_ports=allow_exposed_ports,
+                node_config=node,
             )
         )
     except StateFileError as err:

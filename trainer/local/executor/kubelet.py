@@ -88,6 +88,7 @@ from trainer.local.executor import volumes
 from trainer.local.executor.api import recorder
 from trainer.local.executor.logsink import LogCallback
 from trainer.local.executor.node import NodeHeartbeat
+from trainer.local.executor.nodeconfig import NodeConfig
 from trainer.local.executor.pod import LocalPod
 from trainer.local.executor.pod_status import scheduling_gated_status
 from trainer.local.executor.podfields import NODE_NAME, Node
@@ -159,6 +160,7 @@ class Kubelet:
         on_log: LogCallback | None = None,
         base_env: Mapping[str, str] | None = None,
         node: Node | None = None,
+        node_config: NodeConfig | None = None,
         plane_ports: Iterable[int] = (),
         sandbox: bool = True,
         allow_exposed_ports: bool = False,
@@ -171,7 +173,7 @@ class Kubelet:
         self.on_log = on_log
         self.base_env = dict(base_env) if base_env is not None else default_base_env()
         self.node = node or local_node(self.state_dir)
-        self.heartbeat = NodeHeartbeat(kube, self.node)
+        self.heartbeat = NodeHeartbeat(kube, self.node, config=node_config)
         """Registers this host's Node and renews its Lease (:mod:`~trainer.local.executor.node`)."""
         self.allow_exposed_ports = allow_exposed_ports
         self.sandboxes: Sandboxes | None = (

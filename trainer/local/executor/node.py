@@ -20,13 +20,16 @@ import contextlib
 import logging
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any, Final
 
 from trainer.kube import resources as r
 from trainer.kube.rest import APIError, Kube
 from trainer.local.executor.devices import RESOURCE_NVIDIA_GPU, Gpu, discover_gpus, gpu_labels
+from trainer.local.executor.nodeconfig import NodeConfig
 from trainer.local.executor.podfields import NODE_NAME, Node
+from trainer.machinery.quantity import Quantity
 from trainer.machinery.times import format_micro_time, now
 
 log = logging.getLogger(__name__)
@@ -67,11 +70,29 @@ def _os_image() -> str:
     return platform.system()
 
 
+def allocatable(resources: Mapping[str, str], reserved: Mapping[str, Quantity]) -> dict[str, str]:
+    """Capacity less what ``--node-config``'s ``reserved`` keeps back (never below zero), as
+    the kubelet's systemReserved."""
+    out = dict(resources)
+    for name, keep in reserved.items():
+        if name in out:
+            have = Quantity.parse(out[name])
+            out[name] = str(Quantity(max(have.value - keep.value, Fraction(0)), have.format))
+    return out
+
+
 def node_object(
-    node: Node, stamp: str, *, name: str = NODE_NAME, gpus: Sequence[Gpu] = ()
+    node: Node,
+    stamp: str,
+    *,
+    name: str = NODE_NAME,
+    gpus: Sequence[Gpu] = (),
+    config: NodeConfig | None = None,
 ) -> dict[str, Any]:
     """The Node a kubelet on this host would register, Ready as of ``stamp``, with GPU
-    feature discovery's labels when it has NVIDIA ``gpus``."""
+    feature discovery's labels when it has NVIDIA ``gpus``, and ``config``'s reservations,
+    labels and taints."""
+    config = config or NodeConfig()
     arch = _ARCH.get(platform.machine(), platform.machine())
     system = platform.system().lower()
     resources = capacity(node, gpus)
@@ -98,12 +119,13 @@ def node_object(
                 "beta.kubernetes.io/os": system,
                 "beta.kubernetes.io/arch": arch,
                 **gpu_labels(list(gpus)),
+                **config.labels,
             },
         },
-        "spec": {},
+        "spec": {"taints": [dict(t) for t in config.taints]} if config.taints else {},
         "status": {
             "capacity": resources,
-            "allocatable": dict(resources),
+            "allocatable": allocatable(resources, config.reserved),
             "conditions": [
                 condition(
                     "MemoryPressure",
@@ -164,19 +186,22 @@ class NodeHeartbeat:
     """Registers the Node, then renews its Lease until stopped. Failures are logged and
     retried at the next beat: a heartbeat never stops the kubelet."""
 
-    def __init__(self, kube: Kube, node: Node, *, name: str = NODE_NAME) -> None:
+    def __init__(
+        self, kube: Kube, node: Node, *, name: str = NODE_NAME, config: NodeConfig | None = None
+    ) -> None:
         self.kube = kube
         self.node = node
         self.name = name
-        self.gpus: list[Gpu] | None = None
-        """This host's NVIDIA GPUs, found at the first registration."""
+        self.config = config or NodeConfig()
+        self.gpus: list[Gpu] | None = None if self.config.gpus is None else list(self.config.gpus)
+        """The node's NVIDIA GPUs: declared, else found at the first registration."""
         self.registered = asyncio.Event()
         """Set once the Node has been written."""
 
     async def register(self) -> None:
         if self.gpus is None:
             self.gpus = await discover_gpus()
-        obj = node_object(self.node, now(), name=self.name, gpus=self.gpus)
+        obj = node_object(self.node, now(), name=self.name, gpus=self.gpus, config=self.config)
         status = {"status": obj.pop("status")}
         await self.kube.apply(obj, FIELD_MANAGER, gvr=r.NODES)
         await self.kube.patch(r.NODES, None, self.name, status, subresource="status")

@@ -19,6 +19,7 @@ from trainer.kube.resources import JOBS, JOBSETS, PODS, SERVICES
 from trainer.kube.rest import APIError, Kube
 from trainer.local.executor.job import JobController
 from trainer.local.executor.jobset import JobSetController
+from trainer.local.executor.nodeconfig import NodeConfig
 from trainer.machinery.workqueue import Result, WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,10 @@ class Executor:
         ready_timeout: float | None = None,
         plane_ports: tuple[int, ...] = (),
         allow_exposed_ports: bool = False,
+        node_config: NodeConfig | None = None,
     ) -> None:
         self.kube = kube
+        self.node_config = node_config
         self.jobsets = Informer(kube, JOBSETS)
         self.jobs = Informer(kube, JOBS)
         self.pods = Informer(kube, PODS)
@@ -166,6 +169,7 @@ class Executor:
                 on_log=self.on_log,
                 plane_ports=self.plane_ports,
                 allow_exposed_ports=self.allow_exposed_ports,
+                node_config=self.node_config,
             )
             self._tasks.append(asyncio.create_task(self.kubelet.run(), name="kubelet"))
 
