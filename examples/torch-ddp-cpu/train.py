@@ -159,6 +159,10 @@ def main() -> int:
             print(f"elapsed: {time.monotonic() - started:.2f}s", flush=True)
             print(f"checkpoint written to {path}", flush=True)
             print(f"final loss: {mean_loss:.6f}", flush=True)
+        # Tear the group down together: a rank that destroys it while another still works
+        # (rank 0 writing the checkpoint) can abort in gloo's teardown ("terminate called
+        # without an active exception", exit -6) and fail the whole job.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
     return 0

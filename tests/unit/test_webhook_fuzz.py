@@ -484,7 +484,8 @@ def trainjob_review(draw: st.DrawFn) -> tuple[list[str], bytes]:
 
 
 def test_trainjob_shaped(runner: asyncio.Runner) -> None:
-    assert _run(runner, trainjob_review(), 1500) >= 3000
+    # 1,000 drawn cases a run (new ones every run): the whole suite must stay under CI's budget.
+    assert _run(runner, trainjob_review(), 1000) >= 2000
 
 
 @st.composite
