@@ -237,7 +237,9 @@ async def test_token_signed_by_another_issuer_is_forbidden_and_remembered(
 async def test_a_client_with_too_many_reviews_waiting_is_told_to_retry(
     issuer: TokenIssuer, kube: FakeKube
 ) -> None:
-    limiter = FairLimiter(20, 1, max_waiting=1)
+    # A slow refill (one token in 2 s): at 20/s a loaded machine refilled the bucket before the
+    # first review queued, and the loop below waited forever.
+    limiter = FairLimiter(0.5, 1, max_waiting=1)
     app = create_status_app(StatusService(kube, TokenReviewer(kube), limiter))  # type: ignore[arg-type]
     body = json.dumps({"trainerStatus": STATUS}).encode()
 
@@ -246,8 +248,10 @@ async def test_a_client_with_too_many_reviews_waiting_is_told_to_retry(
 
     await limiter.acquire("loopback")  # the bucket is empty: the next review waits
     first = asyncio.create_task(send(token(TokenIssuer(), kube)))
-    while limiter.waiting("loopback") == 0:
-        await asyncio.sleep(0)
+    async with asyncio.timeout(10):
+        while limiter.waiting("loopback") == 0:
+            assert not first.done(), (await first).json()
+            await asyncio.sleep(0)
     refused = await send(token(TokenIssuer(), kube))
     assert (refused.status, refused.json()) == (429, failure(429, "Too many requests"))
     assert refused.header("retry-after") == "1"
