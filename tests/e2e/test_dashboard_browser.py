@@ -396,7 +396,9 @@ def test_a_restarted_container_shows_its_previous_log(
     job["spec"]["runtimeRef"] = {"name": "retrying", "kind": "TrainingRuntime"}
     plane.apply(job)
     page.goto(plane.base + "/trainjobs/default/retried")
-    expect(page.locator("#state [data-state]")).to_have_text("Complete")
+    # A failed run, a restart back-off and a second run: more than Playwright's default 5 s on
+    # a loaded CI machine (it once ended there, still Running).
+    expect(page.locator("#state [data-state]")).to_have_text("Complete", timeout=30_000)
     pod = page.locator("#pods tbody tr")
     expect(pod.locator("td").nth(3)).to_have_text("1")  # restarts
     expect(pod.locator(".reasons")).to_contain_text("node: previously Error (exit code 1)")
