@@ -1,2 +1,2 @@
 """Generic Kubernetes machinery: what any Kubernetes program needs and Trainer does not
-define. It imports nothing else of the project (docs/design.md, "Packages")."""
+define. It imports nothing else of the project (docs/design.md, "Layers")."""

@@ -1,12 +1,13 @@
 """Rules about the build's pod sets that several plugins share, each written once here.
 
 * **How many pods** (``numNodes``): :func:`runtime_count` gives a pod set its count from the
-  runtime (spec §2.3, step 3) and :func:`apply_num_nodes` lets the TrainJob's
-  ``trainer.numNodes`` override it with the rule of the runtime's ML policy (spec §2.5, §2.7,
-  §2.8). Both run once, in :func:`trainer.runtime.assemble.new_info`, when the TrainJob is
-  merged onto its runtime, like every other TrainJob field that overrides the runtime
-  (``resourcesPerNode``, image, command, env). No plugin sets a count from ``numNodes``: they
-  read ``PodSet.count``, and admission's validators see the counts the JobSet will get.
+  runtime and :func:`apply_num_nodes` lets the TrainJob's ``trainer.numNodes`` override it
+  with the rule of the runtime's ML policy (upstream's plugins:
+  https://github.com/kubeflow/trainer/tree/master/pkg/runtime/framework/plugins). Both run
+  once, in :func:`trainer.runtime.assemble.new_info`, when the TrainJob is merged onto its
+  runtime, like every other TrainJob field that overrides the runtime (``resourcesPerNode``,
+  image, command, env). No plugin sets a count from ``numNodes``: they read
+  ``PodSet.count``, and admission's validators see the counts the JobSet will get.
 * **How many Jobs**: :func:`built_replicas`, the JobSet builder's one replica for the
   initializer and trainer steps, for the plugins that need it before that builder ran.
 * **What one node has**: :func:`resources_per_node` (for counting GPUs and CPUs) and
@@ -43,7 +44,7 @@ def built_replicas(ps: PodSet) -> int:
 def runtime_count(job: ReplicatedJob, ancestor: str | None, ml_policy: MLPolicy | None) -> int:
     """A pod set's count from the runtime alone: the Job's ``parallelism`` (default 1), but
     ``mlPolicy.numNodes`` (default 1) for the trainer step of a runtime with an ML policy;
-    at least 1 (spec §2.3, step 3)."""
+    at least 1."""
     job_spec = job.template.spec
     count = (job_spec.parallelism if job_spec else None) or 1
     if ancestor == c.ANCESTOR_TRAINER and ml_policy is not None:
@@ -56,11 +57,11 @@ def apply_num_nodes(info: Info) -> None:
     ML policy (the CRD admits at most one policy):
 
     * MPI: the pod set **named** ``node``, less one with ``runLauncherAsNode`` (the launcher
-      is one of the nodes) but at least 1; the launcher keeps its count (spec §2.7);
-    * Torch: the first trainer-step pod set (spec §2.5);
-    * JAX, the other policies and none at all: every trainer-step pod set (spec §2.8, PlainML).
+      is one of the nodes) but at least 1; the launcher keeps its count;
+    * Torch: the first trainer-step pod set;
+    * JAX, the other policies and none at all: every trainer-step pod set (upstream's PlainML).
 
-    Not clamped: ``numNodes: 0`` gives 0 pods (spec §2.3)."""
+    Not clamped: ``numNodes: 0`` gives 0 pods."""
     trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
     if trainer is None or trainer.num_nodes is None:
         return
@@ -83,15 +84,15 @@ def resources_per_node(info: Info, *, skip_undeclared: bool = False) -> Resource
     """What one node has, for counting GPUs and CPUs: the TrainJob's ``resourcesPerNode`` when
     set, wholesale (the pod itself gets the merge of both); else the resources of container
     ``node`` in the first job, in template order, that is named ``node`` or has the trainer
-    ancestor (spec §2.3, "Helpers used by several plugins").
+    ancestor.
 
     ``skip_undeclared``: pass over a ``node`` container that declares no resources and keep
     looking. The MPI plugin asks for it because it follows upstream's
     ``ExtractResourcePerNodeFromRuntime``, which does so, and because an MPI runtime has two
     candidates where usually only one declares the GPUs: the ``node`` job that runs the ranks
-    and the launcher, which carries the trainer ancestor (spec §2.7). Stopping at a
+    and the launcher, which carries the trainer ancestor. Stopping at a
     resource-less candidate there would miss the GPUs and leave one slot per node. Torch,
-    TorchTune and XGBoost read the first candidate as spec §2.3 states the helper; every
+    TorchTune and XGBoost read the first candidate; every
     shipped runtime of theirs has a single candidate, so the two readings agree on them, and
     their renders stay as they were."""
     trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
