@@ -28,7 +28,7 @@ import aiohttp
 from kubernetes_asyncio.client.api_client import ApiClient
 
 from trainer.kube.ratelimit import RateLimiter
-from trainer.kube.resources import gvr_of
+from trainer.kube.resources import PODS, gvr_of
 from trainer.machinery import requests as rq
 from trainer.machinery.gvr import GVR
 from trainer.machinery.requests import (
@@ -299,6 +299,13 @@ class Kube:
             dry_run=dry_run,
         )
         return await self.send(req, timeout=timeout)
+
+    async def bind(
+        self, namespace: str, name: str, node: str, *, uid: str = "", timeout: float | None = None
+    ) -> None:
+        """Bind the pod to ``node`` (``pods/binding``; see :func:`~trainer.machinery.requests.
+        bind`)."""
+        await self.send(rq.bind(PODS, namespace, name, node, uid=uid), timeout=timeout)
 
     async def patch_status(
         self,

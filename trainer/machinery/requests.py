@@ -226,6 +226,29 @@ def create(
     )
 
 
+def bind(pods: GVR, namespace: str, name: str, node: str, *, uid: str = "") -> Request:
+    """POST a Binding to ``pods/{name}/binding``: assign the pod to ``node``, as a scheduler
+    does (the server sets ``spec.nodeName`` and ``PodScheduled=True``; a pod already bound
+    answers 409). ``uid`` makes a binding meant for an older pod of that name fail."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if uid:
+        meta["uid"] = uid
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": meta,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    return Request(
+        "create",
+        _resource(pods, "binding"),
+        "POST",
+        pods.path(namespace, name, "binding"),
+        (),
+        body,
+    )
+
+
 def replace(
     obj: dict[str, Any],
     gvr: GVR,

@@ -75,6 +75,7 @@ def builtin_types() -> list[ResourceType]:
             short_names=("po",),
             status=True,
             log=True,
+            binding=True,
             categories=("all",),
         ),
         rt("", "v1", "Node", "nodes", False, short_names=("no",), status=True),
@@ -241,6 +242,7 @@ def prepare(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
             for i, container in enumerate(spec.get(group) or []):
                 if not container.get("name"):
                     errors.append(FieldError(f"spec.{group}[{i}].name", REQUIRED, ""))
+                _default_requests(container)
         status = obj.setdefault("status", {})
         status.setdefault("phase", "Pending")
         spec.setdefault("restartPolicy", "Always")
@@ -256,6 +258,21 @@ def prepare(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
         spec.setdefault("completionMode", "NonIndexed")
         spec.setdefault("suspend", False)
     return errors
+
+
+def _default_requests(container: Any) -> None:
+    """A container's request defaults to its limit for each resource it limits but does not
+    request, as kube-apiserver defaults a pod (what the scheduler and ``kubectl describe
+    node`` then count)."""
+    resources = container.get("resources") if isinstance(container, dict) else None
+    if not isinstance(resources, dict) or not isinstance(resources.get("limits"), dict):
+        return
+    requests = resources.get("requests")
+    if requests is None:
+        requests = resources["requests"] = {}
+    if isinstance(requests, dict):
+        for name, value in resources["limits"].items():
+            requests.setdefault(name, value)
 
 
 IMMUTABLE_SET = "field is immutable when `immutable` is set"

@@ -41,6 +41,8 @@ class ResourceType:
     verbs: tuple[str, ...] = ALL_VERBS
     """What discovery says the resource supports (``create`` only for a review)."""
     token: bool = False
+    binding: bool = False
+    """Has a ``/binding`` subresource (pods: a scheduler assigns a pod to a node)."""
     """Has a ``/token`` subresource (service accounts: TokenRequest)."""
     rule_memo: RuleMemo | None = field(default=None, repr=False, compare=False)
     """CEL rule outcomes for ``schema`` (a CRD version's own; dropped with it)."""
@@ -95,6 +97,16 @@ class ResourceType:
                     "group": "authentication.k8s.io",
                     "version": "v1",
                     "kind": "TokenRequest",
+                    "verbs": ["create"],
+                }
+            )
+        if self.binding:
+            out.append(
+                {
+                    "name": f"{self.plural}/binding",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "kind": "Binding",
                     "verbs": ["create"],
                 }
             )

@@ -33,7 +33,7 @@ from trainer.local.apiserver.patch import (
     strategic_merge_patch,
 )
 from trainer.local.apiserver.resources import ResourceType
-from trainer.machinery.errors import FORBIDDEN, INVALID, FieldError
+from trainer.machinery.errors import FORBIDDEN, INVALID, REQUIRED, FieldError
 
 MODIFIED = (
     "the object has been modified; please apply your changes to the latest version and try again"
@@ -104,6 +104,8 @@ def for_subresource(
             else:
                 merged["metadata"]["managedFields"] = fields
         return merged
+    if subresource == "binding":  # the node and PodScheduled together (bound_pod)
+        return new
     if subresource == "finalize" and rt.kind == "Namespace":
         merged = copy.deepcopy(old)
         merged["spec"] = {
@@ -277,3 +279,47 @@ def decode_continue(token: str, oldest_rv: int) -> tuple[str, str]:
     except (ValueError, KeyError, TypeError):
         raise bad_request("invalid continue token") from None
     return start
+
+
+def bound_pod(old: dict[str, Any], binding: Any, now: str) -> dict[str, Any]:
+    """The pod ``old`` once a ``Binding`` assigns it to a node, as kube-apiserver's binding
+    storage makes it: ``spec.nodeName`` set and ``PodScheduled=True``. A pod already bound, being
+    deleted, or not the one the binding's uid names answers 409; a binding without a target
+    node 422."""
+    name = old["metadata"]["name"]
+    if not isinstance(binding, dict):
+        raise bad_request("a Binding must be a JSON object")
+    meta = binding.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    target = binding.get("target")
+    target = target if isinstance(target, dict) else {}
+    node = target.get("name")
+    if not isinstance(node, str) or not node:
+        raise invalid("Binding", "", name, [FieldError("target.name", REQUIRED)])
+    uid = meta.get("uid")
+    if uid and uid != old["metadata"].get("uid"):
+        raise conflict(
+            "pods/binding",
+            "",
+            name,
+            f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+            f"{old['metadata'].get('uid')}",
+        )
+    if old["metadata"].get("deletionTimestamp"):
+        raise conflict(
+            "pods/binding", "", name, f"pod {name} is being deleted, cannot be assigned to a host"
+        )
+    current = (old.get("spec") or {}).get("nodeName")
+    if current:
+        raise conflict(
+            "pods/binding", "", name, f'pod {name} is already assigned to node "{current}"'
+        )
+    new = copy.deepcopy(old)
+    new.setdefault("spec", {})["nodeName"] = node
+    status = new.setdefault("status", {})
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+    conditions.append(
+        {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+    )
+    status["conditions"] = conditions
+    return new

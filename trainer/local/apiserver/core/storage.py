@@ -442,6 +442,26 @@ class Storage:
         return obj, False
 
     # --- deletion ---------------------------------------------------------------------------
+    async def bind(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        binding: Any,
+        options: WriteOptions | None = None,
+    ) -> dict[str, Any]:
+        """``pods/{name}/binding``: assign the pod to a node (:func:`.rules.bound_pod`),
+        retried on the fresh pod when another write lands meanwhile."""
+        options = options or WriteOptions()
+        for _ in range(PATCH_RETRIES):
+            old = self.get_or_404(rt, namespace, name)
+            new = rules.bound_pod(old, binding, self.now())
+            try:
+                return await self.commit_update(rt, old, new, options, subresource="binding")
+            except rules.StaleWrite:
+                continue
+        raise conflict(rt.plural, rt.group, name, rules.MODIFIED)
+
     async def delete(
         self,
         rt: ResourceType,

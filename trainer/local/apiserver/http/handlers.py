@@ -141,6 +141,14 @@ async def append_log(c: Call) -> web.StreamResponse:
     return json_response({"kind": "Status", "apiVersion": "v1", "status": "Success"}, status=201)
 
 
+async def bind(c: Call) -> web.StreamResponse:
+    """``pods/{name}/binding``: assign the pod to a node (a scheduler's one write)."""
+    options = c.write_options()
+    r = c.route
+    await c.storage.bind(r.rt, r.namespace, r.name, await c.body(), options)
+    return json_response({"kind": "Status", "apiVersion": "v1", "status": "Success"}, status=201)
+
+
 async def update(c: Call) -> web.StreamResponse:
     options = c.write_options()
     r = c.route
@@ -245,6 +253,7 @@ HANDLERS: dict[tuple[str, str], Handler] = {
     ("create", ANY): create_on_subresource,
     ("create", "log"): append_log,
     ("create", "token"): tokens,
+    ("create", "binding"): bind,
     ("update", ANY): update,
     ("patch", ANY): patch,
     ("delete", ANY): delete,

@@ -26,6 +26,7 @@ SUBRESOURCES: dict[str, Callable[[ResourceType], bool]] = {
     "log": lambda rt: rt.log,
     "finalize": lambda rt: True,
     "token": lambda rt: rt.token,
+    "binding": lambda rt: rt.binding,
 }
 
 
