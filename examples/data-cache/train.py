@@ -78,6 +78,9 @@ def main() -> int:
         f"rank {rank} final loss: {float(global_loss):.6f} weights checksum: {checksum:.6f}",
         flush=True,
     )
+    # Tear the group down together: a rank that destroys it while another still works can
+    # abort in gloo's teardown ("terminate called without an active exception", exit -6).
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 

@@ -28,16 +28,28 @@ from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.kube import resources as r
 from trainer.kube.client import new_api_client
 from trainer.kube.rest import APIError, Kube
+from trainer.local.executor.nodeconfig import parse_node_config
 
 PY = sys.executable
 JOBSET = "jobset.x-k8s.io/v1alpha2"
 SPOT = {"key": "example.com/spot", "operator": "Exists", "effect": "NoSchedule"}
 FLAVORS = [
     Flavor(
-        "small", {"example.com/pool": "small", "example.com/spot": "true"}, {"cpu": "1"}, [SPOT]
+        "small",
+        {"example.com/pool-small": "true", "example.com/spot": "true"},
+        {"cpu": "1"},
+        [SPOT],
     ),
-    Flavor("big", {"example.com/pool": "big"}, {"cpu": "4"}),
+    Flavor("big", {"example.com/pool-big": "true"}, {"cpu": "4"}),
 ]
+# The local plane is one node: it carries both flavors' labels (a cluster would have a node
+# pool per flavor), and the CPUs of the bigger flavor whatever this machine has.
+NODE = parse_node_config(
+    {
+        "labels": {label: value for f in FLAVORS for label, value in f.node_labels.items()},
+        "capacity": {"cpu": "8"},
+    }
+)
 WAIT = (
     "import os, time\n"
     "release = os.environ.get('RELEASE')\n"
@@ -140,7 +152,9 @@ class Env:
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    plane = await start_local_plane(work_dir=tmp_path, state_dir=tmp_path / "state")
+    plane = await start_local_plane(
+        work_dir=tmp_path, state_dir=tmp_path / "state", node_config=NODE
+    )
     api = await new_api_client(str(tmp_path / "state" / "kubeconfig"), qps_user_agent="kueue")
     kube = Kube(api)
     kueue = KueueEmulator(kube, FLAVORS, local_queues={"user-queue": False, "multi": True})
@@ -232,7 +246,7 @@ async def test_admission_on_two_flavors_quota_and_finish(env: Env) -> None:
         pod_placement(p) == (FLAVORS[0].node_labels, [SPOT], "prep") for p in prep_pods
     )
     for pod in env.running_pods("first", "node"):
-        assert pod_placement(pod) == ({"example.com/pool": "big"}, [], "node")
+        assert pod_placement(pod) == ({"example.com/pool-big": "true"}, [], "node")
 
     # The second job does not fit while the first holds the quota.
     await env.kube.create(env.trainjob_body("second"), gvr=r.TRAINJOBS)
@@ -298,7 +312,9 @@ async def test_preempted_job_is_readmitted_without_stale_placement(env: Env) -> 
     await until(env.plane, lambda: len(env.running_pods("victim", "node")) == 2, timeout=60)
     assert env.kueue.workloads["default/victim"].admitted == {"prep": "big", "node": "big"}
     for pod in env.pods("victim"):
-        assert pod_placement(pod)[:2] == ({"example.com/pool": "big"}, []), pod["metadata"]["name"]
+        assert pod_placement(pod)[:2] == ({"example.com/pool-big": "true"}, []), pod["metadata"][
+            "name"
+        ]
     assert (env.jobset("victim") or {})["metadata"]["uid"] != first_jobset_uid
     env.release("victim").touch()
     await until(env.plane, lambda: condition(env.plane, "victim", "Complete"), timeout=60)

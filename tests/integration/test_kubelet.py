@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from trainer.kube import resources as r
+from trainer.kube.informer import Informer
 from trainer.kube.podlogs import stream_log
 from trainer.kube.rest import JSON_PATCH, APIError, Kube
 from trainer.local.apiserver import APIServer
@@ -28,6 +29,7 @@ from trainer.local.apiserver.store import Event
 from trainer.local.executor.api import executor_kube
 from trainer.local.executor.kubelet import Kubelet
 from trainer.local.executor.podfields import LOCAL_PORTS
+from trainer.local.executor.scheduler import Scheduler
 
 PY = sys.executable
 NS = "default"
@@ -122,18 +124,27 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         holder[0].lines.append((pod, container, line))
         holder[0].line_added.set()
 
-    kubelet = Kubelet(kube, workdir=tmp_path / "work", state_dir=tmp_path / "state", on_log=on_log)
+    # The kubelet runs the pods the scheduler binds to its node, as on a cluster; these
+    # pods are scheduled one by one (the server has no JobSet API).
+    pods = Informer(kube, r.PODS)
+    await pods.start()
+    kubelet = Kubelet(
+        kube, pods=pods, workdir=tmp_path / "work", state_dir=tmp_path / "state", on_log=on_log
+    )
+    scheduler = Scheduler(kube, pods)
     e = Env(server, kube, kubelet, tmp_path / "state")
     holder.append(e)
-    task = asyncio.create_task(kubelet.run())
+    tasks = [asyncio.create_task(kubelet.run()), asyncio.create_task(scheduler.run())]
     try:
         async with asyncio.timeout(5):
             await kubelet.synced.wait()
         yield e
     finally:
         await kubelet.stop()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await pods.stop()
         await kube.api.close()
         await server.stop()
 

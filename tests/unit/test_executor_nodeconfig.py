@@ -38,13 +38,27 @@ def test_declared_gpus_reservations_labels_and_taints_reach_the_node() -> None:
         {"key": "dedicated", "value": "training", "effect": "NoSchedule"}
     ]
     assert parse_node_config({"gpus": []}).gpus == ()
+    declared = parse_node_config({"capacity": {"cpu": "16", "memory": "64Gi"}})
+    big = node_object(Node(cpus=2, memory=1 << 30), STAMP, config=declared)
+    assert (big["status"]["capacity"]["cpu"], big["status"]["allocatable"]["memory"]) == (
+        "16",
+        "64Gi",
+    )
+    assert parse_node_config({"scheduling": {"allOrNothing": False}}).all_or_nothing is False
     assert parse_node_config({}).gpus is None  # found with nvidia-smi
 
 
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"gpu": []}, "gpu: unknown field; known: gpus, reserved, labels, taints"),
+        (
+            {"gpu": []},
+            "gpu: unknown field; known: gpus, capacity, reserved, labels, taints, scheduling",
+        ),
+        ({"capacity": {"gpu": 2}}, "capacity.gpu: unknown resource; known: cpu, memory"),
+        ({"capacity": {"cpu": "-1"}}, "capacity.cpu: must not be negative"),
+        ({"scheduling": {"allOrNothing": "no"}}, "scheduling.allOrNothing: must be true or false"),
+        ({"scheduling": {"gangs": True}}, "scheduling.gangs: unknown field; known: allOrNothing"),
         ({"gpus": {"count": 2}}, "gpus: must be a list of GPUs"),
         ({"gpus": [{"count": 0}]}, "gpus[0].count: must be an integer from 1 to 1024"),
         ({"gpus": [{"count": True}]}, "gpus[0].count: must be an integer"),

@@ -13,9 +13,9 @@ from trainer.local.executor.pod_status import (
     PodState,
     final_phase,
     pod_status,
-    scheduling_gated_status,
 )
 from trainer.local.executor.probes import probe_timing
+from trainer.local.executor.scheduler import scheduling_gated_status
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
 

@@ -7,7 +7,7 @@ import contextlib
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import typer
 
@@ -19,6 +19,7 @@ from trainer.cli.dashboard import DashboardOptions, DashboardPortError, beside_p
 from trainer.cli.failures import failed_containers
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
+from trainer.cli.pending import Pending, pending
 from trainer.cli.signals import stop_on_signals
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
 from trainer.controller.config import parse_feature_gates
@@ -108,23 +109,42 @@ async def _follow(
     changed = asyncio.Event()
     trainjobs = Informer(plane.kube, r.TRAINJOBS)
     pods = Informer(plane.kube, r.PODS)
-    for informer in (trainjobs, pods):
+    watched = Watched(
+        trainjobs, pods, Informer(plane.kube, r.JOBSETS), Informer(plane.kube, r.NODES)
+    )
+    for informer in watched:
         informer.add_handler(lambda _type, _obj, _old: changed.set())
     try:
-        await asyncio.gather(trainjobs.start(), pods.start())
-        return await _report(trainjobs, pods, changed, jobs, printer, timeout)
+        await asyncio.gather(*(informer.start() for informer in watched))
+        return await _report(watched, changed, jobs, printer, timeout)
     finally:
-        await asyncio.gather(trainjobs.stop(), pods.stop())
+        await asyncio.gather(*(informer.stop() for informer in watched))
+
+
+class Watched(NamedTuple):
+    """What ``trainer run`` follows, through watch caches."""
+
+    trainjobs: Informer
+    pods: Informer
+    jobsets: Informer
+    nodes: Informer
+
+
+def _waiting(watched: Watched, ns: str, name: str) -> Pending | None:
+    """Why the TrainJob's pods wait for the node, if they do (its JobSet has its name)."""
+    return pending(
+        name, ns, watched.jobsets.get(ns, name), watched.pods.list(ns), watched.nodes.list()
+    )
 
 
 async def _report(
-    trainjobs: Informer,
-    pods: Informer,
+    watched: Watched,
     changed: asyncio.Event,
     jobs: list[tuple[str, str]],
     printer: Printer,
     timeout: float | None,
 ) -> int:
+    trainjobs, pods = watched.trainjobs, watched.pods
     last: dict[tuple[str, str], str] = {}
     deadline = time.monotonic() + timeout if timeout else None
     while True:
@@ -143,6 +163,19 @@ async def _report(
             if progress and last.get(("progress", ns + "/" + name)) != progress:
                 printer.line(f"TrainJob {ns}/{name} reports {progress}")
                 last[("progress", ns + "/" + name)] = progress
+            if state not in (c.COND_COMPLETE, c.COND_FAILED):
+                waits = _waiting(watched, ns, name)
+                line = waits.line() if waits is not None else ""
+                if line and last.get(("waiting", ns + "/" + name)) != line:
+                    printer.line(f"TrainJob {ns}/{name} {line}")
+                last[("waiting", ns + "/" + name)] = line
+                if waits is not None and waits.never:
+                    printer.line(
+                        f"TrainJob {ns}/{name} can never run on this node: its pods need more "
+                        "than the node has or may use, even with nothing else running (see "
+                        "`kubectl describe node local`; --node-config declares the node)"
+                    )
+                    return 2
             if state in (c.COND_COMPLETE, c.COND_FAILED):
                 finished[(ns, name)] = state
                 if state == c.COND_FAILED:
@@ -268,8 +301,9 @@ NodeConfigOption = Annotated[
     Path | None,
     typer.Option(
         "--node-config",
-        help="YAML declaring the local node's GPUs (instead of nvidia-smi), reserved capacity, "
-        "labels and taints (docs/local-plane.md, 'The node').",
+        help="YAML declaring the local node's GPUs (instead of nvidia-smi), capacity, reserved "
+        "capacity, labels, taints and whether JobSets are scheduled all or nothing "
+        "(docs/local-plane.md, 'The node' and 'Scheduling').",
     ),
 ]
 

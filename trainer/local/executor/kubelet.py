@@ -1,5 +1,6 @@
-"""The local kubelet: runs every Pod bound to this host ("" or ``local`` ``spec.nodeName``) as
-local processes and reports it back through the API, like a kubelet on a one-node cluster.
+"""The local kubelet: runs every Pod bound to this host (``spec.nodeName: local``, set by the
+scheduler, :mod:`~trainer.local.executor.scheduler`) as local processes and reports it back
+through the API, like a kubelet on a one-node cluster.
 
 It talks to the API server only through the project's client, :class:`~trainer.kube.rest.Kube`
 (:mod:`~trainer.local.executor.api`): a watch cache of Pods in all namespaces
@@ -48,9 +49,8 @@ A pod, once seen (and not yet finished):
    ``<state_dir>/<ns>/<pod>`` is removed. :meth:`Kubelet.stop` ends every process the same
    way, without further status writes.
 
-A pod with ``spec.schedulingGates`` is not run: like the scheduler, the kubelet leaves it
-``Pending`` with ``PodScheduled=False`` (reason ``SchedulingGated``) until the gates are removed
-(Kueue's topology ungater does that on a cluster).
+GPUs are handed to the pod's containers before they start
+(:class:`~trainer.local.executor.devices.DeviceManager`): each sees only its own.
 
 A pod found already started by an earlier executor (``status.startTime`` set, not finished)
 has lost its processes: with ``restartPolicy: Never`` it is failed, otherwise run again.
@@ -80,29 +80,24 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from trainer.kube.events import NORMAL
 from trainer.kube.informer import DELETED, Informer
 from trainer.kube.resources import PODS
-from trainer.kube.rest import APIError, Kube
+from trainer.kube.rest import Kube
 from trainer.local.executor import volumes
 from trainer.local.executor.api import recorder
+from trainer.local.executor.devices import CHECKPOINT, DeviceManager
 from trainer.local.executor.logsink import LogCallback
 from trainer.local.executor.node import NodeHeartbeat
 from trainer.local.executor.nodeconfig import NodeConfig
 from trainer.local.executor.pod import LocalPod
-from trainer.local.executor.pod_status import scheduling_gated_status
 from trainer.local.executor.podfields import NODE_NAME, Node
 from trainer.local.executor.podhost import GRACE_CAP, killpg
 from trainer.local.executor.sandbox import Sandboxes
-from trainer.machinery.times import now
 
 SANDBOX_DIR = "sandboxes"
 """Under the state directory: each sandbox's private files (gRPC probe sockets)."""
 
 log = logging.getLogger(__name__)
-
-OURS = ("", NODE_NAME)
-"""The ``spec.nodeName`` values of pods this kubelet runs (unbound pods included)."""
 
 
 def local_node(state_dir: Path) -> Node:
@@ -176,6 +171,8 @@ class Kubelet:
         self.heartbeat = NodeHeartbeat(kube, self.node, config=node_config)
         """Registers this host's Node and renews its Lease (:mod:`~trainer.local.executor.node`)."""
         self.allow_exposed_ports = allow_exposed_ports
+        self.devices: DeviceManager | None = None
+        """The node's GPUs as the device plugin hands them out (set before any pod runs)."""
         self.sandboxes: Sandboxes | None = (
             Sandboxes(self.state_dir / SANDBOX_DIR, plane_ports) if sandbox else None
         )
@@ -190,7 +187,6 @@ class Kubelet:
         self.synced = asyncio.Event()
         """Set once the first list of pods has been handled."""
         self.events = recorder(kube, "kubelet")
-        self.scheduler_events = recorder(kube, "default-scheduler")
 
     # --- public -----------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -292,6 +288,8 @@ class Kubelet:
 
     async def _watch_loop(self) -> None:
         """Run every pod the cache holds, then follow its changes until stopped."""
+        gpus = await self.heartbeat.find_gpus()
+        self.devices = DeviceManager(gpus, self.state_dir / CHECKPOINT)
         informer = self.informer
         if informer is None:
             informer = self.informer = Informer(self.kube, PODS)
@@ -301,7 +299,17 @@ class Kubelet:
             await informer.wait_synced()
         # No await between the two: no change falls between the snapshot and the handler.
         informer.add_handler(self._on_change)
-        for item in informer.list():
+        items = informer.list()
+        # Devices held by pods that are gone are free again; those still here keep theirs.
+        self.devices.retain(
+            {
+                str((p.get("metadata") or {}).get("uid"))
+                for p in items
+                if (p.get("spec") or {}).get("nodeName") == NODE_NAME
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            }
+        )
+        for item in items:
             self._on_event("ADDED", item)
         self.synced.set()
         try:
@@ -329,8 +337,8 @@ class Kubelet:
                 known.pod = obj
                 self._deleted(known)
             return
-        if (obj.get("spec") or {}).get("nodeName") not in (*OURS, None):
-            return
+        if (obj.get("spec") or {}).get("nodeName") != NODE_NAME:
+            return  # not bound to this node (yet: the scheduler binds it)
         if known is not None:
             known.pod = obj
             if meta.get("deletionTimestamp"):
@@ -339,40 +347,9 @@ class Kubelet:
         phase = (obj.get("status") or {}).get("phase")
         if meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
             return
-        if (obj.get("spec") or {}).get("schedulingGates"):
-            self._gated(obj)
-            return
         pod = LocalPod(obj, host=self)
         self._pods[uid] = pod
-        if not pod.resumed:
-            self.background(
-                asyncio.get_running_loop().create_task(
-                    self.scheduler_events.record(
-                        obj,
-                        NORMAL,
-                        "Scheduled",
-                        f"Successfully assigned {pod.key} to {NODE_NAME}",
-                    )
-                )
-            )
         pod.start()
-
-    def _gated(self, obj: dict[str, Any]) -> None:
-        """Report a gated pod as the scheduler would (once per pod)."""
-        status = scheduling_gated_status(obj, now=now())
-        if status is None:
-            return
-        meta = obj.get("metadata") or {}
-
-        async def write() -> None:
-            try:
-                await self.kube.patch_status(
-                    PODS, str(meta.get("namespace")), str(meta.get("name")), {"status": status}
-                )
-            except APIError as exc:
-                log.debug("gated pod %s: status not written: %s", meta.get("name"), exc)
-
-        self.background(asyncio.get_running_loop().create_task(write()))
 
     def _deleted(self, pod: LocalPod) -> None:
         """A pod is gone from the API: end its processes, then remove its directory."""

@@ -7,9 +7,9 @@ docs/local-plane.md, "The node") with this host's capacity, and renews the node'
 nodes`` and ``kubectl describe node local`` then read it like any cluster's node.
 
 :func:`node_object` and :func:`lease_object` are pure; :class:`NodeHeartbeat` writes them
-through the plane's client. Allocatable equals capacity: nothing is reserved for the system
-yet, and no scheduler reads it yet (pods still run as soon as they exist). NVIDIA GPUs are found
-with ``nvidia-smi`` (:mod:`~trainer.local.executor.devices`) and advertised as
+through the plane's client. Allocatable is capacity less what the node configuration reserves;
+the local scheduler (:mod:`~trainer.local.executor.scheduler`) binds pods against it. NVIDIA
+GPUs are found with ``nvidia-smi`` (:mod:`~trainer.local.executor.devices`) and advertised as
 ``nvidia.com/gpu`` with GPU feature discovery's labels.
 """
 
@@ -90,12 +90,14 @@ def node_object(
     config: NodeConfig | None = None,
 ) -> dict[str, Any]:
     """The Node a kubelet on this host would register, Ready as of ``stamp``, with GPU
-    feature discovery's labels when it has NVIDIA ``gpus``, and ``config``'s reservations,
-    labels and taints."""
+    feature discovery's labels when it has NVIDIA ``gpus``, and ``config``'s declared
+    capacity, reservations, labels and taints."""
     config = config or NodeConfig()
     arch = _ARCH.get(platform.machine(), platform.machine())
     system = platform.system().lower()
     resources = capacity(node, gpus)
+    for resource, declared in config.capacity.items():
+        resources[resource] = str(declared)
 
     def condition(type_: str, status: str, reason: str, message: str) -> dict[str, str]:
         return {
@@ -198,10 +200,15 @@ class NodeHeartbeat:
         self.registered = asyncio.Event()
         """Set once the Node has been written."""
 
-    async def register(self) -> None:
+    async def find_gpus(self) -> list[Gpu]:
+        """The node's GPUs: declared, else found with nvidia-smi (once)."""
         if self.gpus is None:
             self.gpus = await discover_gpus()
-        obj = node_object(self.node, now(), name=self.name, gpus=self.gpus, config=self.config)
+        return self.gpus
+
+    async def register(self) -> None:
+        gpus = await self.find_gpus()
+        obj = node_object(self.node, now(), name=self.name, gpus=gpus, config=self.config)
         status = {"status": obj.pop("status")}
         await self.kube.apply(obj, FIELD_MANAGER, gvr=r.NODES)
         await self.kube.patch(r.NODES, None, self.name, status, subresource="status")

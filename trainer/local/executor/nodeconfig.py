@@ -9,6 +9,9 @@ The file is one YAML (or JSON) mapping::
         count: 4              # four GPUs alike (UUIDs GPU-fake-<n>), or
       - uuid: GPU-5c1e...     # one GPU by UUID
         product: NVIDIA H100 80GB HBM3
+    capacity:                 # instead of what this host has (a node of a cluster's size:
+      cpu: "16"               # the host is then overcommitted, as the file says)
+      memory: 64Gi
     reserved:                 # kept from allocatable, as the kubelet's systemReserved
       cpu: "1"
       memory: 2Gi
@@ -16,6 +19,8 @@ The file is one YAML (or JSON) mapping::
       topology.kubernetes.io/zone: desk
     taints:
       - {key: dedicated, value: training, effect: NoSchedule}
+    scheduling:
+      allOrNothing: false     # JobSets are not gangs (PodGroups still are); default true
 
 Declared GPUs let tests and CPU-only machines act as a GPU node. Every problem is one
 :class:`NodeConfigError` naming the field (``gpus[1].count: ...``), never a traceback.
@@ -32,7 +37,9 @@ from trainer.local.executor.devices import Gpu
 from trainer.machinery.quantity import Quantity, QuantityError
 from trainer.machinery.safeload import CONFIG_LIMITS, InputError, load_yaml, read_bytes
 
-FIELDS: Final = ("gpus", "reserved", "labels", "taints")
+FIELDS: Final = ("gpus", "capacity", "reserved", "labels", "taints", "scheduling")
+CAPACITY_FIELDS: Final = ("cpu", "memory", "ephemeral-storage", "pods")
+SCHEDULING_FIELDS: Final = ("allOrNothing",)
 GPU_FIELDS: Final = ("product", "memoryMiB", "count", "uuid")
 EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 MAX_GPUS: Final = 1024
@@ -47,8 +54,12 @@ class NodeConfig:
     gpus: tuple[Gpu, ...] | None = None
     """Declared GPUs; None: find them with nvidia-smi."""
     reserved: Mapping[str, Quantity] = field(default_factory=dict)
+    capacity: Mapping[str, Quantity] = field(default_factory=dict)
+    """Declared capacity (cpu, memory, ephemeral-storage, pods) instead of the host's."""
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, str], ...] = ()
+    all_or_nothing: bool = True
+    """The scheduler admits a JobSet's pods all or none (``scheduling.allOrNothing``)."""
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
@@ -103,14 +114,31 @@ def _gpus(value: Any) -> tuple[Gpu, ...]:
     return tuple(gpus)
 
 
-def _reserved(value: Any) -> dict[str, Quantity]:
+def _quantities(value: Any, where: str, known: tuple[str, ...] = ()) -> dict[str, Quantity]:
     out = {}
-    for name, raw in _mapping(value, "reserved").items():
+    for name, raw in _mapping(value, where).items():
+        if known and name not in known:
+            raise NodeConfigError(f"{where}.{name}: unknown resource; known: {', '.join(known)}")
         try:
             out[str(name)] = Quantity.parse(str(raw))
         except QuantityError as exc:
-            raise NodeConfigError(f"reserved.{name}: {exc}") from None
+            raise NodeConfigError(f"{where}.{name}: {exc}") from None
+        if out[str(name)].value < 0:
+            raise NodeConfigError(f"{where}.{name}: must not be negative")
     return out
+
+
+def _all_or_nothing(value: Any) -> bool:
+    doc = _mapping(value, "scheduling")
+    unknown = sorted(set(doc) - set(SCHEDULING_FIELDS))
+    if unknown:
+        raise NodeConfigError(
+            f"scheduling.{unknown[0]}: unknown field; known: {', '.join(SCHEDULING_FIELDS)}"
+        )
+    flag = doc.get("allOrNothing", True)
+    if not isinstance(flag, bool):
+        raise NodeConfigError("scheduling.allOrNothing: must be true or false")
+    return flag
 
 
 def _taints(value: Any) -> tuple[dict[str, str], ...]:
@@ -144,7 +172,9 @@ def parse_node_config(data: Any) -> NodeConfig:
     }
     return NodeConfig(
         gpus=_gpus(doc["gpus"]) if "gpus" in doc else None,
-        reserved=_reserved(doc.get("reserved")),
+        reserved=_quantities(doc.get("reserved"), "reserved"),
+        capacity=_quantities(doc.get("capacity"), "capacity", CAPACITY_FIELDS),
+        all_or_nothing=_all_or_nothing(doc.get("scheduling")),
         labels=labels,
         taints=_taints(doc.get("taints")),
     )

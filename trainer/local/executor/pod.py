@@ -32,6 +32,7 @@ from trainer.kube.rest import APIError
 from trainer.local.executor import podenv, podfields, sandbox, sshpod
 from trainer.local.executor.api import TRANSIENT, append_log, request_token
 from trainer.local.executor.containers import run_container
+from trainer.local.executor.devices import AllocationError, device_env
 from trainer.local.executor.logsink import AppendLog, LogSink
 from trainer.local.executor.pod_status import PodState, final_phase, pod_status
 from trainer.local.executor.podfields import ConfigError, Sources
@@ -171,6 +172,8 @@ class LocalPod:
                 self.sandbox = None
                 with contextlib.suppress(Exception):
                     await self.host.sandboxes.release(self.pod)  # type: ignore[union-attr]
+            if self.host.devices is not None:
+                self.host.devices.release(self.uid)
             self.finished = True
             self.phase = final_phase(
                 failed=self.failed, reason=self.reason, main=[c.report() for c in self.main]
@@ -335,6 +338,24 @@ class LocalPod:
         return True
 
     # --- preparation ------------------------------------------------------------------------------
+    def _allocate_devices(self) -> bool:
+        """Hand the pod its GPUs (on a node that has some) and show each container only its
+        own; a pod asking for more than is free fails as the kubelet's admission fails it."""
+        devices = self.host.devices
+        if devices is None or not devices.gpus:
+            return True
+        try:
+            held = devices.allocate(self.pod)
+        except AllocationError as exc:
+            log.warning("pod %s: %s", self.key, exc)
+            self.failed, self.reason, self.message = True, "UnexpectedAdmissionError", str(exc)
+            self.event(WARNING, "UnexpectedAdmissionError", str(exc))
+            return False
+        for c in self.containers:
+            if c.plan is not None:
+                c.plan.env.update(device_env(held.get(c.name)))
+        return True
+
     async def _prepare(self) -> bool:
         """Read sources, plan containers and volumes (retried while something is missing),
         then write the volumes. False when the pod ended meanwhile."""
@@ -369,6 +390,8 @@ class LocalPod:
             if await self._sleep(delay):
                 return False
             delay = min(delay * 2, BACKOFF_CAP)
+        if not self._allocate_devices():
+            return False
         await self.host.cleaned(self.namespace, self.name)
         try:
             for volume in volumes:

@@ -196,24 +196,3 @@ def pod_status(
     if state.message:
         status["message"] = state.message
     return PodStatus(status=status, conditions=own)
-
-
-def scheduling_gated_status(pod: Mapping[str, Any], *, now: str) -> dict[str, Any] | None:
-    """The status a scheduler reports for a pod held by ``spec.schedulingGates``: Pending with
-    ``PodScheduled=False`` (reason ``SchedulingGated``); None when it already says so."""
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    if any(c.get("reason") == "SchedulingGated" for c in conditions):
-        return None
-    return {
-        "phase": "Pending",
-        "conditions": [
-            *[c for c in conditions if c.get("type") != "PodScheduled"],
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "SchedulingGated",
-                "message": "Scheduling is blocked due to non-empty scheduling gates",
-                "lastTransitionTime": now,
-            },
-        ],
-    }

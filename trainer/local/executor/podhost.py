@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from trainer.kube.events import Recorder
 from trainer.kube.rest import Kube
 from trainer.local.executor import uts
+from trainer.local.executor.devices import DeviceManager
 from trainer.local.executor.logsink import LogCallback, LogSink
 from trainer.local.executor.pod_status import ContainerReport
 from trainer.local.executor.podenv import ContainerPlan
@@ -47,6 +48,8 @@ class PodHost(Protocol):
     on_log: LogCallback | None
     sandboxes: Sandboxes | None
     allow_exposed_ports: bool
+    devices: DeviceManager | None
+    """The node's GPUs and who holds them (None until the kubelet found them)."""
 
     @property
     def stopping(self) -> bool:

@@ -85,6 +85,7 @@ class Executor:
         self._tasks: list[asyncio.Task[Any]] = []
         self._ttl: set[str] = set()
         self.kubelet: Any = None
+        self.scheduler: Any = None
 
     @property
     def informers(self) -> tuple[Informer, ...]:
@@ -172,6 +173,16 @@ class Executor:
                 node_config=self.node_config,
             )
             self._tasks.append(asyncio.create_task(self.kubelet.run(), name="kubelet"))
+            from trainer.local.executor.scheduler import Scheduler  # noqa: PLC0415
+
+            config = self.node_config
+            self.scheduler = Scheduler(
+                self.kube,
+                self.pods,
+                self.jobsets,
+                all_or_nothing=config.all_or_nothing if config is not None else True,
+            )
+            self._tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
 
     @staticmethod
     def _reconciler(

@@ -1,0 +1,622 @@
+"""The local scheduler's decisions, as pure functions: which pending pods are bound to which
+node, and why the others wait, in kube-scheduler's words (docs/local-plane.md, "Scheduling").
+
+Filters, as kube-scheduler's plugins of the same names apply them to each node:
+
+- ``NodeUnschedulable``: a node with ``spec.unschedulable`` takes no pod ("node(s) were
+  unschedulable").
+- ``NodeAffinity``: ``nodeSelector`` and the required node affinity's terms against the node's
+  labels (and ``metadata.name`` for ``matchFields``) ("node(s) didn't match Pod's node
+  affinity/selector").
+- ``TaintToleration``: a ``NoSchedule`` or ``NoExecute`` taint the pod does not tolerate
+  ("node(s) had untolerated taint {key: value}").
+- ``NodeResourcesFit``: the pod's requests (:func:`pod_requests`: the sum of its containers and
+  sidecars or its largest init container, whichever is more, plus overhead; a container's limit
+  is its request where it sets none) against what the node's allocatable leaves once the pods
+  bound to it are counted ("Insufficient cpu", "Too many pods").
+
+A pod that no node passes waits with kube-scheduler's message, "0/1 nodes are available:
+1 Insufficient nvidia.com/gpu." (one count per reason, reasons sorted, as ``FitError`` writes
+it), and is ``never`` when it could not pass even on empty nodes: no capacity freed later makes
+it fit.
+
+Gangs: the pods of a gang (a JobSet's, see :func:`gang_key`) are admitted all or none. A gang is
+admitted when its whole demand (:class:`Gang`: one slot per pod its JobSet runs, from the
+replicated jobs' templates, phase by phase) can be placed on the nodes; the place is then held
+for it (a reservation, until its JobSet finishes), so its pods bind as the Job controller creates
+them, and no other pod takes the room meanwhile. Units wait in creation order; one that does not fit
+does not hold back a later one that does, as with kube-scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from trainer.api import jobset_contract as jc
+from trainer.machinery.quantity import Quantity
+
+Resources = dict[str, Fraction]
+PODS = "pods"
+"""The count every pod takes of a node's ``pods`` allocatable."""
+UNSCHEDULABLE_NODE = "node(s) were unschedulable"
+AFFINITY_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
+TOO_MANY_PODS = "Too many pods"
+NO_NODES = "no nodes available to schedule pods"
+SCHEDULING_GATED = "Scheduling is blocked due to non-empty scheduling gates"
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+"""The coscheduling plugin's label naming a pod's PodGroup."""
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+"""Volcano's annotation naming a pod's PodGroup."""
+_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+# --- resources --------------------------------------------------------------------------------
+def _amounts(values: Mapping[str, Any] | None) -> Resources:
+    out: Resources = {}
+    for name, value in (values or {}).items():
+        try:
+            out[str(name)] = Quantity.parse(str(value)).value
+        except ValueError:
+            continue  # the API server validated it; an unparsable value requests nothing
+    return out
+
+
+def container_requests(container: Mapping[str, Any]) -> Resources:
+    """A container's requests: its own, else its limits (the API server defaults a request to
+    the limit)."""
+    resources = container.get("resources") or {}
+    out = _amounts(resources.get("requests"))
+    for name, value in _amounts(resources.get("limits")).items():
+        out.setdefault(name, value)
+    return out
+
+
+def _add(total: Resources, more: Mapping[str, Fraction]) -> None:
+    for name, value in more.items():
+        total[name] = total.get(name, Fraction(0)) + value
+
+
+def pod_requests(spec: Mapping[str, Any]) -> Resources:
+    """What a pod takes of a node, as kube-scheduler counts it: max(the regular containers'
+    and sidecars' sum, each init container plus the sidecars started before it), plus the
+    pod's overhead, plus one of ``pods``."""
+    total: Resources = {}
+    for c in spec.get("containers") or []:
+        _add(total, container_requests(c))
+    sidecars: Resources = {}
+    peak: Resources = {}
+    for c in spec.get("initContainers") or []:
+        own = container_requests(c)
+        if c.get("restartPolicy") == "Always":
+            _add(sidecars, own)
+            own = dict(sidecars)
+        else:
+            own = {**sidecars, **{k: v + sidecars.get(k, Fraction(0)) for k, v in own.items()}}
+        for name, value in own.items():
+            peak[name] = max(peak.get(name, Fraction(0)), value)
+    _add(total, sidecars)
+    for name, value in peak.items():
+        total[name] = max(total.get(name, Fraction(0)), value)
+    _add(total, _amounts(spec.get("overhead")))
+    total[PODS] = total.get(PODS, Fraction(0)) + 1
+    return total
+
+
+def _minus(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> Resources:
+    return {name: a.get(name, Fraction(0)) - b.get(name, Fraction(0)) for name in {*a, *b}}
+
+
+def _floor0(a: Mapping[str, Fraction]) -> Resources:
+    return {name: max(value, Fraction(0)) for name, value in a.items()}
+
+
+def insufficient(requests: Mapping[str, Fraction], free: Mapping[str, Fraction]) -> list[str]:
+    """``NodeResourcesFit``'s reasons: each resource asked for (above zero) beyond what is
+    free."""
+    reasons = []
+    for name in sorted(requests):
+        want = requests[name]
+        if want > 0 and want > free.get(name, Fraction(0)):
+            reasons.append(TOO_MANY_PODS if name == PODS else f"Insufficient {name}")
+    return reasons
+
+
+def format_amount(name: str, value: Fraction) -> str:
+    """An amount as a person reads it: cores (``1.5``), memory in Mi/Gi, a count."""
+    if name == "memory" or name.endswith("storage"):
+        gib = value / (1 << 30)
+        return f"{float(gib):g}Gi" if gib >= 1 else f"{float(value / (1 << 20)):g}Mi"
+    return f"{float(value):g}"
+
+
+# --- nodes and pods ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    allocatable: Mapping[str, Fraction]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, Any], ...] = ()
+    unschedulable: bool = False
+
+
+def node_view(node: Mapping[str, Any]) -> NodeView:
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    return NodeView(
+        name=str(meta.get("name") or ""),
+        allocatable=_amounts((node.get("status") or {}).get("allocatable")),
+        labels=dict(meta.get("labels") or {}),
+        taints=tuple(t for t in spec.get("taints") or [] if isinstance(t, Mapping)),
+        unschedulable=bool(spec.get("unschedulable")),
+    )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What of a pod (or of a pod a template will make) decides where it may go."""
+
+    requests: Mapping[str, Fraction]
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: Mapping[str, Any] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+
+
+def placement(spec: Mapping[str, Any]) -> Placement:
+    return Placement(
+        requests=pod_requests(spec),
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        affinity=dict(spec.get("affinity") or {}),
+        tolerations=tuple(t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)),
+    )
+
+
+@dataclass(frozen=True)
+class PodView:
+    uid: str
+    namespace: str
+    name: str
+    created: str
+    node_name: str
+    place: Placement
+    gang: str = ""
+    gated: bool = False
+    terminal: bool = False
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def pending(self) -> bool:
+        """Waiting for a node: unbound, ungated, alive."""
+        return not (self.node_name or self.gated or self.terminal or self.deleting)
+
+
+def gang_key(pod: Mapping[str, Any], *, all_or_nothing: bool) -> str:
+    """The gang a pod belongs to: its JobSet (by uid, so a JobSet made again under its name is
+    a new gang) when all-or-nothing per JobSet is on or the pod is in a PodGroup (coscheduling's
+    label, Volcano's annotation: the PodGroups this project makes hold a JobSet's pods); ``""``
+    for a pod scheduled alone."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    jobset = labels.get(jc.LABEL_JOBSET_NAME)
+    if not jobset:
+        return ""
+    grouped = POD_GROUP_LABEL in labels or VOLCANO_GROUP_ANNOTATION in (
+        meta.get("annotations") or {}
+    )
+    if not (all_or_nothing or grouped):
+        return ""
+    return f"{meta.get('namespace') or ''}/{jobset}/{labels.get(jc.LABEL_JOBSET_UID) or ''}"
+
+
+def jobset_gang_key(jobset: Mapping[str, Any]) -> str:
+    meta = jobset.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}/{meta.get('uid') or ''}"
+
+
+def pod_view(pod: Mapping[str, Any], *, all_or_nothing: bool = True) -> PodView:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    return PodView(
+        uid=str(meta.get("uid") or ""),
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        created=str(meta.get("creationTimestamp") or ""),
+        node_name=str(spec.get("nodeName") or ""),
+        place=placement(spec),
+        gang=gang_key(pod, all_or_nothing=all_or_nothing),
+        gated=bool(spec.get("schedulingGates")),
+        terminal=(pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+@dataclass(frozen=True)
+class Gang:
+    """A JobSet's demand: its phases, each one :class:`Placement` per pod of the replicated
+    jobs that run at the same time. A replicated job that ``dependsOn`` another reaching
+    ``Complete`` runs in a later phase than it; one that depends on another being ``Ready``
+    runs beside it. The phases never run at once, so the gang needs room for its largest."""
+
+    key: str
+    phases: tuple[tuple[Placement, ...], ...]
+
+    @property
+    def slots(self) -> tuple[Placement, ...]:
+        return tuple(slot for phase in self.phases for slot in phase)
+
+
+def jobset_gang(jobset: Mapping[str, Any]) -> Gang | None:
+    """The gang of a JobSet that runs (None when suspended or finished): a slot per pod of
+    every replicated job not yet done (``replicas`` Jobs of ``min(parallelism, completions)``
+    pods each), in its phase."""
+    spec = jobset.get("spec") or {}
+    status = jobset.get("status") or {}
+    if spec.get("suspend") or status.get("terminalState"):
+        return None
+    done = {
+        str(s.get("name")): int(s.get("succeeded") or 0)
+        for s in status.get("replicatedJobsStatus") or []
+    }
+    phase_of: dict[str, int] = {}
+    phases: dict[int, list[Placement]] = {}
+    for rj in spec.get("replicatedJobs") or []:
+        name = str(rj.get("name"))
+        phase = 0
+        for dep in rj.get("dependsOn") or []:
+            before = phase_of.get(str(dep.get("name")), 0)
+            phase = max(phase, before + 1 if dep.get("status") == "Complete" else before)
+        phase_of[name] = phase
+        replicas = int(rj.get("replicas") or 1)
+        if done.get(name, 0) >= replicas:
+            continue
+        job_spec = (rj.get("template") or {}).get("spec") or {}
+        parallelism = int(job_spec.get("parallelism", 1) or 0)
+        if job_spec.get("completions") is not None:
+            parallelism = min(parallelism, int(job_spec["completions"]))
+        pod_spec = (job_spec.get("template") or {}).get("spec") or {}
+        phases.setdefault(phase, []).extend(
+            [placement(pod_spec)] * (replicas * max(parallelism, 0))
+        )
+    return Gang(jobset_gang_key(jobset), tuple(tuple(phases[p]) for p in sorted(phases)))
+
+
+# --- filters ----------------------------------------------------------------------------------
+def _expression_matches(expr: Mapping[str, Any], values: Mapping[str, str]) -> bool:
+    key, op = str(expr.get("key") or ""), str(expr.get("operator") or "")
+    wanted = [str(v) for v in expr.get("values") or []]
+    have = values.get(key)
+    if op == "In":
+        return have is not None and have in wanted
+    if op == "NotIn":
+        return have is None or have not in wanted
+    if op == "Exists":
+        return have is not None
+    if op == "DoesNotExist":
+        return have is None
+    if op in ("Gt", "Lt") and have is not None and len(wanted) == 1:
+        try:
+            a, b = int(have), int(wanted[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+def _term_matches(term: Mapping[str, Any], node: NodeView) -> bool:
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not expressions and not fields:
+        return False  # an empty term matches no node
+    return all(_expression_matches(e, node.labels) for e in expressions) and all(
+        _expression_matches(f, {"metadata.name": node.name}) for f in fields
+    )
+
+
+def affinity_matches(place: Placement, node: NodeView) -> bool:
+    """``nodeSelector`` and the required node affinity (terms ORed, expressions ANDed)."""
+    if any(node.labels.get(k) != v for k, v in place.node_selector.items()):
+        return False
+    required = (
+        (place.affinity.get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+    ) or {}
+    terms = required.get("nodeSelectorTerms")
+    if terms is None:
+        return True
+    return any(_term_matches(t, node) for t in terms)
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t.get("key") == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and (t.get("value") or "") == (
+            taint.get("value") or ""
+        ):
+            return True
+    return False
+
+
+def static_reasons(place: Placement, node: NodeView) -> list[str]:
+    """Why ``place`` can never go to ``node``, whatever runs there (empty: it may)."""
+    if node.unschedulable:
+        return [UNSCHEDULABLE_NODE]
+    if not affinity_matches(place, node):
+        return [AFFINITY_MISMATCH]
+    for taint in node.taints:
+        if taint.get("effect") in _SCHEDULE_EFFECTS and not tolerates(place.tolerations, taint):
+            return [
+                f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"
+            ]
+    return []
+
+
+def fit_message(reasons: Sequence[Sequence[str]], nodes: int) -> str:
+    """kube-scheduler's ``FitError`` message from each node's reasons."""
+    if not nodes:
+        return NO_NODES
+    counts: dict[str, int] = {}
+    for node_reasons in reasons:
+        for reason in node_reasons:
+            counts[reason] = counts.get(reason, 0) + 1
+    parts = sorted(f"{n} {reason}" for reason, n in counts.items())
+    return f"0/{nodes} nodes are available: {', '.join(parts)}."
+
+
+# --- a scheduling pass ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Waiting:
+    """Why a pod is not bound: kube-scheduler's message, and whether it can never fit."""
+
+    message: str
+    never: bool
+    shortfall: Mapping[str, tuple[Fraction, Fraction]] = field(default_factory=dict)
+    """Resource -> (needed, free) for what is short on the best node."""
+
+
+@dataclass
+class Decision:
+    binds: list[tuple[PodView, str]] = field(default_factory=list)
+    waiting: dict[str, Waiting] = field(default_factory=dict)
+    """Pod uid -> why it waits."""
+    gated: list[PodView] = field(default_factory=list)
+
+
+@dataclass
+class _Cluster:
+    nodes: list[NodeView]
+    free: dict[str, Resources]
+    own: dict[str, dict[str, Resources]]
+    """Gang -> node -> the part of its reservation its pods do not use yet."""
+
+    def room(self, node: str, gang: str) -> Resources:
+        """What a pod of ``gang`` may take on ``node``: the free part and its own held part."""
+        own = self.own.get(gang, {}).get(node, {})
+        free = self.free[node]
+        return {k: free.get(k, Fraction(0)) + own.get(k, Fraction(0)) for k in {*free, *own}}
+
+    def take(self, node: str, gang: str, requests: Mapping[str, Fraction]) -> None:
+        own = self.own.get(gang, {}).get(node)
+        rest = dict(requests)
+        if own is not None:
+            for name, want in requests.items():
+                used = min(want, max(own.get(name, Fraction(0)), Fraction(0)))
+                own[name] = own.get(name, Fraction(0)) - used
+                rest[name] = want - used
+        free = self.free[node]
+        for name, want in rest.items():
+            free[name] = free.get(name, Fraction(0)) - want
+
+
+def _waiting(place: Placement, cluster: _Cluster, gang: str, nodes: Sequence[NodeView]) -> Waiting:
+    reasons = []
+    never = True
+    best: dict[str, tuple[Fraction, Fraction]] = {}
+    for node in nodes:
+        static = static_reasons(place, node)
+        if static:
+            reasons.append(static)
+            continue
+        room = cluster.room(node.name, gang)
+        short = insufficient(place.requests, room)
+        reasons.append(short)
+        if not insufficient(place.requests, node.allocatable):
+            never = False
+        if short and not best:
+            best = {
+                n: (place.requests[n], room.get(n, Fraction(0)))
+                for n in place.requests
+                if place.requests[n] > room.get(n, Fraction(0))
+            }
+    return Waiting(fit_message(reasons, len(nodes)), never, best)
+
+
+def _first_fit(place: Placement, cluster: _Cluster, gang: str) -> str | None:
+    for node in cluster.nodes:
+        if not static_reasons(place, node) and not insufficient(
+            place.requests, cluster.room(node.name, gang)
+        ):
+            return node.name
+    return None
+
+
+def _total(slots: Iterable[Placement]) -> Placement:
+    total: Resources = {}
+    for slot in slots:
+        _add(total, slot.requests)
+    return Placement(total)
+
+
+def schedule(
+    nodes: Sequence[NodeView],
+    pods: Iterable[PodView],
+    gangs: Mapping[str, Gang],
+    admitted: dict[str, dict[str, Resources]],
+) -> Decision:
+    """One pass over every pod: bind what fits, say why the rest waits. ``admitted`` (gang ->
+    node -> the room held for it) is the scheduler's memory of admitted gangs; it is updated in
+    place (gangs admitted now are added, gangs no longer in ``gangs`` dropped)."""
+    for key in [k for k in admitted if k not in gangs]:
+        del admitted[key]
+    nodes = sorted(nodes, key=lambda n: n.name)
+    free: dict[str, Resources] = {n.name: dict(n.allocatable) for n in nodes}
+    bound_of_gang: dict[str, dict[str, Resources]] = {}
+    pending: list[PodView] = []
+    decision = Decision()
+    for pod in pods:
+        if pod.terminal:
+            continue
+        if pod.node_name:
+            if pod.node_name in free:
+                _add(free[pod.node_name], {k: -v for k, v in pod.place.requests.items()})
+                if pod.gang:
+                    _add(
+                        bound_of_gang.setdefault(pod.gang, {}).setdefault(pod.node_name, {}),
+                        pod.place.requests,
+                    )
+            continue
+        if pod.gated and not pod.deleting:
+            decision.gated.append(pod)
+        elif pod.pending:
+            pending.append(pod)
+    own: dict[str, dict[str, Resources]] = {}
+    for gang, by_node in admitted.items():
+        for node, held in by_node.items():
+            if node not in free:
+                continue
+            left = _floor0(_minus(held, bound_of_gang.get(gang, {}).get(node, {})))
+            own.setdefault(gang, {})[node] = left
+            _add(free[node], {k: -v for k, v in left.items()})
+    cluster = _Cluster(nodes, free, own)
+    pending.sort(key=lambda p: (p.gang not in admitted, p.created, p.key))
+    units: dict[str, list[PodView]] = {}
+    for pod in pending:
+        units.setdefault(pod.gang or f"pod:{pod.uid}", []).append(pod)
+    for unit, members in units.items():
+        gang = members[0].gang
+        if gang and gang not in admitted:
+            spec = gangs.get(gang)
+            if spec is None:
+                continue  # its JobSet is not seen yet: the next pass decides
+            plan = _place_gang(spec, cluster)
+            if plan is None:
+                why = _gang_waiting(spec, cluster)
+                for pod in members:
+                    decision.waiting[pod.uid] = why
+                continue
+            admitted[gang] = plan
+            cluster.own[gang] = {n: dict(r) for n, r in plan.items()}
+            for node, held in plan.items():
+                _add(cluster.free[node], {k: -v for k, v in held.items()})
+        for pod in members:
+            target = _first_fit(pod.place, cluster, gang or unit)
+            if target is None:
+                decision.waiting[pod.uid] = _waiting(pod.place, cluster, gang or unit, nodes)
+                continue
+            cluster.take(target, gang or unit, pod.place.requests)
+            decision.binds.append((pod, target))
+    return decision
+
+
+def _place_slots(slots: Sequence[Placement], cluster: _Cluster) -> dict[str, Resources] | None:
+    """Where every one of ``slots`` would go on what is free now (first fit, largest first);
+    None when one does not fit."""
+    trial = _Cluster(cluster.nodes, {n: dict(r) for n, r in cluster.free.items()}, {})
+    plan: dict[str, Resources] = {}
+    names = sorted({n for s in slots for n in s.requests})
+    ordered = sorted(
+        slots, key=lambda s: tuple(s.requests.get(n, Fraction(0)) for n in names), reverse=True
+    )
+    for slot in ordered:
+        node = _first_fit(slot, trial, "")
+        if node is None:
+            return None
+        trial.take(node, "", slot.requests)
+        _add(plan.setdefault(node, {}), slot.requests)
+    return plan
+
+
+def _place_gang(gang: Gang, cluster: _Cluster) -> dict[str, Resources] | None:
+    """The room to hold for ``gang`` on each node: every phase placed on what is free now,
+    and per node the most any phase takes of each resource; None when a phase does not fit."""
+    plan: dict[str, Resources] = {}
+    for phase in gang.phases:
+        placed = _place_slots(phase, cluster)
+        if placed is None:
+            return None
+        for node, used in placed.items():
+            held = plan.setdefault(node, {})
+            for name, value in used.items():
+                held[name] = max(held.get(name, Fraction(0)), value)
+    return plan
+
+
+def _first_short_phase(gang: Gang, cluster: _Cluster) -> tuple[Placement, ...]:
+    for phase in gang.phases:
+        if _place_slots(phase, cluster) is None:
+            return phase
+    return gang.phases[0] if gang.phases else ()
+
+
+def _gang_waiting(gang: Gang, cluster: _Cluster) -> Waiting:
+    """Why a gang waits: for one node, the demand of its first phase that does not fit
+    against what is free there (the message names every resource it is short of); otherwise
+    why the first slot of that phase that does not fit waits."""
+    nodes = cluster.nodes
+    phase = _first_short_phase(gang, cluster)
+    empty = _Cluster(list(nodes), {n.name: dict(n.allocatable) for n in nodes}, {})
+    never = _place_gang(gang, empty) is None
+    if len(nodes) == 1 or not phase:
+        statics = [s for s in phase if static_reasons(s, nodes[0])] if nodes else []
+        place = statics[0] if statics else _total(phase)
+        why = _waiting(place, cluster, "", nodes)
+        return Waiting(why.message, never, why.shortfall)
+    trial = _Cluster(cluster.nodes, {n: dict(r) for n, r in cluster.free.items()}, {})
+    for slot in phase:
+        node = _first_fit(slot, trial, "")
+        if node is None:
+            why = _waiting(slot, trial, "", nodes)
+            return Waiting(why.message, never, why.shortfall)
+        trial.take(node, "", slot.requests)
+    return Waiting(fit_message([], len(nodes)), never)
+
+
+# --- for people: what a waiting JobSet needs ---------------------------------------------------
+def free_on(node: NodeView, pods: Iterable[PodView]) -> Resources:
+    """What ``node``'s allocatable leaves once the pods bound to it and alive are counted."""
+    free = dict(node.allocatable)
+    for pod in pods:
+        if pod.node_name == node.name and not pod.terminal:
+            _add(free, {k: -v for k, v in pod.place.requests.items()})
+    return free
+
+
+def fits_empty(gang: Gang, nodes: Sequence[NodeView]) -> bool:
+    """Whether ``gang`` could run on ``nodes`` with nothing else on them."""
+    empty = _Cluster(list(nodes), {n.name: dict(n.allocatable) for n in nodes}, {})
+    return _place_gang(gang, empty) is not None
+
+
+def shortfall(gang: Gang, node: NodeView, free: Mapping[str, Fraction]) -> str:
+    """``needs 2 nvidia.com/gpu, 1 free`` for each resource the gang's first phase that does
+    not fit wants beyond ``free`` on ``node`` (``pods`` left out: it is rarely what a person
+    waits for)."""
+    cluster = _Cluster([node], {node.name: dict(free)}, {})
+    total = _total(_first_short_phase(gang, cluster)).requests
+    parts = [
+        f"needs {format_amount(name, want)} {name}, "
+        f"{format_amount(name, max(free.get(name, Fraction(0)), Fraction(0)))} free"
+        for name, want in sorted(total.items())
+        if name != PODS and want > 0 and want > free.get(name, Fraction(0))
+    ]
+    return "; ".join(parts)
