@@ -1,5 +1,6 @@
 """One container's log as the local kubelet streams it: to a callback line by line, and to the
-API server's ``pods/log`` in batches.
+API server's ``pods/log`` in batches; read from a pipe of the kubelet's own
+(:class:`OutputPipe`).
 
 Held apart from the pod it belongs to because batching has its own timing rules (a batch goes
 out 0.2 s after its first line or once it holds 64 KiB, in order, never two at once) and its
