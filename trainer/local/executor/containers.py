@@ -23,7 +23,7 @@ from typing import Any
 
 from trainer.kube.events import NORMAL, WARNING
 from trainer.local.executor import podenv, uts
-from trainer.local.executor.logsink import read_lines
+from trainer.local.executor.logsink import OutputPipe
 from trainer.local.executor.podfields import pod_hostname
 from trainer.local.executor.podhost import (
     BACKOFF_CAP,
@@ -197,6 +197,7 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
         with contextlib.suppress(OSError):
             os.makedirs(plan.cwd, exist_ok=True)
     executable, argv, keep = await process_entry(pod, exe, plan.argv, hosts=_hosts_file(pod))
+    output = OutputPipe()  # not PIPE: the exit is seen when the main process exits
     try:
         proc = await asyncio.create_subprocess_exec(
             argv[0],
@@ -205,14 +206,18 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
             cwd=plan.cwd,
             env=env,
             stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
+            stdout=output.write_fd,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
             pass_fds=keep,
         )
-    except OSError as exc:
+    except BaseException as exc:
+        output.close()
+        if not isinstance(exc, OSError):
+            raise
         await cannot_run(pod, c, f"cannot start {command!r} in {plan.cwd}: {exc.strerror or exc}")
         return None
+    output.started()
     c.proc = proc
     host.track_group(proc.pid)
     pod.event(NORMAL, "Started", f"Started container {c.name} (host process {proc.pid})")
@@ -229,9 +234,8 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
     if not c.init:
         pod.phase = "Running"
     loop = asyncio.get_running_loop()
-    assert proc.stdout is not None
     sink = pod.sinks[c.name]
-    reader = loop.create_task(read_lines(proc.stdout, sink))
+    reader = loop.create_task(output.read_into(sink))
     probes = (
         loop.create_task(run_probes(pod, c))
         if has_startup or c.spec.get("readinessProbe")
@@ -249,6 +253,7 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
         await asyncio.wait_for(asyncio.shield(reader), GRACE_CAP)
     except TimeoutError:
         reader.cancel()
+    output.close()
     c.proc = None
     fallback = c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"
     terminated = terminated_state(

@@ -1,5 +1,6 @@
 """One container's log as the local kubelet streams it: to a callback line by line, and to the
-API server's ``pods/log`` in batches.
+API server's ``pods/log`` in batches; read from a pipe of the kubelet's own
+(:class:`OutputPipe`).
 
 Held apart from the pod it belongs to because batching has its own timing rules (a batch goes
 out 0.2 s after its first line or once it holds 64 KiB, in order, never two at once) and its
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
 
 from trainer.local.executor.api import API_TIMEOUT, TRANSIENT
@@ -127,3 +130,56 @@ async def read_lines(stream: asyncio.StreamReader, sink: LogSink) -> None:
             pending = b""
     if pending:
         await sink.line(pending.decode(errors="replace"))
+
+
+class OutputPipe:
+    """A container's stdout and stderr: a pipe the kubelet makes itself, rather than asyncio's
+    ``PIPE``. With ``PIPE``, ``Process.wait()`` (Python 3.11) returns only once every process
+    holding the pipe has closed it: a child left running (``cmd &``, a helper a training
+    process started) kept the container running after its main process had exited, kept the
+    kubelet from killing what was left of its group, and made a stop spend the pod's whole
+    grace period on a main process already gone. With a pipe of its own the kubelet sees the
+    exit at once and reads the output apart from it (docs/local-plane.md, "Stopping").
+
+    The process gets :attr:`write_fd` as its stdout; then :meth:`started` closes the
+    kubelet's copy (EOF comes when the last process holding the pipe is gone), and
+    :meth:`read_into` feeds the output to a sink until EOF and closes the pipe."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()  # both close-on-exec: only the process gets one
+
+    def started(self) -> None:
+        """The process has its copy of the write end: close the kubelet's."""
+        if self.write_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.write_fd)
+            self.write_fd = -1
+
+    async def read_into(self, sink: LogSink) -> None:
+        """:func:`read_lines` of the pipe until EOF (or cancellation), then close it."""
+        loop = asyncio.get_running_loop()
+        transport: asyncio.BaseTransport | None = None
+        try:
+            stream = asyncio.StreamReader(loop=loop)
+            pipe = os.fdopen(self.read_fd, "rb", buffering=0)
+            self.read_fd = -1  # the file (then the transport) owns it now
+            try:
+                transport, _ = await loop.connect_read_pipe(
+                    lambda: asyncio.StreamReaderProtocol(stream, loop=loop), pipe
+                )
+            except BaseException:
+                pipe.close()
+                raise
+            await read_lines(stream, sink)
+        finally:
+            if transport is not None:
+                transport.close()
+            self.close()
+
+    def close(self) -> None:
+        """Close what is left of the pipe here (safe to call more than once)."""
+        self.started()
+        if self.read_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.read_fd)
+            self.read_fd = -1
