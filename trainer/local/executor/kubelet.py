@@ -48,6 +48,8 @@ A pod, once seen (and not yet finished):
    ``<state_dir>/<ns>/<pod>`` is removed. :meth:`Kubelet.stop` ends every process the same
    way, without further status writes.
 
+Memory and CPU limits hold where the host allows cgroups (:mod:`~trainer.local.executor.cgroups`).
+
 A pod with ``spec.schedulingGates`` is not run: like the scheduler, the kubelet leaves it
 ``Pending`` with ``PodScheduled=False`` (reason ``SchedulingGated``) until the gates are removed
 (Kueue's topology ungater does that on a cluster).
@@ -84,7 +86,7 @@ from trainer.kube.events import NORMAL
 from trainer.kube.informer import DELETED, Informer
 from trainer.kube.resources import PODS
 from trainer.kube.rest import APIError, Kube
-from trainer.local.executor import volumes
+from trainer.local.executor import cgroups, volumes
 from trainer.local.executor.api import recorder
 from trainer.local.executor.logsink import LogCallback
 from trainer.local.executor.node import NodeHeartbeat
@@ -198,6 +200,8 @@ class Kubelet:
         loop = asyncio.get_running_loop()
         watcher = loop.create_task(self._watch_loop(), name="kubelet-watch")
         heartbeat = loop.create_task(self.heartbeat.run(), name="kubelet-node-heartbeat")
+        # Empty cgroups an earlier executor left (docs/local-plane.md, "Limits").
+        self.background(loop.create_task(asyncio.to_thread(cgroups.sweep)))
         stopped = loop.create_task(self._stop_event.wait())
         try:
             await asyncio.wait({watcher, stopped}, return_when=asyncio.FIRST_COMPLETED)
