@@ -22,6 +22,7 @@ from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.store import Event
 from trainer.local.executor.api import executor_kube
 from trainer.local.executor.kubelet import Kubelet
+from trainer.local.executor.podfields import NODE_NAME
 from trainer.local.executor.podhost import GRACE_CAP
 
 PY = sys.executable
@@ -103,11 +104,13 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
 
 
 def pod(name: str, code: str, **spec: Any) -> dict[str, Any]:
+    """A pod bound to the kubelet's node from the start (no scheduler runs here)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": NS},
         "spec": {
+            "nodeName": NODE_NAME,
             "restartPolicy": "Never",
             "containers": [{"name": "main", "image": "python", "command": [PY, "-c", code]}],
             **spec,

@@ -16,7 +16,7 @@ from trainer.api.load import Document
 from trainer.cli.catalog import with_namespace
 from trainer.cli.checks import check_documents, print_outcomes
 from trainer.cli.dashboard import DashboardOptions, DashboardPortError, beside_plane
-from trainer.cli.failures import failed_containers
+from trainer.cli.failures import DeletedPods, failed_containers
 from trainer.cli.files import read_documents
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.cli.pending import Pending, pending
@@ -114,9 +114,11 @@ async def _follow(
     )
     for informer in watched:
         informer.add_handler(lambda _type, _obj, _old: changed.set())
+    deleted = DeletedPods()
+    pods.add_handler(deleted)
     try:
         await asyncio.gather(*(informer.start() for informer in watched))
-        return await _report(watched, changed, jobs, printer, timeout)
+        return await _report(watched, changed, jobs, printer, timeout, deleted)
     finally:
         await asyncio.gather(*(informer.stop() for informer in watched))
 
@@ -143,6 +145,7 @@ async def _report(
     jobs: list[tuple[str, str]],
     printer: Printer,
     timeout: float | None,
+    deleted: DeletedPods,
 ) -> int:
     trainjobs, pods = watched.trainjobs, watched.pods
     last: dict[tuple[str, str], str] = {}
@@ -186,7 +189,8 @@ async def _report(
                         printer.line(
                             f"TrainJob {ns}/{name} failed: {cond['reason']}: {cond['message']}"
                         )
-                        for why in failed_containers(pods.list(ns), name):
+                        seen = [*pods.list(ns), *deleted.list(ns)]
+                        for why in failed_containers(seen, name):
                             printer.line(f"TrainJob {ns}/{name} failed: {why}")
                         last[("failed", name)] = "1"
         if len(finished) == len(jobs):

@@ -5,8 +5,12 @@ A container's process runs in its own process group with the environment, argv a
 directory :mod:`~trainer.local.executor.podenv` planned; stdout and stderr go, merged, to its
 :class:`~trainer.local.executor.logsink.LogSink`. When the main process exits, what is left of
 its group is killed (as when a container's PID 1 exits), and the exit becomes the container's
-``terminated`` state. A container that cannot run on this host (no command, an executable
-that is not here) fails the pod at once: no retry makes it appear.
+``terminated`` state. A container with memory or CPU limits runs in a cgroup of its own where
+this host allows one (:mod:`~trainer.local.executor.cgroups`): its process enters it before
+the command runs, and the cgroup is removed (whatever is left in it killed) once the process
+has exited; a process the kernel killed there for its memory makes the state ``OOMKilled``.
+A container that cannot run on this host (no command, an executable that is not here) fails
+the pod at once: no retry makes it appear.
 
 The decisions are pure functions (:func:`should_restart`, :func:`terminated_state`) so that
 they read, and are tested, apart from the processes.
@@ -22,7 +26,7 @@ import signal
 from typing import Any
 
 from trainer.kube.events import NORMAL, WARNING
-from trainer.local.executor import podenv, uts
+from trainer.local.executor import cgroups, podenv, uts
 from trainer.local.executor.logsink import OutputPipe
 from trainer.local.executor.podfields import pod_hostname
 from trainer.local.executor.podhost import (
@@ -31,9 +35,9 @@ from trainer.local.executor.podhost import (
     GRACE_CAP,
     Container,
     RunningPod,
+    container_entry,
     host_env_path,
     killpg,
-    process_entry,
 )
 from trainer.local.executor.probes import run_probes
 from trainer.local.executor.ssh import host_names
@@ -65,14 +69,19 @@ def terminated_state(
     finished_at: str,
     container_id: str,
     fallback_message: str = "",
+    oom_killed: bool = False,
 ) -> dict[str, Any]:
     """The ``terminated`` state of a process that exited with ``returncode`` (negative: killed
     by that signal, reported as exit code 128+N). ``fallback_message`` (the log's tail, for
-    ``FallbackToLogsOnError``) is the message of a failure."""
+    ``FallbackToLogsOnError``) is the message of a failure. ``oom_killed``: the kernel killed a
+    process of the container for going over its memory limit during the run; the reason is then
+    ``OOMKilled`` whatever the exit code (137 when the killed process was the main one), as the
+    container runtime reports it."""
     code = returncode if returncode >= 0 else 128 - returncode
+    reason = "OOMKilled" if oom_killed else "Completed" if code == 0 else "Error"
     terminated: dict[str, Any] = {
         "exitCode": code,
-        "reason": "Completed" if code == 0 else "Error",
+        "reason": reason,
         "startedAt": started_at,
         "finishedAt": finished_at,
         "containerID": container_id,
@@ -161,6 +170,42 @@ def _hosts_file(pod: RunningPod) -> str | None:
     return str(path)
 
 
+async def _make_cgroup(pod: RunningPod, c: Container) -> cgroups.ContainerCgroup | None:
+    """The cgroup that holds the container's limits for one run; None when it has none, or
+    when this host cannot hold them (said once, as a warning)."""
+    limits = cgroups.limits_of(c.spec)
+    if not limits.controllers():
+        return None
+    found = await asyncio.to_thread(cgroups.layout)
+    unenforced = found.unenforced(limits)
+    if unenforced:
+        pod.host.warn_once("limits", f"{unenforced}; containers run without them")
+    if not any(name in found.roots for name in limits.controllers()):
+        return None
+    try:
+        return await asyncio.to_thread(cgroups.create, found, pod.uid, c.name, limits)
+    except (OSError, ValueError) as exc:
+        pod.host.warn_once(
+            f"cgroup:{pod.uid}:{c.name}",
+            f"pod {pod.key}: container {c.name} runs without its limits: {exc}",
+        )
+        return None
+
+
+async def _remove_cgroup(pod: RunningPod, c: Container, cgroup: cgroups.ContainerCgroup) -> None:
+    """Remove a run's cgroup once its process group is gone; one a process will not leave is
+    left to the next kubelet start's sweep (:func:`cgroups.remove_stale`)."""
+    try:
+        removed = await asyncio.shield(asyncio.to_thread(cgroup.remove))
+    except OSError as exc:
+        log.warning("pod %s: container %s: cgroup not removed: %s", pod.key, c.name, exc)
+        return
+    if not removed:
+        log.warning(
+            "pod %s: container %s: a process stays in its cgroup %s", pod.key, c.name, cgroup.dirs
+        )
+
+
 async def exec_once(pod: RunningPod, c: Container) -> int | None:
     """Run the container's process once; its exit code (128+N for signal N), or None when it
     could not be started."""
@@ -196,7 +241,10 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
     if plan.cwd != str(host.workdir) and host.owns(plan.cwd):
         with contextlib.suppress(OSError):
             os.makedirs(plan.cwd, exist_ok=True)
-    executable, argv, keep = await process_entry(pod, exe, plan.argv, hosts=_hosts_file(pod))
+    cgroup = await _make_cgroup(pod, c)
+    executable, argv, keep, joins = await container_entry(
+        pod, exe, plan.argv, hosts=_hosts_file(pod), cgroups=cgroup.procs if cgroup else ()
+    )
     output = OutputPipe()  # not PIPE: the exit is seen when the main process exits
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -213,11 +261,20 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
         )
     except BaseException as exc:
         output.close()
+        if cgroup is not None:
+            await _remove_cgroup(pod, c, cgroup)
         if not isinstance(exc, OSError):
             raise
         await cannot_run(pod, c, f"cannot start {command!r} in {plan.cwd}: {exc.strerror or exc}")
         return None
     output.started()
+    if cgroup is not None and not joins:
+        # Started without the entry script (no namespaces here): moved in once started, so the
+        # first moments of the process, before this write, run outside its limits.
+        try:
+            cgroup.join(proc.pid)
+        except OSError as exc:
+            log.warning("pod %s: container %s runs without its limits: %s", pod.key, c.name, exc)
     c.proc = proc
     host.track_group(proc.pid)
     pod.event(NORMAL, "Started", f"Started container {c.name} (host process {proc.pid})")
@@ -242,6 +299,8 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
         else None
     )
     await pod.sync_status()
+    returncode: int | None = None
+    oom_killed = False
     try:
         returncode = await proc.wait()
     finally:
@@ -249,6 +308,9 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
         host.untrack_group(proc.pid)
         if probes is not None:
             probes.cancel()
+        if cgroup is not None:
+            oom_killed = returncode is not None and cgroup.oom_killed(returncode)
+            await _remove_cgroup(pod, c, cgroup)
     try:
         await asyncio.wait_for(asyncio.shield(reader), GRACE_CAP)
     except TimeoutError:
@@ -262,6 +324,7 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
         finished_at=now(),
         container_id=c.container_id,
         fallback_message=sink.termination_message() if fallback and returncode != 0 else "",
+        oom_killed=oom_killed,
     )
     c.state = {"terminated": terminated}
     c.ready = False

@@ -52,6 +52,8 @@ A pod, once seen (and not yet finished):
 GPUs are handed to the pod's containers before they start
 (:class:`~trainer.local.executor.devices.DeviceManager`): each sees only its own.
 
+Memory and CPU limits hold where the host allows cgroups (:mod:`~trainer.local.executor.cgroups`).
+
 A pod found already started by an earlier executor (``status.startTime`` set, not finished)
 has lost its processes: with ``restartPolicy: Never`` it is failed, otherwise run again.
 
@@ -83,7 +85,7 @@ from typing import Any
 from trainer.kube.informer import DELETED, Informer
 from trainer.kube.resources import PODS
 from trainer.kube.rest import Kube
-from trainer.local.executor import volumes
+from trainer.local.executor import cgroups, volumes
 from trainer.local.executor.api import recorder
 from trainer.local.executor.devices import CHECKPOINT, DeviceManager
 from trainer.local.executor.logsink import LogCallback
@@ -194,6 +196,8 @@ class Kubelet:
         loop = asyncio.get_running_loop()
         watcher = loop.create_task(self._watch_loop(), name="kubelet-watch")
         heartbeat = loop.create_task(self.heartbeat.run(), name="kubelet-node-heartbeat")
+        # Empty cgroups an earlier executor left (docs/local-plane.md, "Limits").
+        self.background(loop.create_task(asyncio.to_thread(cgroups.sweep)))
         stopped = loop.create_task(self._stop_event.wait())
         try:
             await asyncio.wait({watcher, stopped}, return_when=asyncio.FIRST_COMPLETED)

@@ -180,10 +180,26 @@ async def process_entry(
     """How to start ``argv`` (program ``exe``) as a process of ``pod``: in its network
     sandbox when it has one, with its hostname (and ``hosts`` file) where namespaces are
     allowed. The executable, argv and the descriptors the process must inherit."""
+    executable, full, keep, _ = await container_entry(pod, exe, argv, hosts=hosts)
+    return executable, full, keep
+
+
+async def container_entry(
+    pod: RunningPod,
+    exe: str,
+    argv: list[str],
+    *,
+    hosts: str | None = None,
+    cgroups: tuple[str, ...] = (),
+) -> tuple[str, list[str], tuple[int, ...], bool]:
+    """:func:`process_entry`, and with ``cgroups`` (``cgroup.procs`` files) the process enters
+    those cgroups before the command runs. The last value says whether it does so itself
+    (through :mod:`~trainer.local.executor.uts`); when False the caller moves it in once it
+    is started."""
     box = pod.sandbox
     if box is not None:
-        executable, full = uts.command(pod_hostname(pod.pod), exe, argv, hosts, box.fds)
-        return executable, full, tuple(fd for fd in box.fds if fd >= 0)
+        executable, full = uts.command(pod_hostname(pod.pod), exe, argv, hosts, box.fds, cgroups)
+        return executable, full, tuple(fd for fd in box.fds if fd >= 0), True
     refused = await asyncio.to_thread(uts.available)
     if refused:
         pod.host.warn_once(
@@ -191,6 +207,6 @@ async def process_entry(
             f"pods share this host's hostname ({refused}): `hostname` in a pod prints this "
             "host's name; $HOSTNAME still names the pod",
         )
-        return exe, argv, ()
-    executable, full = uts.command(pod_hostname(pod.pod), exe, argv, hosts)
-    return executable, full, ()
+        return exe, argv, (), False
+    executable, full = uts.command(pod_hostname(pod.pod), exe, argv, hosts, cgroups=cgroups)
+    return executable, full, (), True

@@ -14,7 +14,10 @@ own names to 127.0.0.1, :func:`write_hosts`) over ``/etc/hosts``, so that
 ``gethostbyname(gethostname())`` works as in a pod. Everything the process starts (an sshd's
 sessions, MPI ranks started through them) inherits both. With ``--sandbox USERNS,NETNS`` it
 first joins a pod sandbox's namespaces by those inherited descriptors (:func:`join`;
-:mod:`~trainer.local.executor.sandbox`), and refuses to run the command if it cannot.
+:mod:`~trainer.local.executor.sandbox`), and refuses to run the command if it cannot. With
+``--cgroup FILE[,FILE]`` it first writes its pid into each ``cgroup.procs`` FILE, so that the
+command runs from its first instruction in the container's cgroups and under their memory and
+CPU limits (:mod:`~trainer.local.executor.cgroups`), and likewise refuses to run it outside.
 
 - As root, plain ``unshare(CLONE_NEWUTS | CLONE_NEWNS)``.
 - As another user, a user namespace too (``CLONE_NEWUSER``) that maps the user to itself
@@ -53,6 +56,7 @@ CHECK = "--check"
 """Argument for a dry run: unshare, set a hostname and bind-mount /etc/hosts onto itself."""
 HOSTS = "--hosts"
 SANDBOX = "--sandbox"
+CGROUP = "--cgroup"
 
 
 def _write(path: str, text: str) -> None:
@@ -112,6 +116,14 @@ def enter(hostname: str, hosts: str | None = None, sandbox: tuple[int, int] | No
     return ""
 
 
+def join_cgroups(procs: Iterable[str]) -> None:
+    """Move this process into the cgroups whose ``cgroup.procs`` files ``procs`` names (before
+    any namespace is entered: the files are checked against the host's credentials). Raises
+    OSError when one refuses."""
+    for path in procs:
+        _write(path, str(os.getpid()))
+
+
 def write_hosts(path: str, names: Iterable[str], base: str = ETC_HOSTS) -> None:
     """Write the pod's hosts file: this host's (``base``) plus its own names at 127.0.0.1."""
     try:
@@ -132,13 +144,18 @@ def command(
     argv: list[str],
     hosts: str | None = None,
     sandbox: tuple[int, int] | None = None,
+    cgroups: Iterable[str] = (),
 ) -> tuple[str, list[str]]:
     """The executable and argv that run ``argv`` (whose program is ``executable``) with the
     pod's ``hostname`` (and ``/etc/hosts`` from the file ``hosts``), in the sandbox whose
-    namespace descriptors ``sandbox`` names (they must be passed to the child: ``pass_fds``)."""
+    namespace descriptors ``sandbox`` names (they must be passed to the child: ``pass_fds``),
+    in the cgroups whose ``cgroup.procs`` files ``cgroups`` names."""
     extra = [HOSTS, hosts] if hosts else []
     if sandbox is not None:
         extra += [SANDBOX, f"{sandbox[0]},{sandbox[1]}"]
+    procs = list(cgroups)
+    if procs:
+        extra += [CGROUP, ",".join(procs)]
     return sys.executable, [sys.executable, "-I", SCRIPT, hostname, *extra, "--", executable, *argv]
 
 
@@ -162,8 +179,8 @@ def available() -> str:
 
 
 def main(args: list[str]) -> int:
-    """``uts.py NAME [--hosts FILE] [--sandbox USERNS_FD,NETNS_FD] -- EXE ARGV0 ARGS...`` or
-    ``uts.py NAME [--hosts FILE] --check``."""
+    """``uts.py NAME [--hosts FILE] [--sandbox USERNS_FD,NETNS_FD] [--cgroup FILE[,FILE]] --
+    EXE ARGV0 ARGS...`` or ``uts.py NAME [--hosts FILE] --check``."""
     hostname, rest = (args[0], args[1:]) if args else ("", [])
     hosts = None
     sandbox: tuple[int, int] | None = None
@@ -176,6 +193,9 @@ def main(args: list[str]) -> int:
             print(f"uts.py: bad {SANDBOX} value {rest[1]!r}", file=sys.stderr)
             return 2
         sandbox, rest = (userns, netns), rest[2:]
+    procs: list[str] = []
+    if len(rest) >= 2 and rest[0] == CGROUP:
+        procs, rest = rest[1].split(","), rest[2:]
     if hostname and rest == [CHECK]:
         try:
             problem = enter(hostname, hosts)
@@ -188,12 +208,17 @@ def main(args: list[str]) -> int:
         return 0 if socket.gethostname() == hostname else 1
     if not hostname or len(rest) < 3 or rest[0] != "--":
         print(
-            "usage: uts.py HOSTNAME [--hosts FILE] [--sandbox USERNS_FD,NETNS_FD] -- EXECUTABLE "
-            "ARGV0 [ARGS...]",
+            "usage: uts.py HOSTNAME [--hosts FILE] [--sandbox USERNS_FD,NETNS_FD] "
+            "[--cgroup FILE[,FILE]] -- EXECUTABLE ARGV0 [ARGS...]",
             file=sys.stderr,
         )
         return 2
     executable, argv = rest[1], rest[2:]
+    try:
+        join_cgroups(procs)
+    except OSError as exc:  # never run a container outside the limits it was given
+        print(f"[local kubelet] cannot enter the container's cgroup: {exc}", file=sys.stderr)
+        return 126
     try:
         problem = enter(hostname, hosts, sandbox)
     except OSError as exc:
