@@ -166,6 +166,9 @@ class Scheduler:
         for uid in [u for u in self._views if u not in live]:
             del self._views[uid]
             self._said.pop(uid, None)
+        views = [self._view(p) for p in pods]
+        if not any(v.pending or (v.gated and not v.deleting) for v in views):
+            return sch.Decision()  # nothing waits: what is held may be dropped later
         by_uid = {str((p.get("metadata") or {}).get("uid") or ""): p for p in pods}
         gangs: dict[str, sch.Gang] = {}
         for js in self.jobsets.list() if self.jobsets is not None else ():
@@ -174,7 +177,7 @@ class Scheduler:
                 gangs[gang.key] = gang
         decision = sch.schedule(
             [sch.node_view(n) for n in self.nodes.list()],
-            [self._view(p) for p in pods],
+            views,
             gangs,
             self.admitted,
         )
