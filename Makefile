@@ -31,7 +31,7 @@ PYTEST_WORKERS ?= 3
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: quickstart test lint typecheck unit crds check-crds check-lock manifests install lock \
-	clean help
+	clean help gpu-check
 
 help:
 	@echo "make quickstart  - install the base package and the torch extra into $(VENV), then train the quickstart TrainJob"
@@ -41,6 +41,8 @@ help:
 	@echo "make lock        - re-resolve $(LOCK) from pyproject.toml (newest versions the registries serve)"
 	@echo "make crds        - regenerate manifests/ CRDs from the API models (and trainer/machinery/kubeschema.json from kubernetes-validate)"
 	@echo "make manifests   - regenerate manifests/base and overlays from trainer/deploy/templates"
+	@echo "make gpu-check   - check this machine's NVIDIA GPUs on the local plane, a verdict per scenario"
+	@echo "                   (GPU_CHECK_ARGS='--fake-gpus 2' dry-runs the scheduling without GPUs)"
 	@echo "make clean       - remove $(VENV) and caches"
 
 $(BIN)/python:
@@ -87,6 +89,14 @@ unit: install
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test: check-lock lint typecheck check-crds unit
+
+# hack/gpu-check.sh (docs/local-plane.md, "Checking a GPU machine"). The quickstart install only
+# where there is no venv yet: it would put back the lock's CPU build of torch over the CUDA build
+# a GPU machine needs for the CUDA scenarios.
+GPU_CHECK_ARGS ?=
+gpu-check:
+	@test -x $(BIN)/python || $(MAKE) $(VENV)/.installed-quickstart
+	bash hack/gpu-check.sh $(GPU_CHECK_ARGS)
 
 crds: install
 	$(BIN)/python -m trainer.api.crds
