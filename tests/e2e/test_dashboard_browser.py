@@ -229,7 +229,16 @@ def test_a_training_job_live_progress_charts_and_logs(plane: Plane, page: Page) 
         metadata={"annotations": {"note": "<b>bold</b><img src=x onerror=alert(1)>"}},
     )
     assert page.url == plane.base + "/", "the token was not swapped for a cookie"
+    # The node, then its pod counted in its allocation once bound, without a reload.
+    page.goto(plane.base + "/nodes")
+    local = page.locator('#nodes tr[data-node="local"]')
+    expect(local).to_have_attribute("data-ready", "Ready")
+    expect(local.locator('td[data-resource="pods"]')).to_contain_text("0 of 110 requested")
     plane.apply(job)
+    expect(local.locator('td[data-resource="pods"]')).to_contain_text("1 of 110 requested")
+    expect(local.locator('td[data-resource="cpu"]')).to_contain_text("free")
+    shot(page, "dashboard-nodes.png")
+    page.goto(plane.base + "/")
     demo = row(page, "demo")
     expect(demo).to_have_attribute("data-state", "Running")
     expect(demo.locator("[role=progressbar]")).to_have_attribute("aria-valuenow", "10")
@@ -461,6 +470,8 @@ def test_the_cookie_another_port_receives_reads_and_does_nothing(plane: Plane, p
         ("/api/trainjobs/default/broken", "GET"),
         ("/api/stream", "GET"),
         ("/api/runtimes", "GET"),
+        ("/api/nodes", "GET"),
+        ("/api/stream/nodes", "GET"),
         ("/api/trainjobs/default/queued/resume", "POST"),
     ]:
         assert _status(plane.base + path, replay, method) == 403, path

@@ -167,7 +167,24 @@ def test_listening_beyond_loopback_warns() -> None:
     assert warning is not None and "not only on this machine" in warning
 
 
+def first_event(url: str, headers: dict[str, str]) -> tuple[str, Any]:
+    """The first event of a server-sent event stream: (event, data)."""
+    req = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        event, data = "", ""
+        for raw in resp:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                event = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                data = line.removeprefix("data: ")
+            elif not line and event:
+                return event, json.loads(data)
+    raise AssertionError(f"{url}: the stream ended before an event")
+
+
 def test_trainer_run_serves_the_dashboard_while_its_jobs_run(tmp_path: Path) -> None:
+    """Also its Nodes view: the node of ``--node-config`` (4 fake GPUs), one taken by the pod."""
     gate = tmp_path / "gate"
     wait = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
     job = {
@@ -176,20 +193,39 @@ def test_trainer_run_serves_the_dashboard_while_its_jobs_run(tmp_path: Path) -> 
         "metadata": {"name": "watched"},
         "spec": {
             "runtimeRef": {"name": "torch-local-cpu"},
-            "trainer": {"command": [PY, "-c", wait + "print('trained')"]},
+            "trainer": {
+                "command": [PY, "-c", wait + "print('trained')"],
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}},
+            },
         },
     }
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
-    proc = trainer("run", "-f", str(path), "--dashboard", "--timeout", "60")
+    node_config = tmp_path / "node.yaml"
+    node_config.write_text(yaml.safe_dump({"gpus": [{"product": "NVIDIA H100", "count": 4}]}))
+    proc = trainer(
+        "run", "-f", str(path), "--dashboard", "--timeout", "60", "--node-config", str(node_config)
+    )
     try:
         url = wait_for(
             proc, r"dashboard: (http://127\.0\.0\.1:\d+/\?token=\S+)  \(read-only"
         ).group(1)
         wait_for(proc, r"TrainJob default/watched: Running")
         base, token = url.split("/?token=")
-        status, rows = get(base + "/api/trainjobs", {"Authorization": f"Bearer {token}"})
+        auth = {"Authorization": f"Bearer {token}"}
+        status, rows = get(base + "/api/trainjobs", auth)
         assert status == 200 and [(r["name"], r["state"]) for r in rows] == [("watched", "Running")]
+        event, view = first_event(base + "/api/stream/nodes", auth)
+        assert event == "nodes" and view["podsKnown"] and view["pending"] is None
+        (node,) = view["nodes"]
+        assert (node["name"], node["ready"], node["gpuProduct"]) == (
+            "local",
+            "Ready",
+            "NVIDIA-H100",
+        )
+        gpus = {u["name"]: u for u in node["resources"]}["nvidia.com/gpu"]
+        assert (gpus["allocatable"], gpus["requests"], gpus["free"]) == (4, 1, 3)
+        assert gpus["text"] == {"allocatable": "4", "requests": "1", "limits": "1", "free": "3"}
         gate.touch()
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -275,9 +311,18 @@ def test_a_user_who_may_only_read_trainjobs(cluster: Path, tmp_path: Path) -> No
             raise AssertionError(f"exited {proc.wait()}: {warnings}")
         assert "warning: the dashboard cannot list pods (403 Forbidden): not shown" in warnings
         assert any(w.startswith("warning: the dashboard cannot list events") for w in warnings)
+        # Nodes are cluster-scoped, and a node's allocation needs every namespace's pods.
+        assert "warning: the dashboard cannot list nodes (403 Forbidden): not shown" in warnings
+        assert (
+            "warning: the dashboard cannot list pods in all namespaces (403 Forbidden): not shown"
+            in warnings
+        )
         page_base, secret = url.split("/?token=")
-        status, rows = get(page_base + "/api/trainjobs", {"Authorization": f"Bearer {secret}"})
+        auth = {"Authorization": f"Bearer {secret}"}
+        status, rows = get(page_base + "/api/trainjobs", auth)
         assert status == 200 and [r["name"] for r in rows] == ["theirs"]
+        status, view = get(page_base + "/api/nodes", auth)
+        assert status == 200 and view["nodes"] == [] and view["podsKnown"] is False
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)

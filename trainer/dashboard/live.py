@@ -3,7 +3,10 @@
 ``GET /api/stream`` (the TrainJobs list) first sends ``snapshot`` (every row), then ``row``
 for each TrainJob that changed and ``gone`` for each that was deleted. ``GET
 /api/stream/{ns}/{name}`` (one TrainJob) sends ``detail`` at once and whenever the TrainJob, its
-JobSet, Jobs, pods or their Events change, and ``gone`` when it is deleted. Changes are
+JobSet, Jobs, pods or their Events change, and ``gone`` when it is deleted. ``GET
+/api/stream/nodes`` (the Nodes page) sends ``nodes`` (the whole view) at once, then
+``update`` with the rows that changed when what it shows changes (a Node, or a pod of any
+namespace that is bound, finishes or waits; ``nodes`` again if the columns change). Changes are
 batched for :data:`BATCH_SECONDS` so a burst is one message; a comment line every
 :data:`KEEPALIVE_SECONDS` keeps proxies from closing an idle stream. Streams end at shutdown.
 
@@ -23,6 +26,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from trainer.dashboard import nodes
 from trainer.dashboard.context import DashboardContext
 from trainer.dashboard.views import ctx_of
 from trainer.dashboard.watch.cache import Key, Subscription
@@ -97,6 +101,28 @@ async def detail_stream(request: Request) -> Response:
                 elif key in dirty:
                     detail = ctx.cache.detail(*key)
                     yield sse("detail", detail) if detail is not None else sse("gone", {})
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def nodes_stream(request: Request) -> Response:
+    ctx = ctx_of(request)
+
+    async def body() -> AsyncIterator[bytes]:
+        with ctx.cache.subscribe(nodes=True) as sub:
+            shown = ctx.cache.nodes_view()
+            yield sse("nodes", shown)
+            async for dirty in _changes(ctx, sub):
+                if dirty is None:
+                    yield b": keep-alive\n\n"
+                    continue
+                # Most pod changes (a container starts, a probe passes) change nothing here;
+                # otherwise only the rows that changed are sent.
+                current = ctx.cache.nodes_view()
+                change = nodes.update(shown, current)
+                shown = current
+                if change is not None:
+                    yield sse(*change)
 
     return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
 

@@ -54,6 +54,10 @@ async def runtimes_page(request: Request) -> Response:
     return page(request, "runtimes.html", title="Runtimes")
 
 
+async def nodes_page(request: Request) -> Response:
+    return page(request, "nodes.html", title="Nodes")
+
+
 async def info_json(request: Request) -> Response:
     """What the page's header says: the scope, the cluster, whether actions are on, and the
     resources the cluster refused to list."""
@@ -86,6 +90,10 @@ async def runtimes_json(request: Request) -> Response:
         ctx_of(request).cache.runtime_rows(), key=lambda x: (x["kind"], x["namespace"], x["name"])
     )
     return JSONResponse(rows)
+
+
+async def nodes_json(request: Request) -> Response:
+    return JSONResponse(ctx_of(request).cache.nodes_view())
 
 
 async def not_found(request: Request, _exc: Exception) -> Response:

@@ -14,6 +14,10 @@ change:
 - ``optional=True`` is for resources that may not be served (the PodGroup CRDs of the
   coscheduling and Volcano schedulers): a 404 on list leaves the cache empty and the list is
   retried every ``discovery_interval`` seconds;
+- ``transform`` turns each object into the form to cache before it is compacted (client-go's
+  ``SetTransform``): a cache that needs a few fields of many objects (the dashboard's pods of
+  every namespace) keeps only those. It must keep ``metadata.name``, ``namespace`` and
+  ``resourceVersion`` (and ``ownerReferences`` for :meth:`Informer.by_owner_uid`);
 - ``resync_period`` re-emits MODIFIED for every cached object periodically (controller-runtime's
   resync), so a reconciler also re-checks objects whose events it may have dropped;
 - :meth:`Informer.record_write` puts the answer to a write of this process into the cache ahead
@@ -145,6 +149,7 @@ class Informer:
         label_selector: str | None = None,
         *,
         field_selector: str | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
         resync_period: float | None = None,
         optional: bool = False,
         discovery_interval: float = 30.0,
@@ -158,6 +163,7 @@ class Informer:
         self.namespace = namespace if gvr.namespaced else None
         self.label_selector = label_selector
         self.field_selector = field_selector
+        self.transform = transform
         self.resync_period = resync_period
         self.optional = optional
         self.discovery_interval = discovery_interval
@@ -232,7 +238,7 @@ class Informer:
         cached = self._cache.get(key)
         if cached is not None and (_rv_number(_rv(cached)) or 0) >= rv:
             return False
-        stored = compact(obj)
+        stored = self._cached_form(obj)
         old = self._store(key, stored)
         if notify:
             self._emit(ADDED if old is None else MODIFIED, stored, old)
@@ -408,7 +414,7 @@ class Informer:
             # object, so it is neither compacted again nor reported again.
             self.resource_version = rv
             return
-        obj = compact(obj)
+        obj = self._cached_form(obj)
         if kind in (ADDED, MODIFIED):
             old = self._store(key, obj)
             if old is None:
@@ -422,7 +428,7 @@ class Informer:
 
     def _replace(self, items: ObjList) -> None:
         """Make the cache equal ``items``, emitting the differences (a relist)."""
-        fresh = {key_of(obj): compact(obj) for obj in items}
+        fresh = {key_of(obj): self._cached_form(obj) for obj in items}
         for key in [k for k in self._cache if k not in fresh]:
             gone = self._remove(key)
             if gone is not None:
@@ -433,6 +439,9 @@ class Informer:
                 self._emit(ADDED, obj, None)
             elif _rv(old) != _rv(obj):
                 self._emit(MODIFIED, obj, old)
+
+    def _cached_form(self, obj: Obj) -> Obj:
+        return compact(self.transform(obj) if self.transform is not None else obj)
 
     def _store(self, key: Key, obj: Obj) -> Obj | None:
         old = self._cache.get(key)

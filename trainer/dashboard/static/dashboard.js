@@ -510,10 +510,114 @@ async function runtimesPage() {
   }
 }
 
+// --- nodes --------------------------------------------------------------------------------
+const RESOURCE_TITLES = { cpu: "CPU", memory: "Memory", pods: "Pods" };
+
+function usageCell(u) {
+  const td = el("td", { class: "usage" });
+  td.setAttribute("data-resource", u.name);
+  if (u.allocatable === null) {
+    const asked = u.requests !== null && u.requests > 0;
+    td.append(el("span", { class: "muted", text: asked ? `${u.text.requests} requested, none offered` : "—" }));
+    return td;
+  }
+  if (u.requests === null) {
+    td.append(el("div", { class: "amounts", text: `${u.text.allocatable} allocatable` }));
+    return td;
+  }
+  const fill = el("span", { class: "fill" });
+  fill.style.width = `${Math.min(100, u.percent || 0)}%`;
+  const bar = el("span", { class: "bar" }, fill);
+  bar.setAttribute("role", "meter");
+  bar.setAttribute("aria-valuemin", "0");
+  bar.setAttribute("aria-valuemax", "100");
+  bar.setAttribute("aria-valuenow", String(u.percent || 0));
+  td.append(el("div", { class: "progress" }, bar, el("span", { class: "pct", text: u.percent === null ? "" : `${u.percent}%` })));
+  td.append(el("div", { class: "amounts", text: `${u.text.requests} of ${u.text.allocatable} requested` }));
+  const more = [`${u.text.free} free`];
+  if (u.limits !== null) more.push(`limits ${u.text.limits}`);
+  td.append(el("div", { class: "detail", text: more.join(" · ") }));
+  return td;
+}
+
+function nodesPage() {
+  const body = document.querySelector("#nodes tbody");
+  const head = $("nodes-head");
+  const fixed = [...head.children].slice(0, 3);
+  const rows = new Map();
+  let columns = 3;
+
+  function draw(n) {
+    const status = el("td", { class: "node-status" },
+      el("span", { class: `state node-${n.ready}`, text: n.ready + (n.schedulable ? "" : ",SchedulingDisabled") }));
+    if (n.readyDetail) status.append(el("div", { class: "detail", text: n.readyDetail }));
+    for (const taint of n.taints) status.append(el("div", { class: "detail taint", text: `taint ${taint}` }));
+    const gpu = n.gpuProduct ? el("td", { class: "gpu", text: n.gpuProduct }) : el("td", { class: "gpu muted", text: "—" });
+    if (n.gpuMemoryMiB) gpu.append(el("div", { class: "detail", text: `${n.gpuMemoryMiB} MiB each` }));
+    const tr = el("tr", {}, el("td", { class: "name", text: n.name }), status, gpu, ...n.resources.map(usageCell));
+    tr.setAttribute("data-node", n.name);
+    tr.setAttribute("data-ready", n.ready);
+    return tr;
+  }
+
+  function summary(v) {
+    $("pods-unknown").hidden = v.podsKnown;
+    const pending = $("pending");
+    pending.hidden = !v.pending;
+    if (v.pending) {
+      pending.textContent = `pending: ${v.pending.count} pod${v.pending.count === 1 ? "" : "s"} waiting for a node` +
+        ` (${v.pending.pod}: ${v.pending.message || "Unschedulable"})`;
+    }
+  }
+
+  function emptyNote() {
+    const note = body.querySelector("tr.empty");
+    if (rows.size && note) note.remove();
+    if (!rows.size && !note) {
+      body.append(el("tr", { class: "empty" }, el("td", { class: "muted", colSpan: columns, text: "No nodes (or no permission to list them)." })));
+    }
+  }
+
+  // The whole view: the columns, then a row per node (sorted by name).
+  function all(v) {
+    columns = 3 + v.resources.length;
+    head.replaceChildren(...fixed, ...v.resources.map((name) => el("th", { text: RESOURCE_TITLES[name] || name })));
+    summary(v);
+    rows.clear();
+    body.replaceChildren(...v.nodes.map((n) => { const tr = draw(n); rows.set(n.name, tr); return tr; }));
+    emptyNote();
+  }
+
+  // Only what changed: rows new or changed, rows gone.
+  function update(u) {
+    summary(u);
+    for (const name of u.gone) {
+      const tr = rows.get(name);
+      if (tr) { tr.remove(); rows.delete(name); }
+    }
+    for (const n of u.nodes) {
+      const tr = draw(n);
+      const old = rows.get(n.name);
+      if (old) { old.replaceWith(tr); } else {
+        const after = [...rows.keys()].sort().find((k) => k > n.name);
+        body.insertBefore(tr, after ? rows.get(after) : null);
+      }
+      rows.set(n.name, tr);
+    }
+    emptyNote();
+  }
+
+  const source = new EventStream("/api/stream/nodes");
+  live(source);
+  source.addEventListener("nodes", (e) => all(JSON.parse(e.data)));
+  source.addEventListener("update", (e) => update(JSON.parse(e.data)));
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   const page = document.body.dataset.page;
   header();
   if (page === "trainjobs") listPage();
   else if (page === "trainjob") detailPage();
   else if (page === "runtimes") runtimesPage();
+  else if (page === "nodes") nodesPage();
 });

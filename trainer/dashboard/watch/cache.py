@@ -3,14 +3,17 @@
 :class:`ClusterCache` runs one :class:`trainer.kube.informer.Informer` (list, then watch: no
 polling) per resource, in one namespace or all of them: TrainJobs, JobSets, the Jobs and pods
 of JobSets (JobSet's ``jobset-name`` label, so unrelated pods of a cluster are not
-cached), Events, TrainingRuntimes and ClusterTrainingRuntimes. Runtimes are optional: a
-cluster without the CRDs (or a user who may not list them) shows an empty Runtimes page.
+cached), Events, TrainingRuntimes and ClusterTrainingRuntimes; and for the Nodes page, the
+Nodes and the pods of every namespace that have not terminated (slimmed to what a node's
+allocation reads, :func:`trainer.dashboard.nodes.slim_pod`). Everything but TrainJobs is
+optional: a cluster without the CRDs (or a user who may not list them) shows an empty page.
 
 Every change is mapped to the TrainJob it concerns (a JobSet through its controller owner, a
 Job or pod through its JobSet label, an Event through its involved object) and added to the
 dirty set of each :class:`Subscription` (one per open page stream), which a page drains at its
 own pace: a burst of changes to one TrainJob is one update. TrainJob events also feed the
-metric :class:`~trainer.dashboard.watch.history.History`.
+metric :class:`~trainer.dashboard.watch.history.History`. Node and all-namespace pod changes
+wake only the Nodes page's subscriptions (a busy cluster's pods do not wake TrainJob pages).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import yaml
 
 from trainer.api import constants as c
 from trainer.api import jobset_contract as jsc
-from trainer.dashboard import summary
+from trainer.dashboard import nodes, summary
 from trainer.dashboard.runtimes import runtime_row
 from trainer.dashboard.watch.history import History
 from trainer.kube import resources as r
@@ -39,6 +42,8 @@ Key = tuple[str, str]
 PODS = GVR("", "v1", "pods", True, "Pod")
 JOBS = GVR("batch", "v1", "jobs", True, "Job")
 SYNC_TIMEOUT = 30.0
+ALL_PODS = "pods in all namespaces"
+"""How :attr:`ClusterCache.unavailable` names the pods a node's allocation is summed from."""
 
 
 class Subscription:
@@ -108,10 +113,22 @@ class ClusterCache:
         self.events = Informer(kube, r.EVENTS, namespace)
         self.cluster_runtimes = Informer(kube, r.CLUSTER_TRAINING_RUNTIMES, optional=True)
         self.runtimes = Informer(kube, r.TRAINING_RUNTIMES, namespace, optional=True)
+        self.nodes = Informer(kube, r.NODES, optional=True)
+        # Every namespace's, whatever the dashboard's namespace: a node's allocation counts
+        # every pod bound to it (kubectl describe node's field selector).
+        self.node_pods = Informer(
+            kube,
+            PODS,
+            None,
+            field_selector=nodes.NOT_TERMINATED,
+            transform=nodes.slim_pod,
+            optional=True,
+        )
         self.history = History()
         self.unavailable: dict[str, str] = {}
         """Resources not watched (resource -> why: the API server's answer to a list)."""
         self._subs: set[Subscription] = set()
+        self._node_subs: set[Subscription] = set()
         self.trainjobs.add_handler(self._on_trainjob)
         self.jobsets.add_handler(lambda _t, o, _old: self._notify(self._of_jobset(o)))
         self.jobs.add_handler(lambda _t, o, _old: self._notify(self._of_labelled(o)))
@@ -119,6 +136,8 @@ class ClusterCache:
         self.events.add_handler(lambda _t, o, _old: self._notify(self._of_event(o)))
         for runtimes in (self.cluster_runtimes, self.runtimes):
             runtimes.add_handler(lambda _t, _o, _old: self._notify(None, runtimes=True))
+        for inf in (self.nodes, self.node_pods):
+            inf.add_handler(lambda _t, _o, _old: self._notify_nodes())
 
     @property
     def informers(self) -> list[Informer]:
@@ -130,14 +149,20 @@ class ClusterCache:
             self.events,
             self.cluster_runtimes,
             self.runtimes,
+            self.nodes,
+            self.node_pods,
         ]
+
+    def name_of(self, inf: Informer) -> str:
+        """What :attr:`unavailable` and the warnings call ``inf``'s objects."""
+        return ALL_PODS if inf is self.node_pods else inf.gvr.resource
 
     async def start(self, timeout: float = SYNC_TIMEOUT) -> None:
         """Start the watches of every resource the user may list (the others are named in
         :attr:`unavailable` and their sections stay empty); return once each listed once
         (TimeoutError otherwise). TrainJobs are not optional: their refusal is raised."""
         await asyncio.gather(*(self._probe(inf) for inf in self.informers[1:]))
-        watched = [inf for inf in self.informers if inf.gvr.resource not in self.unavailable]
+        watched = [inf for inf in self.informers if self.name_of(inf) not in self.unavailable]
         await asyncio.gather(*(inf.start(timeout) for inf in watched))
         for job in self.trainjobs.list():
             self.history.record(key_of(job), summary.trainer_status(job))
@@ -149,22 +174,35 @@ class ClusterCache:
         """Whether ``inf``'s resource can be listed: a refusal (401, 403) or a resource the
         cluster does not serve (404: no JobSet CRD) is recorded, not retried for ever."""
         try:
-            await self.kube.list(inf.gvr, inf.namespace, label_selector=inf.label_selector, limit=1)
+            await self.kube.list(
+                inf.gvr,
+                inf.namespace,
+                label_selector=inf.label_selector,
+                field_selector=inf.field_selector,
+                limit=1,
+            )
         except APIError as err:
             if err.status in (401, 403, 404):
-                self.unavailable[inf.gvr.resource] = f"{err.status} {err.reason}"
+                self.unavailable[self.name_of(inf)] = f"{err.status} {err.reason}"
             else:
                 raise
 
     # --- change notification ------------------------------------------------------------
     @contextlib.contextmanager
-    def subscribe(self) -> Iterator[Subscription]:
+    def subscribe(self, *, nodes: bool = False) -> Iterator[Subscription]:
+        """A subscription to TrainJob and runtime changes, or with ``nodes`` to node changes
+        (Nodes, and pods of every namespace), which mark no TrainJob and only wake it."""
         sub = Subscription()
-        self._subs.add(sub)
+        subs = self._node_subs if nodes else self._subs
+        subs.add(sub)
         try:
             yield sub
         finally:
-            self._subs.discard(sub)
+            subs.discard(sub)
+
+    def _notify_nodes(self) -> None:
+        for sub in self._node_subs:
+            sub.mark(None)
 
     def _notify(self, key: Key | None, runtimes: bool = False) -> None:
         if key is None and not runtimes:
@@ -272,3 +310,10 @@ class ClusterCache:
 
     def pod(self, namespace: str, name: str) -> Obj | None:
         return self.pods.get(namespace, name)
+
+    def nodes_view(self) -> Obj:
+        """The Nodes page (:func:`trainer.dashboard.nodes.view`); allocation is unknown
+        when the pods of every namespace cannot be listed."""
+        known = ALL_PODS not in self.unavailable and self.node_pods.served
+        pods = self.node_pods.list() if known else []
+        return nodes.view(self.nodes.list(), pods, pods_known=known)
