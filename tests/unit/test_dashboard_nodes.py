@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.dashboard import nodes
+from trainer.machinery.podresources import amounts
 
 GPU = "nvidia.com/gpu"
 
@@ -260,13 +261,13 @@ def test_a_slim_pod_counts_as_the_whole_pod() -> None:
 
 def test_amounts_read_as_people_write_them() -> None:
     text = nodes.amount_text
-    assert [text("cpu", nodes.amounts({"x": v})["x"]) for v in ("250m", "2", "1500m", 0)] == [
+    assert [text("cpu", amounts({"x": v})["x"]) for v in ("250m", "2", "1500m", 0)] == [
         "0.25",
         "2",
         "1.5",
         "0",
     ]
-    mem = [nodes.amounts({"x": v})["x"] for v in ("2Ti", "16Gi", "1536Mi", "100Mi", "2000", "0")]
+    mem = [amounts({"x": v})["x"] for v in ("2Ti", "16Gi", "1536Mi", "100Mi", "2000", "0")]
     assert [text("memory", v) for v in mem] == ["2Ti", "16Gi", "1.5Gi", "100Mi", "2Ki", "0"]
     assert text("cpu", None) == ""
 

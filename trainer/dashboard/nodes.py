@@ -19,14 +19,13 @@ fields: whatever is missing or malformed is shown as unknown or left out, never 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
 from trainer.dashboard.summary import Obj, epoch, meta
-from trainer.machinery.quantity import Quantity
-
-Amounts = dict[str, Fraction]
+from trainer.machinery import podresources
+from trainer.machinery.podresources import Amounts, add, amounts
 
 CPU, MEMORY, PODS = "cpu", "memory", "pods"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -52,73 +51,10 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def amounts(values: Any) -> Amounts:
-    """A resource list (``{cpu: 500m, memory: 1Gi}``) as exact numbers; a value that is not a
-    quantity is left out."""
-    out: Amounts = {}
-    for name, value in _dict(values).items():
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            continue
-        try:
-            out[str(name)] = Quantity.parse(value).value
-        except ValueError:
-            continue
-    return out
-
-
-def _add(total: Amounts, more: Amounts) -> None:
-    for name, value in more.items():
-        total[name] = total.get(name, _ZERO) + value
-
-
-def _container_requests(container: Obj) -> Amounts:
-    resources = _dict(container.get("resources"))
-    out = amounts(resources.get("requests"))
-    for name, value in amounts(resources.get("limits")).items():
-        out.setdefault(name, value)
-    return out
-
-
-def _container_limits(container: Obj) -> Amounts:
-    return amounts(_dict(container.get("resources")).get("limits"))
-
-
-def _pod_total(spec: Obj, of: Callable[[Obj], Amounts]) -> Amounts:
-    """max(the containers' and sidecars' sum, each init container plus the sidecars started
-    before it), without overhead."""
-    total: Amounts = {}
-    for container in _list(spec.get("containers")):
-        _add(total, of(_dict(container)))
-    sidecars: Amounts = {}
-    peak: Amounts = {}
-    for raw in _list(spec.get("initContainers")):
-        container = _dict(raw)
-        own = of(container)
-        if container.get("restartPolicy") == "Always":
-            _add(sidecars, own)
-            own = dict(sidecars)
-        else:
-            own = {**sidecars, **{k: v + sidecars.get(k, _ZERO) for k, v in own.items()}}
-        for name, value in own.items():
-            peak[name] = max(peak.get(name, _ZERO), value)
-    _add(total, sidecars)
-    for name, value in peak.items():
-        total[name] = max(total.get(name, _ZERO), value)
-    return total
-
-
 def pod_requests_and_limits(pod: Obj) -> tuple[Amounts, Amounts]:
-    """What a pod takes of its node (requests) and may use at most (limits). The overhead is
-    added to every request, and to the limits the pod sets (as ``kubectl describe node``)."""
-    spec = _dict(pod.get("spec"))
-    overhead = amounts(spec.get("overhead"))
-    requests = _pod_total(spec, _container_requests)
-    _add(requests, overhead)
-    limits = _pod_total(spec, _container_limits)
-    for name, value in overhead.items():
-        if name in limits:
-            limits[name] += value
-    return requests, limits
+    """What a pod takes of its node (requests) and may use at most (limits), as ``kubectl
+    describe node`` sums them (:mod:`trainer.machinery.podresources`)."""
+    return podresources.pod_requests_and_limits(pod.get("spec"))
 
 
 def slim_pod(pod: Obj) -> Obj:
@@ -238,8 +174,8 @@ def node_row(node: Obj, pods: list[Obj] | None, names: list[str]) -> Obj:
         requests, limits = {}, {}
         for pod in pods:
             req, lim = pod_requests_and_limits(pod)
-            _add(requests, req)
-            _add(limits, lim)
+            add(requests, req)
+            add(limits, lim)
     usage = []
     for name in names:
         if name == PODS:

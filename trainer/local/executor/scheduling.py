@@ -36,7 +36,9 @@ from fractions import Fraction
 from typing import Any
 
 from trainer.api import jobset_contract as jc
-from trainer.machinery.quantity import Quantity
+from trainer.machinery import podresources
+from trainer.machinery.podresources import add as _add
+from trainer.machinery.podresources import amounts
 
 Resources = dict[str, Fraction]
 PODS = "pods"
@@ -54,53 +56,10 @@ _SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 # --- resources --------------------------------------------------------------------------------
-def _amounts(values: Mapping[str, Any] | None) -> Resources:
-    out: Resources = {}
-    for name, value in (values or {}).items():
-        try:
-            out[str(name)] = Quantity.parse(str(value)).value
-        except ValueError:
-            continue  # the API server validated it; an unparsable value requests nothing
-    return out
-
-
-def container_requests(container: Mapping[str, Any]) -> Resources:
-    """A container's requests: its own, else its limits (the API server defaults a request to
-    the limit)."""
-    resources = container.get("resources") or {}
-    out = _amounts(resources.get("requests"))
-    for name, value in _amounts(resources.get("limits")).items():
-        out.setdefault(name, value)
-    return out
-
-
-def _add(total: Resources, more: Mapping[str, Fraction]) -> None:
-    for name, value in more.items():
-        total[name] = total.get(name, Fraction(0)) + value
-
-
 def pod_requests(spec: Mapping[str, Any]) -> Resources:
-    """What a pod takes of a node, as kube-scheduler counts it: max(the regular containers'
-    and sidecars' sum, each init container plus the sidecars started before it), plus the
-    pod's overhead, plus one of ``pods``."""
-    total: Resources = {}
-    for c in spec.get("containers") or []:
-        _add(total, container_requests(c))
-    sidecars: Resources = {}
-    peak: Resources = {}
-    for c in spec.get("initContainers") or []:
-        own = container_requests(c)
-        if c.get("restartPolicy") == "Always":
-            _add(sidecars, own)
-            own = dict(sidecars)
-        else:
-            own = {**sidecars, **{k: v + sidecars.get(k, Fraction(0)) for k, v in own.items()}}
-        for name, value in own.items():
-            peak[name] = max(peak.get(name, Fraction(0)), value)
-    _add(total, sidecars)
-    for name, value in peak.items():
-        total[name] = max(total.get(name, Fraction(0)), value)
-    _add(total, _amounts(spec.get("overhead")))
+    """What a pod takes of a node (:func:`trainer.machinery.podresources.pod_requests`), plus
+    one of ``pods``."""
+    total = podresources.pod_requests(spec)
     total[PODS] = total.get(PODS, Fraction(0)) + 1
     return total
 
@@ -147,7 +106,7 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
     spec = node.get("spec") or {}
     return NodeView(
         name=str(meta.get("name") or ""),
-        allocatable=_amounts((node.get("status") or {}).get("allocatable")),
+        allocatable=amounts((node.get("status") or {}).get("allocatable")),
         labels=dict(meta.get("labels") or {}),
         taints=tuple(t for t in spec.get("taints") or [] if isinstance(t, Mapping)),
         unschedulable=bool(spec.get("unschedulable")),
