@@ -371,7 +371,8 @@ def run(
             min=0.1,
             help="Fail a TrainJob whose MPI launcher waited this many seconds for its node "
             "pods' sshd to be Ready (JobSet dependsOn), naming the pods not Ready. Local "
-            "runs only: JobSet itself waits forever.",
+            "runs only: JobSet itself waits forever. A TrainJob that can never fit this node "
+            "ends the run at once with exit code 2 (docs/local-plane.md, 'Scheduling').",
         ),
     ] = DEFAULT_READY_TIMEOUT,
     allow_exposed_ports: AllowExposedPortsOption = False,
