@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
-from trainer.dashboard.summary import Obj, epoch, meta
+from trainer.dashboard.summary import Obj, _dict, _list, _text, epoch, meta
 from trainer.machinery import podresources
 from trainer.machinery.podresources import Amounts, add, amounts
 
@@ -37,18 +37,6 @@ NOT_TERMINATED = "status.phase!=Succeeded,status.phase!=Failed"
 UNSCHEDULABLE = "Unschedulable"
 _ZERO = Fraction(0)
 _BINARY_UNITS = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
-
-
-def _dict(value: Any) -> Obj:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else str(value)
 
 
 def pod_requests_and_limits(pod: Obj) -> tuple[Amounts, Amounts]:
