@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -181,15 +182,37 @@ def test_another_user_is_told_why_limits_cannot_hold() -> None:
     python = _python_for_nobody()
     if python is None:
         pytest.skip("no Python interpreter another user may run")
+    # The checkout may be private to root (a clone in a 0700 temporary directory): the other
+    # user imports a copy of the modules the check needs, in a directory it may read.
+    readable = Path(tempfile.mkdtemp(prefix="cgroups-nobody-"))
+    readable.chmod(0o755)
+    for module in (
+        "trainer/__init__.py",
+        "trainer/machinery/__init__.py",
+        "trainer/machinery/quantity.py",
+        "trainer/local/__init__.py",
+        "trainer/local/executor/__init__.py",
+        "trainer/local/executor/cgroups.py",
+    ):
+        (readable / module).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        shutil.copy(ROOT / module, readable / module)
+        (readable / module).chmod(0o644)
     code = (
-        f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
+        f"import sys; sys.path.insert(0, {str(readable)!r}); "
         "from trainer.local.executor import cgroups; "
         "found = cgroups.layout(); print(sorted(found.roots)); "
         "print(found.unenforced(cgroups.Limits(memory=1, cpu_millis=1)))"
     )
-    done = subprocess.run(
-        [*NOBODY, python, "-I", "-c", code], capture_output=True, text=True, timeout=30, check=True
-    )
+    try:
+        done = subprocess.run(
+            [*NOBODY, python, "-I", "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+    finally:
+        shutil.rmtree(readable, ignore_errors=True)
     roots, warning = done.stdout.splitlines()
     assert roots == "[]"
     assert warning.startswith("memory and CPU limits are not enforced: "), warning
