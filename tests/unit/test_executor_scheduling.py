@@ -3,7 +3,6 @@ filters and messages, and all-or-nothing gangs per JobSet."""
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -114,9 +113,9 @@ def test_pod_requests_count_limits_init_containers_sidecars_and_overhead() -> No
     }
     got = sch.pod_requests(spec)
     # containers 1.5 + sidecar 1 = 2.5 against init 3 + the sidecar before it = 4; + overhead
-    assert got["cpu"] == Fraction(17, 4)
-    assert got["memory"] == 1 << 30
-    assert got[sch.PODS] == 1
+    assert got["cpu"] == 4250  # thousandths of a core
+    assert got["memory"] == (1 << 30) * 1000
+    assert got[sch.PODS] == 1000
 
 
 # --- filters and messages ---------------------------------------------------------------------
@@ -126,7 +125,7 @@ def test_a_pod_that_fits_is_bound_and_one_that_does_not_gets_kube_schedulers_mes
     why = d.waiting["uid-b"]
     assert why.message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
     assert not why.never
-    assert dict(why.shortfall) == {GPU: (Fraction(2), Fraction(1))}
+    assert dict(why.shortfall) == {GPU: (2000, 1000)}
 
 
 def test_a_pod_larger_than_the_node_never_fits_and_reasons_are_sorted() -> None:

@@ -30,6 +30,7 @@ does not hold back a later one that does, as with kube-scheduler.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -37,10 +38,14 @@ from typing import Any
 
 from trainer.api import jobset_contract as jc
 from trainer.machinery import podresources
-from trainer.machinery.podresources import add as _add
 from trainer.machinery.podresources import amounts
 
-Resources = dict[str, Fraction]
+Resources = dict[str, int]
+"""Resource -> amount in thousandths (millicores, milli-bytes, milli-GPUs), rounded up, as
+integers: a pass compares amounts millions of times at cluster scale, and integers compare
+fast (kube-scheduler counts in integers too)."""
+_ZERO = 0
+MILLI = 1000
 PODS = "pods"
 """The count every pod takes of a node's ``pods`` allocatable."""
 UNSCHEDULABLE_NODE = "node(s) were unschedulable"
@@ -56,35 +61,46 @@ _SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 # --- resources --------------------------------------------------------------------------------
+def _add(total: Resources, more: Mapping[str, int]) -> None:
+    for name, value in more.items():
+        total[name] = total.get(name, 0) + value
+
+
+def milli(values: Mapping[str, Fraction]) -> Resources:
+    """Amounts in thousandths, rounded up."""
+    return {name: math.ceil(value * MILLI) for name, value in values.items()}
+
+
 def pod_requests(spec: Mapping[str, Any]) -> Resources:
     """What a pod takes of a node (:func:`trainer.machinery.podresources.pod_requests`), plus
     one of ``pods``."""
-    total = podresources.pod_requests(spec)
-    total[PODS] = total.get(PODS, Fraction(0)) + 1
+    total = milli(podresources.pod_requests(spec))
+    total[PODS] = total.get(PODS, 0) + MILLI
     return total
 
 
-def _minus(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> Resources:
-    return {name: a.get(name, Fraction(0)) - b.get(name, Fraction(0)) for name in {*a, *b}}
+def _minus(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
+    return {name: a.get(name, 0) - b.get(name, 0) for name in {*a, *b}}
 
 
-def _floor0(a: Mapping[str, Fraction]) -> Resources:
-    return {name: max(value, Fraction(0)) for name, value in a.items()}
+def _floor0(a: Mapping[str, int]) -> Resources:
+    return {name: max(value, 0) for name, value in a.items()}
 
 
-def insufficient(requests: Mapping[str, Fraction], free: Mapping[str, Fraction]) -> list[str]:
+def insufficient(requests: Mapping[str, int], free: Mapping[str, int]) -> list[str]:
     """``NodeResourcesFit``'s reasons: each resource asked for (above zero) beyond what is
     free."""
     reasons = []
     for name in sorted(requests):
         want = requests[name]
-        if want > 0 and want > free.get(name, Fraction(0)):
+        if want > 0 and want > free.get(name, 0):
             reasons.append(TOO_MANY_PODS if name == PODS else f"Insufficient {name}")
     return reasons
 
 
-def format_amount(name: str, value: Fraction) -> str:
+def format_amount(name: str, thousandths: int) -> str:
     """An amount as a person reads it: cores (``1.5``), memory in Mi/Gi, a count."""
+    value = Fraction(thousandths, MILLI)
     if name == "memory" or name.endswith("storage"):
         gib = value / (1 << 30)
         return f"{float(gib):g}Gi" if gib >= 1 else f"{float(value / (1 << 20)):g}Mi"
@@ -95,7 +111,7 @@ def format_amount(name: str, value: Fraction) -> str:
 @dataclass(frozen=True)
 class NodeView:
     name: str
-    allocatable: Mapping[str, Fraction]
+    allocatable: Mapping[str, int]
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, Any], ...] = ()
     unschedulable: bool = False
@@ -106,7 +122,7 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
     spec = node.get("spec") or {}
     return NodeView(
         name=str(meta.get("name") or ""),
-        allocatable=amounts((node.get("status") or {}).get("allocatable")),
+        allocatable=milli(amounts((node.get("status") or {}).get("allocatable"))),
         labels=dict(meta.get("labels") or {}),
         taints=tuple(t for t in spec.get("taints") or [] if isinstance(t, Mapping)),
         unschedulable=bool(spec.get("unschedulable")),
@@ -117,7 +133,7 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
 class Placement:
     """What of a pod (or of a pod a template will make) decides where it may go."""
 
-    requests: Mapping[str, Fraction]
+    requests: Mapping[str, int]
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity: Mapping[str, Any] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
@@ -339,7 +355,7 @@ class Waiting:
 
     message: str
     never: bool
-    shortfall: Mapping[str, tuple[Fraction, Fraction]] = field(default_factory=dict)
+    shortfall: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     """Resource -> (needed, free) for what is short on the best node."""
 
 
@@ -351,36 +367,99 @@ class Decision:
     gated: list[PodView] = field(default_factory=list)
 
 
+def fits(requests: Mapping[str, int], free: Mapping[str, int]) -> bool:
+    """Whether every resource asked for (above zero) is within ``free``."""
+    return all(want <= 0 or want <= free.get(name, _ZERO) for name, want in requests.items())
+
+
 @dataclass
 class _Cluster:
+    """What is free on each node during a pass. A trial (:meth:`trial`) shares the node maps
+    and copies one only when it takes from it, so trying a gang costs what it places, not the
+    number of nodes."""
+
     nodes: list[NodeView]
     free: dict[str, Resources]
     own: dict[str, dict[str, Resources]]
     """Gang -> node -> the part of its reservation its pods do not use yet."""
+    copied: set[str] | None = None
+    """For a trial: the nodes whose map is its own already (None: every map is)."""
+    static: dict[tuple[Any, ...], bool] = field(default_factory=dict)
+    """(a placement's filters, node) -> whether the node lets it in: a pass asks often."""
+    hints: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    """A placement's shape (requests and filters) -> the index of the first node that may
+    still take it: free room only shrinks during a pass, so the nodes before it cannot."""
+    shapes: dict[int, tuple[Placement, tuple[Any, ...]]] = field(default_factory=dict)
+    by_name: dict[str, NodeView] = field(default_factory=dict)
+    changes: int = 0
+    """How many times the free room changed in this pass."""
+
+    def __post_init__(self) -> None:
+        if not self.by_name:
+            self.by_name = {n.name: n for n in self.nodes}
+
+    def shape(self, place: Placement) -> tuple[Any, ...]:
+        known = self.shapes.get(id(place))
+        if known is None or known[0] is not place:
+            shape = (
+                tuple(sorted(place.requests.items())),
+                repr(place.node_selector),
+                repr(place.affinity),
+                repr(place.tolerations),
+            )
+            known = self.shapes[id(place)] = (place, shape)
+        return known[1]
+
+    def trial(self) -> _Cluster:
+        return _Cluster(
+            self.nodes,
+            dict(self.free),
+            {},
+            set(),
+            self.static,
+            dict(self.hints),
+            self.shapes,
+            self.by_name,
+        )
+
+    def allowed(self, place: Placement, node: NodeView) -> bool:
+        """The node's filters (``static_reasons``), once per pass for each node and shape of
+        placement."""
+        key = (self.shape(place)[1:], node.name)
+        ok = self.static.get(key)
+        if ok is None:
+            ok = self.static[key] = not static_reasons(place, node)
+        return ok
 
     def room(self, node: str, gang: str) -> Resources:
         """What a pod of ``gang`` may take on ``node``: the free part and its own held part."""
-        own = self.own.get(gang, {}).get(node, {})
+        own = self.own.get(gang, {}).get(node)
         free = self.free[node]
-        return {k: free.get(k, Fraction(0)) + own.get(k, Fraction(0)) for k in {*free, *own}}
+        if not own:
+            return free
+        return {k: free.get(k, _ZERO) + own.get(k, _ZERO) for k in {*free, *own}}
 
-    def take(self, node: str, gang: str, requests: Mapping[str, Fraction]) -> None:
+    def take(self, node: str, gang: str, requests: Mapping[str, int]) -> None:
         own = self.own.get(gang, {}).get(node)
         rest = dict(requests)
         if own is not None:
             for name, want in requests.items():
-                used = min(want, max(own.get(name, Fraction(0)), Fraction(0)))
-                own[name] = own.get(name, Fraction(0)) - used
+                used = min(want, max(own.get(name, _ZERO), _ZERO))
+                own[name] = own.get(name, _ZERO) - used
                 rest[name] = want - used
+        self.changes += 1
+        if self.copied is not None and node not in self.copied:
+            self.free[node] = dict(self.free[node])
+            self.copied.add(node)
         free = self.free[node]
         for name, want in rest.items():
-            free[name] = free.get(name, Fraction(0)) - want
+            free[name] = free.get(name, _ZERO) - want
 
 
 def _waiting(place: Placement, cluster: _Cluster, gang: str, nodes: Sequence[NodeView]) -> Waiting:
     reasons = []
     never = True
-    best: dict[str, tuple[Fraction, Fraction]] = {}
+    best: dict[str, tuple[int, int]] = {}
     for node in nodes:
         static = static_reasons(place, node)
         if static:
@@ -393,19 +472,34 @@ def _waiting(place: Placement, cluster: _Cluster, gang: str, nodes: Sequence[Nod
             never = False
         if short and not best:
             best = {
-                n: (place.requests[n], room.get(n, Fraction(0)))
+                n: (place.requests[n], room.get(n, 0))
                 for n in place.requests
-                if place.requests[n] > room.get(n, Fraction(0))
+                if place.requests[n] > room.get(n, 0)
             }
     return Waiting(fit_message(reasons, len(nodes)), never, best)
 
 
 def _first_fit(place: Placement, cluster: _Cluster, gang: str) -> str | None:
-    for node in cluster.nodes:
-        if not static_reasons(place, node) and not insufficient(
-            place.requests, cluster.room(node.name, gang)
-        ):
+    """The first node that takes ``place``: for a pod of an admitted gang the nodes held for
+    it first, then every node in order from where the same shape last fitted."""
+    own = cluster.own.get(gang)
+    if own:
+        for name in own:
+            node = cluster.by_name.get(name)
+            if (
+                node is not None
+                and cluster.allowed(place, node)
+                and fits(place.requests, cluster.room(name, gang))
+            ):
+                return name
+    key = cluster.shape(place)
+    nodes = cluster.nodes
+    for index in range(cluster.hints.get(key, 0), len(nodes)):
+        node = nodes[index]
+        if cluster.allowed(place, node) and fits(place.requests, cluster.free[node.name]):
+            cluster.hints[key] = index
             return node.name
+    cluster.hints[key] = len(nodes)
     return None
 
 
@@ -458,6 +552,7 @@ def schedule(
             _add(free[node], {k: -v for k, v in left.items()})
     cluster = _Cluster(nodes, free, own)
     pending.sort(key=lambda p: (p.gang not in admitted, p.created, p.key))
+    failed: dict[tuple[Any, ...], Waiting] = {}
     units: dict[str, list[PodView]] = {}
     for pod in pending:
         units.setdefault(pod.gang or f"pod:{pod.uid}", []).append(pod)
@@ -467,12 +562,17 @@ def schedule(
             spec = gangs.get(gang)
             if spec is None:
                 continue  # its JobSet is not seen yet: the next pass decides
-            plan = _place_gang(spec, cluster)
+            # Gangs made from the same templates fare alike until the free room changes.
+            shape = (cluster.changes, tuple(tuple(map(cluster.shape, p)) for p in spec.phases))
+            why = failed.get(shape)
+            plan = _place_gang(spec, cluster) if why is None else None
             if plan is None:
-                why = _gang_waiting(spec, cluster)
+                if why is None:
+                    why = failed[shape] = _gang_waiting(spec, cluster)
                 for pod in members:
                     decision.waiting[pod.uid] = why
                 continue
+            cluster.changes += 1
             admitted[gang] = plan
             cluster.own[gang] = {n: dict(r) for n, r in plan.items()}
             for node, held in plan.items():
@@ -490,12 +590,10 @@ def schedule(
 def _place_slots(slots: Sequence[Placement], cluster: _Cluster) -> dict[str, Resources] | None:
     """Where every one of ``slots`` would go on what is free now (first fit, largest first);
     None when one does not fit."""
-    trial = _Cluster(cluster.nodes, {n: dict(r) for n, r in cluster.free.items()}, {})
+    trial = cluster.trial()
     plan: dict[str, Resources] = {}
     names = sorted({n for s in slots for n in s.requests})
-    ordered = sorted(
-        slots, key=lambda s: tuple(s.requests.get(n, Fraction(0)) for n in names), reverse=True
-    )
+    ordered = sorted(slots, key=lambda s: tuple(s.requests.get(n, 0) for n in names), reverse=True)
     for slot in ordered:
         node = _first_fit(slot, trial, "")
         if node is None:
@@ -516,7 +614,7 @@ def _place_gang(gang: Gang, cluster: _Cluster) -> dict[str, Resources] | None:
         for node, used in placed.items():
             held = plan.setdefault(node, {})
             for name, value in used.items():
-                held[name] = max(held.get(name, Fraction(0)), value)
+                held[name] = max(held.get(name, 0), value)
     return plan
 
 
@@ -540,7 +638,7 @@ def _gang_waiting(gang: Gang, cluster: _Cluster) -> Waiting:
         place = statics[0] if statics else _total(phase)
         why = _waiting(place, cluster, "", nodes)
         return Waiting(why.message, never, why.shortfall)
-    trial = _Cluster(cluster.nodes, {n: dict(r) for n, r in cluster.free.items()}, {})
+    trial = cluster.trial()
     for slot in phase:
         node = _first_fit(slot, trial, "")
         if node is None:
@@ -566,7 +664,7 @@ def fits_empty(gang: Gang, nodes: Sequence[NodeView]) -> bool:
     return _place_gang(gang, empty) is not None
 
 
-def shortfall(gang: Gang, node: NodeView, free: Mapping[str, Fraction]) -> str:
+def shortfall(gang: Gang, node: NodeView, free: Mapping[str, int]) -> str:
     """``needs 2 nvidia.com/gpu, 1 free`` for each resource the gang's first phase that does
     not fit wants beyond ``free`` on ``node`` (``pods`` left out: it is rarely what a person
     waits for)."""
@@ -574,8 +672,8 @@ def shortfall(gang: Gang, node: NodeView, free: Mapping[str, Fraction]) -> str:
     total = _total(_first_short_phase(gang, cluster)).requests
     parts = [
         f"needs {format_amount(name, want)} {name}, "
-        f"{format_amount(name, max(free.get(name, Fraction(0)), Fraction(0)))} free"
+        f"{format_amount(name, max(free.get(name, 0), 0))} free"
         for name, want in sorted(total.items())
-        if name != PODS and want > 0 and want > free.get(name, Fraction(0))
+        if name != PODS and want > 0 and want > free.get(name, 0)
     ]
     return "; ".join(parts)
