@@ -180,3 +180,76 @@ def test_a_bad_simulation_file_is_refused_before_anything_starts(tmp_path: Path)
         done.stderr
     )
     assert "starting the local control plane" not in done.stdout
+
+
+def bare_pod(name: str, *, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+    """A pod bound to a simulated node at creation (no scheduler, no controller)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {
+            "nodeName": "sim-gpu-0",
+            "containers": [{"name": "main", "image": "img", "command": ["never-run"]}],
+            **spec,
+        },
+    }
+
+
+def stored_pod(plane: LocalPlane, name: str) -> dict[str, Any]:
+    return plane.server.storage.get_object("v1", "pods", "default", name) or {}
+
+
+def pod_events(plane: LocalPlane, name: str) -> list[str]:
+    return [
+        e["reason"]
+        for e in plane.server.storage.objects("v1", "events", "default")
+        if e["involvedObject"]["name"] == name
+    ]
+
+
+async def test_restarts_deadlines_and_deletion_of_simulated_pods(plane: LocalPlane) -> None:
+    await plane.kube.create(
+        bare_pod(
+            "flaky",
+            labels={
+                "trainer.kubeflow.org/sim-duration": "100ms",
+                "trainer.kubeflow.org/sim-fail-probability": "1",
+                "trainer.kubeflow.org/sim-exit-code": "7",
+            },
+            restartPolicy="OnFailure",
+        ),
+        gvr=r.PODS,
+    )
+    await plane.kube.create(
+        bare_pod("slow", labels={}, restartPolicy="Never", activeDeadlineSeconds=1),
+        gvr=r.PODS,
+    )
+
+    def restarted() -> bool:
+        statuses = stored_pod(plane, "flaky").get("status", {}).get("containerStatuses") or []
+        return bool(statuses) and statuses[0]["restartCount"] >= 2
+
+    await until(plane, restarted, timeout=10)
+    flaky = stored_pod(plane, "flaky")
+    assert flaky["status"]["phase"] == "Running"
+    last = flaky["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    assert last["exitCode"] == 7 and last["reason"] == "Error"
+    assert "Started" in pod_events(plane, "flaky")
+
+    await until(plane, lambda: stored_pod(plane, "slow")["status"]["phase"] == "Failed")
+    slow = stored_pod(plane, "slow")["status"]
+    assert slow["reason"] == "DeadlineExceeded", slow
+    assert "deadline (1s)" in slow["message"]
+
+    # A finalizer keeps the deleted pod readable: the kubelet sees its deletionTimestamp.
+    await plane.kube.patch(
+        r.PODS, "default", "flaky", {"metadata": {"finalizers": ["example.com/hold"]}}
+    )
+    await plane.kube.delete(r.PODS, "default", "flaky")
+    await until(plane, lambda: stored_pod(plane, "flaky")["status"]["phase"] == "Failed")
+    ended = stored_pod(plane, "flaky")["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert ended["exitCode"] == 143
+    await until(plane, lambda: "Killing" in pod_events(plane, "flaky"))
+    await plane.kube.patch(r.PODS, "default", "flaky", {"metadata": {"finalizers": None}})
+    await until(plane, lambda: not stored_pod(plane, "flaky"))

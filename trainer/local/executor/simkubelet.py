@@ -287,7 +287,6 @@ class SimKubelet:
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.events = Recorder(kube, "kubelet")
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
