@@ -98,6 +98,18 @@ def test_defaults() -> None:
         ),
         ({"nodes": [{"namePrefix": "a", "labels": {"k": 1}}]}, "nodes[0].labels.k: must be"),
         ({"nodes": [{"namePrefix": "a", "zones": "a"}]}, "nodes[0].zones: must be a list"),
+        (
+            {"nodes": [{"namePrefix": "a", "labels": {"bad key!": "v"}}]},
+            "nodes[0].labels.bad key!: name part must consist of",
+        ),
+        (
+            {"nodes": [{"namePrefix": "a", "labels": {"k": "not a value"}}]},
+            "nodes[0].labels.k: a valid label must be",
+        ),
+        (
+            {"nodes": [{"namePrefix": "a", "zones": ["ok", "not ok"]}]},
+            "nodes[0].zones[1]: a valid label must be",
+        ),
         ({"nodes": [{"namePrefix": "a"}], "withHostNode": "no"}, "withHostNode: must be true"),
         ({"nodes": [{"namePrefix": "a"}], "stages": {"duration": "soon"}}, "stages.duration:"),
         ({"nodes": [{"namePrefix": "a"}], "stages": {"duration": -1}}, "stages.duration:"),

@@ -38,6 +38,7 @@ from trainer.local.executor.nodeconfig import (
     _quantities,
     _taints,
 )
+from trainer.machinery.names import is_qualified_name, is_valid_label_value
 from trainer.machinery.quantity import Quantity
 from trainer.machinery.safeload import CONFIG_LIMITS, InputError, load_yaml, read_bytes
 
@@ -134,6 +135,18 @@ def _string(value: Any, where: str) -> str:
     return value
 
 
+def _label(key: Any, value: Any, where: str) -> tuple[str, str]:
+    """A label the API server accepts on a Node (else the node could never register)."""
+    key = _string(key, where)
+    value = value if isinstance(value, str) else None
+    if value is None:
+        raise SimulationError(f"{where}.{key}: must be a string")
+    problems = is_qualified_name(key) + is_valid_label_value(value)
+    if problems:
+        raise SimulationError(f"{where}.{key}: {problems[0]}")
+    return key, value
+
+
 def _int(value: Any, where: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise SimulationError(f"{where}: must be an integer from {low} to {high}")
@@ -190,16 +203,17 @@ def _template(value: Any, where: str) -> NodeTemplate:
     labels = entry.get("labels") or {}
     if not isinstance(labels, dict):
         raise SimulationError(f"{where}.labels: must be a mapping")
+    for i, zone in enumerate(zones):
+        problems = is_valid_label_value(_string(zone, f"{where}.zones[{i}]"))
+        if problems:
+            raise SimulationError(f"{where}.zones[{i}]: {problems[0]}")
     return NodeTemplate(
         count=count,
         name_prefix=prefix,
-        zones=tuple(_string(z, f"{where}.zones[{i}]") for i, z in enumerate(zones)),
+        zones=tuple(zones),
         capacity=capacity,
         gpus=_gpus(entry.get("gpus"), f"{where}.gpus", prefix),
-        labels={
-            _string(k, f"{where}.labels"): _string(v, f"{where}.labels.{k}")
-            for k, v in labels.items()
-        },
+        labels=dict(_label(k, v, f"{where}.labels") for k, v in labels.items()),
         taints=taints,
     )
 
