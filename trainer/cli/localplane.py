@@ -26,6 +26,7 @@ from trainer.local.executor.api import executor_kube
 from trainer.local.executor.nodeconfig import NodeConfig
 from trainer.local.executor.ports import PortAllocator
 from trainer.local.executor.runner import Executor
+from trainer.local.executor.simulation import Simulation
 from trainer.local.executor.ssh import private_parent
 from trainer.machinery.files import private_dir
 from trainer.runtime.builtin import builtin_runtime_documents
@@ -211,6 +212,7 @@ async def start_local_plane(
     ready_timeout: float | None = None,
     allow_exposed_ports: bool = False,
     node_config: NodeConfig | None = None,
+    simulation: Simulation | None = None,
 ) -> LocalPlane:
     """Start the local plane. With ``feature_gates`` TrainJobStatus=true the status server
     runs too, on 127.0.0.1 (its certificate covers 127.0.0.1), and pods are told
@@ -268,6 +270,7 @@ async def start_local_plane(
         plane_ports=(status_port, urlsplit(server.url).port or 0),
         allow_exposed_ports=allow_exposed_ports,
         node_config=node_config,
+        simulation=simulation,
     )
     await executor.start()
     await asyncio.wait(

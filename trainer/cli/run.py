@@ -28,6 +28,7 @@ from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError
 from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.executor.nodeconfig import NodeConfig, NodeConfigError, load_node_config
+from trainer.local.executor.simulation import Simulation, SimulationError, load_simulation
 from trainer.local.executor.waiting import not_ready
 from trainer.machinery.safeload import InputError
 from trainer.observability.logging import setup_logging
@@ -245,6 +246,7 @@ async def _run(
     ready_timeout: float | None = None,
     allow_exposed_ports: bool = False,
     node_config: NodeConfig | None = None,
+    simulation: Simulation | None = None,
 ) -> int:
     printer = Printer()
     try:
@@ -267,6 +269,7 @@ async def _run(
         ready_timeout=ready_timeout,
         allow_exposed_ports=allow_exposed_ports,
         node_config=node_config,
+        simulation=simulation,
     )
     stop = stop_on_signals()
     try:
@@ -310,6 +313,29 @@ NodeConfigOption = Annotated[
         "(docs/local-plane.md, 'The node' and 'Scheduling').",
     ),
 ]
+
+
+SimulateOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--simulate",
+        help="YAML describing simulated nodes (templates: count, capacity, GPUs, labels, "
+        "taints, zones) whose pods run no process but move through their lifecycle by "
+        "stages (duration, jitter, failure probability), beside or instead of this host's "
+        "node (docs/simulation.md).",
+    ),
+]
+
+
+def _simulation(path: Path | None) -> Simulation | None:
+    """``--simulate``'s file, checked before anything starts (exit 2 naming the field)."""
+    if path is None:
+        return None
+    try:
+        return load_simulation(path)
+    except SimulationError as exc:
+        typer.echo(f"error: --simulate: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _node_config(path: Path | None) -> NodeConfig | None:
@@ -377,6 +403,7 @@ def run(
     ] = DEFAULT_READY_TIMEOUT,
     allow_exposed_ports: AllowExposedPortsOption = False,
     node_config: NodeConfigOption = None,
+    simulate: SimulateOption = None,
     dashboard: Annotated[
         bool,
         typer.Option(
@@ -399,6 +426,7 @@ def run(
     """
     gates = _gates(feature_gates)
     node = _node_config(node_config)
+    simulation = _simulation(simulate)
     setup_logging("DEBUG" if verbose else "WARNING", "text")
     board = DashboardOptions(port=dashboard_port) if dashboard else None
     try:
@@ -414,6 +442,7 @@ def run(
                 ready_timeout=ready_timeout,
                 allow_exposed_ports=allow_exposed_ports,
                 node_config=node,
+                simulation=simulation,
             )
         )
     except DashboardPortError as err:
@@ -431,6 +460,7 @@ async def _up(
     dashboard: DashboardOptions | None = None,
     allow_exposed_ports: bool = False,
     node_config: NodeConfig | None = None,
+    simulation: Simulation | None = None,
 ) -> None:
     printer = Printer()
     plane = await start_local_plane(
@@ -442,6 +472,7 @@ async def _up(
         feature_gates=gates,
         allow_exposed_ports=allow_exposed_ports,
         node_config=node_config,
+        simulation=simulation,
     )
     plane.server.write_kubeconfig(str(kubeconfig))
     printer.line(f"local control plane ready: API server {plane.server.url}")
@@ -499,6 +530,7 @@ def up(
     ] = False,
     allow_exposed_ports: AllowExposedPortsOption = False,
     node_config: NodeConfigOption = None,
+    simulate: SimulateOption = None,
 ) -> None:
     """Start the local control plane and leave it running (kubectl, the Kubeflow SDK and
     `trainer` commands work against the kubeconfig it writes) until SIGINT/SIGTERM.
@@ -508,6 +540,7 @@ def up(
     for each start."""
     gates = _gates(feature_gates)
     node = _node_config(node_config)
+    simulation = _simulation(simulate)
     setup_logging("DEBUG" if verbose else "INFO", "text")
     try:
         board = (
@@ -525,6 +558,7 @@ def up(
                 board,
                 allow_exposed_ports=allow_exposed_ports,
                 node_config=node,
+                simulation=simulation,
             )
         )
     except StateFileError as err:

@@ -20,6 +20,7 @@ from trainer.kube.rest import APIError, Kube
 from trainer.local.executor.job import JobController
 from trainer.local.executor.jobset import JobSetController
 from trainer.local.executor.nodeconfig import NodeConfig
+from trainer.local.executor.simulation import Simulation
 from trainer.machinery.workqueue import Result, WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
@@ -61,9 +62,11 @@ class Executor:
         plane_ports: tuple[int, ...] = (),
         allow_exposed_ports: bool = False,
         node_config: NodeConfig | None = None,
+        simulation: Simulation | None = None,
     ) -> None:
         self.kube = kube
         self.node_config = node_config
+        self.simulation = simulation
         self.jobsets = Informer(kube, JOBSETS)
         self.jobs = Informer(kube, JOBS)
         self.pods = Informer(kube, PODS)
@@ -86,6 +89,7 @@ class Executor:
         self._ttl: set[str] = set()
         self.kubelet: Any = None
         self.scheduler: Any = None
+        self.sim_kubelet: Any = None
 
     @property
     def informers(self) -> tuple[Informer, ...]:
@@ -159,7 +163,8 @@ class Executor:
                 name="executor-jobsets",
             )
         )
-        if self.run_kubelet:
+        simulation = self.simulation
+        if self.run_kubelet and (simulation is None or simulation.with_host_node):
             from trainer.local.executor.kubelet import Kubelet  # noqa: PLC0415 - optional part
 
             self.kubelet = Kubelet(
@@ -173,6 +178,14 @@ class Executor:
                 node_config=self.node_config,
             )
             self._tasks.append(asyncio.create_task(self.kubelet.run(), name="kubelet"))
+        if self.run_kubelet and simulation is not None:
+            # docs/simulation.md: without the host's node (withHostNode: false) the real
+            # kubelet is not started, so no Node ``local`` is registered and nothing binds there.
+            from trainer.local.executor.simkubelet import SimKubelet  # noqa: PLC0415
+
+            self.sim_kubelet = SimKubelet(self.kube, self.pods, simulation)
+            self._tasks.append(asyncio.create_task(self.sim_kubelet.run(), name="sim-kubelet"))
+        if self.run_kubelet:
             from trainer.local.executor.scheduler import Scheduler  # noqa: PLC0415
 
             config = self.node_config
