@@ -176,8 +176,8 @@ async def _report(
                 if waits is not None and waits.never:
                     printer.line(
                         f"TrainJob {ns}/{name} can never run on this node: its pods need more "
-                        "than the node has or may use, even with nothing else running (see "
-                        "`kubectl describe node local`; --node-config declares the node)"
+                        "than a node has or may use, even with nothing else running (see "
+                        "`kubectl describe nodes`; --node-config declares the local node)"
                     )
                     return 2
             if state in (c.COND_COMPLETE, c.COND_FAILED):
