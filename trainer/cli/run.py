@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, NamedTuple, TypeVar
 
 import typer
 
@@ -28,7 +29,7 @@ from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError
 from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.executor.nodeconfig import NodeConfig, NodeConfigError, load_node_config
-from trainer.local.executor.simulation import Simulation, SimulationError, load_simulation
+from trainer.local.executor.simulation import Simulation, load_simulation
 from trainer.local.executor.waiting import not_ready
 from trainer.machinery.safeload import InputError
 from trainer.observability.logging import setup_logging
@@ -327,26 +328,26 @@ SimulateOption = Annotated[
 ]
 
 
-def _simulation(path: Path | None) -> Simulation | None:
-    """``--simulate``'s file, checked before anything starts (exit 2 naming the field)."""
+T = TypeVar("T")
+
+
+def _config_file(path: Path | None, option: str, load: Callable[[Path], T]) -> T | None:
+    """An option's file, checked before anything starts (exit 2 naming the field)."""
     if path is None:
         return None
     try:
-        return load_simulation(path)
-    except SimulationError as exc:
-        typer.echo(f"error: --simulate: {exc}", err=True)
+        return load(path)
+    except NodeConfigError as exc:  # SimulationError is one too
+        typer.echo(f"error: {option}: {exc}", err=True)
         raise typer.Exit(2) from None
+
+
+def _simulation(path: Path | None) -> Simulation | None:
+    return _config_file(path, "--simulate", load_simulation)
 
 
 def _node_config(path: Path | None) -> NodeConfig | None:
-    """``--node-config``'s file, checked before anything starts (exit 2 naming the field)."""
-    if path is None:
-        return None
-    try:
-        return load_node_config(path)
-    except NodeConfigError as exc:
-        typer.echo(f"error: --node-config: {exc}", err=True)
-        raise typer.Exit(2) from None
+    return _config_file(path, "--node-config", load_node_config)
 
 
 FEATURE_GATES_HELP = (

@@ -28,10 +28,10 @@ Declared GPUs let tests and CPU-only machines act as a GPU node. Every problem i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from trainer.local.executor.devices import Gpu
 from trainer.machinery.quantity import Quantity, QuantityError
@@ -43,6 +43,7 @@ SCHEDULING_FIELDS: Final = ("allOrNothing",)
 GPU_FIELDS: Final = ("product", "memoryMiB", "count", "uuid")
 EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 MAX_GPUS: Final = 1024
+T = TypeVar("T")
 
 
 class NodeConfigError(ValueError):
@@ -180,13 +181,19 @@ def parse_node_config(data: Any) -> NodeConfig:
     )
 
 
-def load_node_config(path: str | Path) -> NodeConfig:
-    """Read and check ``path`` (bounded like every configuration file)."""
+def load_checked(path: str | Path, parse: Callable[[Any], T], error: type[NodeConfigError]) -> T:
+    """Read ``path`` (bounded like every configuration file) and ``parse`` it; every problem is
+    one ``error`` naming the file and the field."""
     try:
         data = load_yaml(read_bytes(path, CONFIG_LIMITS), str(path), CONFIG_LIMITS)
     except InputError as exc:
-        raise NodeConfigError(str(exc)) from None
+        raise error(str(exc)) from None
     try:
-        return parse_node_config(data)
+        return parse(data)
     except NodeConfigError as exc:
-        raise NodeConfigError(f"{path}: {exc}") from None
+        raise error(f"{path}: {exc}") from None
+
+
+def load_node_config(path: str | Path) -> NodeConfig:
+    """Read and check ``path``."""
+    return load_checked(path, parse_node_config, NodeConfigError)

@@ -37,10 +37,10 @@ from trainer.local.executor.nodeconfig import (
     NodeConfigError,
     _quantities,
     _taints,
+    load_checked,
 )
 from trainer.machinery.names import is_qualified_name, is_valid_label_value
 from trainer.machinery.quantity import Quantity
-from trainer.machinery.safeload import CONFIG_LIMITS, InputError, load_yaml, read_bytes
 
 FIELDS: Final = ("withHostNode", "nodes", "stages")
 NODE_FIELDS: Final = ("count", "namePrefix", "zones", "capacity", "gpus", "labels", "taints")
@@ -59,7 +59,7 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
-class SimulationError(ValueError):
+class SimulationError(NodeConfigError):
     """A simulation file that cannot be used: ``source: field: what is wrong``."""
 
 
@@ -253,12 +253,5 @@ def parse_simulation(data: Any) -> Simulation:
 
 
 def load_simulation(path: str | Path) -> Simulation:
-    """Read and check ``path`` (bounded like every configuration file)."""
-    try:
-        data = load_yaml(read_bytes(path, CONFIG_LIMITS), str(path), CONFIG_LIMITS)
-    except InputError as exc:
-        raise SimulationError(str(exc)) from None
-    try:
-        return parse_simulation(data)
-    except SimulationError as exc:
-        raise SimulationError(f"{path}: {exc}") from None
+    """Read and check ``path``."""
+    return load_checked(path, parse_simulation, SimulationError)
