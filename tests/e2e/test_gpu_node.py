@@ -95,7 +95,17 @@ async def test_two_jobs_share_four_gpus_and_a_third_waits_its_turn(
         pods = pods_of(plane, "three")
         return len(pods) == 2 and all(scheduled(p).get("reason") == "Unschedulable" for p in pods)
 
-    await until(plane, waiting)
+    def failed_scheduling() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in plane.server.storage.objects("v1", "events", "default")
+            if e["reason"] == "FailedScheduling"
+            and e["involvedObject"]["name"].startswith("three-node-")
+        ]
+
+    # The Event is posted in the background after the pod's status, as the scheduler's
+    # recorder does.
+    await until(plane, lambda: waiting() and bool(failed_scheduling()))
     devices = {**seen(out, "one"), **seen(out, "two")}
     # Each process sees exactly one device, and no two processes the same one.
     assert sorted(devices.values()) == [f"GPU-fake-{i}" for i in range(4)], devices
@@ -104,12 +114,7 @@ async def test_two_jobs_share_four_gpus_and_a_third_waits_its_turn(
         assert scheduled(pod)["message"] == (
             "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
         )
-    events = [
-        e
-        for e in plane.server.storage.objects("v1", "events", "default")
-        if e["reason"] == "FailedScheduling"
-        and e["involvedObject"]["name"].startswith("three-node-")
-    ]
+    events = failed_scheduling()
     assert events and events[0]["type"] == "Warning"
 
     kubeconfig = tmp_path / "state" / "kubeconfig"

@@ -17,6 +17,7 @@ from trainer.local.executor.simkubelet import (
     pod_stage,
     run_seconds,
     sim_status,
+    stage_keys,
 )
 from trainer.local.executor.simulation import (
     SIMULATED_LABEL,
@@ -217,6 +218,34 @@ def test_pod_labels_and_annotations_override_the_stage() -> None:
     # Values that do not parse keep the file's.
     bad = pod(labels={DURATION_KEY: "soon", EXIT_CODE_KEY: "0", FAIL_PROBABILITY_KEY: "x"})
     assert pod_stage(bad, stages) == stages
+
+
+def test_a_trainjob_chooses_its_pods_stage_and_the_pod_wins() -> None:
+    stages = Stages(30.0, 0.2, 0.0, 1)
+    trainjob = stage_keys(
+        {
+            "metadata": {
+                "name": "tj",
+                "namespace": "ns",
+                "labels": {DURATION_KEY: "40s", "team": "a"},
+                "annotations": {DURATION_KEY: "12s", EXIT_CODE_KEY: "9", "note": "x" * 1000},
+            },
+            "spec": {"trainer": {"numNodes": 8}},
+        }
+    )
+    # The watch keeps only the sim-* keys of the TrainJob.
+    assert trainjob == {
+        "metadata": {
+            "name": "tj",
+            "namespace": "ns",
+            "resourceVersion": None,
+            "labels": {DURATION_KEY: "40s"},
+            "annotations": {DURATION_KEY: "12s", EXIT_CODE_KEY: "9"},
+        }
+    }
+    meta = trainjob["metadata"]
+    assert pod_stage(pod(), stages, meta) == Stages(12.0, 0.2, 0.0, 9)
+    assert pod_stage(pod(labels={DURATION_KEY: "3s"}), stages, meta) == Stages(3.0, 0.2, 0.0, 9)
 
 
 def test_jitter_stays_within_its_bounds() -> None:

@@ -8,6 +8,7 @@ plane's JobSet controller, Job controller, kubelet and scheduler): each names it
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable
@@ -90,9 +91,35 @@ class Recorder:
         self.component = component
         self.host = host
         self.now = now
+        self._posting: set[asyncio.Task[None]] = set()
+
+    def emit(
+        self, obj: dict[str, Any], type_: str, reason: str, message: str, *, action: str = ""
+    ) -> None:
+        """:meth:`record` without waiting for it: the Event is posted in the background, as
+        client-go's broadcaster posts them, so the work that reports it does not wait a round
+        trip per Event. The stamp is taken now."""
+        stamp = self.now()
+        task = asyncio.get_running_loop().create_task(
+            self._post(obj, type_, reason, message, action=action, stamp=stamp)
+        )
+        self._posting.add(task)
+        task.add_done_callback(self._posting.discard)
 
     async def record(
         self, obj: dict[str, Any], type_: str, reason: str, message: str, *, action: str = ""
+    ) -> None:
+        await self._post(obj, type_, reason, message, action=action, stamp=self.now())
+
+    async def _post(
+        self,
+        obj: dict[str, Any],
+        type_: str,
+        reason: str,
+        message: str,
+        *,
+        action: str,
+        stamp: str,
     ) -> None:
         event = new_event(
             obj,
@@ -100,7 +127,7 @@ class Recorder:
             reason,
             message,
             component=self.component,
-            stamp=self.now(),
+            stamp=stamp,
             host=self.host,
             action=action,
         )

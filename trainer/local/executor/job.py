@@ -4,6 +4,7 @@ completions, backoffLimit, suspend, and Job status as the Kubernetes Job control
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import secrets
@@ -111,7 +112,7 @@ class JobController:
             for pod in live:
                 await self._delete_pod(job, pod)
             live = []
-            await self.events.record(
+            self.events.emit(
                 job, WARNING, "BackoffLimitExceeded", "Job has reached the specified backoff limit"
             )
             status["conditions"] = [
@@ -138,24 +139,34 @@ class JobController:
             ]
             status["completionTime"] = now()
             finished = True
-            await self.events.record(job, NORMAL, "Completed", "Job completed")
+            self.events.emit(job, NORMAL, "Completed", "Job completed")
         else:
             running_idx = {pod_index(p) for p in live}
             # Failed pods of an index are replaced (restartPolicy Never); the kubelet restarts
-            # containers in place for OnFailure / Always.
-            for index in range(completions):
-                if len(running_idx) >= parallelism:
-                    break
-                if index in running_idx or index in succeeded_idx:
+            # containers in place for OnFailure / Always. The missing pods are created at once,
+            # as the Job controller does (it sends its creates in parallel batches).
+            missing = [
+                index
+                for index in range(completions)
+                if index not in running_idx and index not in succeeded_idx
+            ][: max(parallelism - len(running_idx), 0)]
+            results = await asyncio.gather(
+                *(self.kube.create(self.new_pod(job, i), gvr=PODS) for i in missing),
+                return_exceptions=True,
+            )
+            for created in results:
+                if isinstance(created, BaseException):
                     continue
-                # A failure is raised: the work queue retries the Job with back-off.
-                created = await self.kube.create(self.new_pod(job, index), gvr=PODS)
                 self.pods.record_write(created, notify=True)
                 live.append(created)
-                running_idx.add(index)
-                await self.events.record(
+                self.events.emit(
                     job, NORMAL, "SuccessfulCreate", f"Created pod: {created['metadata']['name']}"
                 )
+            # A failure is raised (once the others are counted): the work queue retries the
+            # Job with back-off.
+            for created in results:
+                if isinstance(created, BaseException):
+                    raise created
 
         status.update(
             {
@@ -182,4 +193,4 @@ class JobController:
     async def _delete_pod(self, job: dict[str, Any], pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         await self.kube.delete(PODS, meta["namespace"], meta["name"])
-        await self.events.record(job, NORMAL, "SuccessfulDelete", f"Deleted pod: {meta['name']}")
+        self.events.emit(job, NORMAL, "SuccessfulDelete", f"Deleted pod: {meta['name']}")

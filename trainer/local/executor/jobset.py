@@ -186,7 +186,7 @@ class JobSetController:
             patched = await self.kube.patch(JOBS, namespace, job_name, patch)
             self.jobs.record_write(patched, notify=True)
         for type_, reason, message in plan.events:
-            await self.events.record(js, type_, reason, message)
+            self.events.emit(js, type_, reason, message)
         if plan.status is None:
             return
         if plan.status.get("restarts", 0) != (js.get("status") or {}).get("restarts", 0):

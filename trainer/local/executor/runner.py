@@ -15,11 +15,12 @@ from typing import Any
 
 from trainer.api import jobset_contract as jc
 from trainer.kube.informer import Informer
-from trainer.kube.resources import JOBS, JOBSETS, PODS, SERVICES
+from trainer.kube.resources import JOBS, JOBSETS, PODS, SERVICES, TRAINJOBS
 from trainer.kube.rest import APIError, Kube
 from trainer.local.executor.job import JobController
 from trainer.local.executor.jobset import JobSetController
 from trainer.local.executor.nodeconfig import NodeConfig
+from trainer.local.executor.simkubelet import stage_keys
 from trainer.local.executor.simulation import Simulation
 from trainer.machinery.workqueue import Result, WorkQueue, run_workers
 
@@ -71,6 +72,13 @@ class Executor:
         self.jobs = Informer(kube, JOBS)
         self.pods = Informer(kube, PODS)
         self.services = Informer(kube, SERVICES)
+        # Simulated stages may be chosen by a TrainJob's labels (docs/simulation.md): a slim
+        # watch of TrainJobs, only with --simulate.
+        self.trainjobs = (
+            Informer(kube, TRAINJOBS, transform=stage_keys, optional=True)
+            if simulation is not None
+            else None
+        )
         self.jobset_controller = JobSetController(
             kube,
             self.jobsets,
@@ -93,7 +101,8 @@ class Executor:
 
     @property
     def informers(self) -> tuple[Informer, ...]:
-        return (self.jobsets, self.jobs, self.pods, self.services)
+        extra = (self.trainjobs,) if self.trainjobs is not None else ()
+        return (self.jobsets, self.jobs, self.pods, self.services, *extra)
 
     def _wire(self) -> None:
         def on_jobset(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
@@ -183,7 +192,9 @@ class Executor:
             # kubelet is not started, so no Node ``local`` is registered and nothing binds there.
             from trainer.local.executor.simkubelet import SimKubelet  # noqa: PLC0415
 
-            self.sim_kubelet = SimKubelet(self.kube, self.pods, simulation)
+            self.sim_kubelet = SimKubelet(
+                self.kube, self.pods, simulation, trainjobs=self.trainjobs
+            )
             self._tasks.append(asyncio.create_task(self.sim_kubelet.run(), name="sim-kubelet"))
         if self.run_kubelet:
             from trainer.local.executor.scheduler import Scheduler  # noqa: PLC0415

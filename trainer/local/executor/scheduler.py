@@ -13,19 +13,21 @@ and writes what it decides through the plane's client, as kube-scheduler would:
 - a pod with ``spec.schedulingGates`` is reported ``PodScheduled=False``, reason
   ``SchedulingGated``.
 
-Any change of a pod, a node or a JobSet asks for a pass; changes that arrive while a pass runs
-are taken by the next one. Passes start once a node is known.
+A change that can alter a decision (a pod to place, a pod bound, finished or gone, a node or a
+JobSet changed) asks for a pass; changes that arrive while a pass runs are taken by the next
+one. The pass's inputs are kept up to date by the watch handlers, for the pods not yet finished
+only. Passes start once a node is known.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
 from trainer.kube.events import NORMAL, WARNING
-from trainer.kube.informer import Informer
+from trainer.kube.informer import DELETED, Informer
 from trainer.kube.resources import NODES, PODS
 from trainer.kube.rest import APIError, Kube
 from trainer.local.executor import scheduling as sch
@@ -85,6 +87,23 @@ def scheduling_gated_status(pod: Mapping[str, Any], *, now: str) -> dict[str, An
     }
 
 
+WRITES_IN_FLIGHT = 64
+"""A pass's writes (binds, statuses) sent at once: a pass that binds a thousand pods waits on
+round trips, not on one after another."""
+
+
+async def _each(calls: Iterable[Awaitable[Any]]) -> None:
+    """Await ``calls``, ``WRITES_IN_FLIGHT`` at a time; the first error is raised once all
+    have ended (the rest are not lost)."""
+    pending = list(calls)
+    errors: list[BaseException] = []
+    for i in range(0, len(pending), WRITES_IN_FLIGHT):
+        results = await asyncio.gather(*pending[i : i + WRITES_IN_FLIGHT], return_exceptions=True)
+        errors.extend(r for r in results if isinstance(r, BaseException))
+    if errors:
+        raise errors[0]
+
+
 def scheduled_condition(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     for c in (pod.get("status") or {}).get("conditions") or []:
         if c.get("type") == "PodScheduled":
@@ -117,7 +136,16 @@ class Scheduler:
         self.events = recorder(kube, "default-scheduler")
         self.passes = 0
         self._wake = asyncio.Event()
-        self._views: dict[str, tuple[str, sch.PodView]] = {}
+        # What a pass decides on, kept up to date by the watch handlers so that a pass costs
+        # the pods still alive, not every pod ever made (docs/simulation.md, "Cost"): the views
+        # and objects of pods not yet finished, the uids of those waiting (unbound or gated),
+        # each JobSet's gang and each node's view.
+        self._views: dict[str, sch.PodView] = {}
+        self._objects: dict[str, dict[str, Any]] = {}
+        self._waiting: set[str] = set()
+        self._gangs: dict[str, tuple[str, sch.Gang | None]] = {}
+        """JobSet uid -> (resourceVersion, its gang or None)."""
+        self._node_views: dict[str, tuple[str, sch.NodeView]] = {}
         self._said: dict[str, str] = {}
         """Pod uid -> the last message written (a pass writes only what changed)."""
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -131,13 +159,21 @@ class Scheduler:
         try:
             watched = [i for i in (self.pods, self.jobsets, self.nodes) if i is not None]
             await asyncio.gather(*(i.wait_synced() for i in watched))
-            for informer in watched:
-                informer.add_handler(self.wake)
+            self.pods.add_handler(self._on_pod)
+            for pod in self.pods.list():
+                self._on_pod("ADDED", pod, None)
+            if self.jobsets is not None:
+                self.jobsets.add_handler(self._on_jobset)
+                for js in self.jobsets.list():
+                    self._on_jobset("ADDED", js, None)
+            self.nodes.add_handler(self._on_node)
+            for node in self.nodes.list():
+                self._on_node("ADDED", node, None)
             self._wake.set()
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                if not len(self.nodes):
+                if not self._node_views:
                     continue  # the kubelet registers its node first
                 try:
                     await self.pass_once()
@@ -148,45 +184,78 @@ class Scheduler:
                 task.cancel()
             await self.nodes.stop()
 
-    def _view(self, pod: dict[str, Any]) -> sch.PodView:
-        meta = pod.get("metadata") or {}
+    # --- watch handlers: keep the pass's inputs ---------------------------------------------
+    def _on_pod(self, kind: str, pod: dict[str, Any], _old: Any) -> None:
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        before = self._views.get(uid)
+        view = None if kind == DELETED else sch.pod_view(pod, all_or_nothing=self.all_or_nothing)
+        if view is None or view.terminal:
+            self._views.pop(uid, None)
+            self._objects.pop(uid, None)
+            self._waiting.discard(uid)
+            self._said.pop(uid, None)
+        else:
+            self._views[uid], self._objects[uid] = view, pod
+            if view.pending or (view.gated and not view.deleting):
+                self._waiting.add(uid)
+            else:
+                self._waiting.discard(uid)
+        # Only what changes a decision wakes a pass: a pod to place, room freed or taken.
+        live = view is not None and not view.terminal
+        if before is None and not live:
+            return  # a finished pod, already let go
+        if view is None or before is None or not live:
+            self._wake.set()
+            return
+        if (before.node_name, before.pending, before.gated) != (
+            view.node_name,
+            view.pending,
+            view.gated,
+        ):
+            self._wake.set()
+
+    def _on_jobset(self, kind: str, js: dict[str, Any], _old: Any) -> None:
+        meta = js.get("metadata") or {}
         uid, rv = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
-        cached = self._views.get(uid)
-        if cached is not None and cached[0] == rv:
-            return cached[1]
-        view = sch.pod_view(pod, all_or_nothing=self.all_or_nothing)
-        self._views[uid] = (rv, view)
-        return view
+        if kind == DELETED:
+            self._gangs.pop(uid, None)
+        elif self._gangs.get(uid, ("", None))[0] != rv:
+            self._gangs[uid] = (rv, sch.jobset_gang(js))
+        self._wake.set()
+
+    def _on_node(self, kind: str, node: dict[str, Any], _old: Any) -> None:
+        meta = node.get("metadata") or {}
+        name, rv = str(meta.get("name") or ""), str(meta.get("resourceVersion") or "")
+        if kind == DELETED:
+            self._node_views.pop(name, None)
+        else:
+            cached = self._node_views.get(name)
+            view = sch.node_view(node)
+            if cached is not None and cached[1] == view:
+                return  # a heartbeat: nothing the scheduler decides on changed
+            self._node_views[name] = (rv, view)
+        self._wake.set()
 
     async def pass_once(self) -> sch.Decision:
         """One scheduling pass: bind what fits, report what waits."""
         self.passes += 1
-        pods = self.pods.list()
-        live = {str((p.get("metadata") or {}).get("uid") or "") for p in pods}
-        for uid in [u for u in self._views if u not in live]:
-            del self._views[uid]
-            self._said.pop(uid, None)
-        views = [self._view(p) for p in pods]
-        if not any(v.pending or (v.gated and not v.deleting) for v in views):
+        if not self._waiting:
             return sch.Decision()  # nothing waits: what is held may be dropped later
-        by_uid = {str((p.get("metadata") or {}).get("uid") or ""): p for p in pods}
-        gangs: dict[str, sch.Gang] = {}
-        for js in self.jobsets.list() if self.jobsets is not None else ():
-            gang = sch.jobset_gang(js)
-            if gang is not None:
-                gangs[gang.key] = gang
+        gangs = {g.key: g for _, g in self._gangs.values() if g is not None}
         decision = sch.schedule(
-            [sch.node_view(n) for n in self.nodes.list()],
-            views,
+            [v for _, v in self._node_views.values()],
+            list(self._views.values()),
             gangs,
             self.admitted,
         )
-        for view, node in decision.binds:
-            await self._bind(by_uid[view.uid], view, node)
-        for view in decision.gated:
-            await self._gated(by_uid[view.uid], view)
-        for uid, why in decision.waiting.items():
-            await self._unschedulable(by_uid[uid], uid, why)
+        objects = self._objects
+        await _each(self._bind(objects[view.uid], view, node) for view, node in decision.binds)
+        await _each(self._gated(objects[view.uid], view) for view in decision.gated)
+        await _each(
+            self._unschedulable(objects[uid], uid, why)
+            for uid, why in decision.waiting.items()
+            if self._said.get(uid) != why.message
+        )
         return decision
 
     async def _bind(self, pod: dict[str, Any], view: sch.PodView, node: str) -> None:
@@ -213,7 +282,7 @@ class Scheduler:
             self._said[uid] = why.message
             return
         meta = pod.get("metadata") or {}
-        view = self._view(pod)
+        view = self._views[uid]
         if await self._patch_status(view, unschedulable_status(pod, why.message, now())):
             self._said[uid] = why.message
             self._record(pod, WARNING, "FailedScheduling", why.message)

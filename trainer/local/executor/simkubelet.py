@@ -10,8 +10,11 @@ code, ``Error``). ``restartPolicy`` OnFailure / Always restart it in place inste
 + 1, the ended run as ``lastState``), as the real kubelet does. ``activeDeadlineSeconds`` fails
 it (``DeadlineExceeded``); a ``deletionTimestamp`` ends it (exit 143, an Event ``Killing``).
 
-A pod's labels or annotations override its stage: ``trainer.kubeflow.org/sim-duration``
-(``30s``), ``.../sim-fail-probability`` (``0.1``), ``.../sim-exit-code`` (``3``).
+The labels or annotations of a pod, or of its TrainJob, override its stage:
+``trainer.kubeflow.org/sim-duration`` (``30s``), ``.../sim-fail-probability`` (``0.1``),
+``.../sim-exit-code`` (``3``). The TrainJob is the one the pod's JobSet is named after (a
+JobSet is named after its TrainJob); its ``sim-*`` keys come from a watch of TrainJobs that
+keeps nothing else.
 
 One task renews every simulated node's Lease (in batches), one loop holds every pod's next
 deadline in a heap: the cost is API writes, not tasks or processes. The status itself is
@@ -31,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from trainer.api import jobset_contract as jc
 from trainer.kube import resources as r
 from trainer.kube.events import Recorder
 from trainer.kube.informer import DELETED, Informer
@@ -66,11 +70,20 @@ TERMINAL: Final = ("Succeeded", "Failed")
 
 
 # --- pure -----------------------------------------------------------------------------
-def pod_stage(pod: Mapping[str, Any], stages: Stages) -> Stages:
-    """``stages`` with the pod's own ``sim-*`` labels or annotations (annotations win); a value
-    that does not parse is ignored with the default kept (logged by the caller's choice)."""
+def pod_stage(
+    pod: Mapping[str, Any], stages: Stages, trainjob: Mapping[str, Any] | None = None
+) -> Stages:
+    """``stages`` with the ``sim-*`` labels or annotations of the pod's TrainJob (``trainjob``:
+    its metadata), then of the pod itself: the pod wins over its TrainJob, an annotation over a
+    label. A value that does not parse is ignored and the one before it kept."""
     meta = pod.get("metadata") or {}
-    given = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
+    owner = trainjob or {}
+    given = {
+        **(owner.get("labels") or {}),
+        **(owner.get("annotations") or {}),
+        **(meta.get("labels") or {}),
+        **(meta.get("annotations") or {}),
+    }
     duration, probability, code = stages.duration, stages.failure_probability, stages.exit_code
     try:
         if DURATION_KEY in given:
@@ -90,6 +103,28 @@ def pod_stage(pod: Mapping[str, Any], stages: Stages) -> Stages:
     except ValueError:
         pass
     return Stages(duration, stages.jitter, probability, code)
+
+
+SIM_PREFIX: Final = "trainer.kubeflow.org/sim-"
+
+
+def stage_keys(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A TrainJob as the simulated kubelet keeps it (the transform of its TrainJob watch): the
+    name and namespace, and only the ``sim-*`` labels and annotations."""
+    meta = obj.get("metadata") or {}
+
+    def sim(values: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {k: v for k, v in (values or {}).items() if k.startswith(SIM_PREFIX)}
+
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": sim(meta.get("labels")),
+            "annotations": sim(meta.get("annotations")),
+        }
+    }
 
 
 def run_seconds(stage: Stages, rnd: random.Random) -> float:
@@ -274,10 +309,17 @@ class SimKubelet:
     docstring), from the executor's pod watch cache ``pods``."""
 
     def __init__(
-        self, kube: Kube, pods: Informer, simulation: Simulation, *, seed: int | None = None
+        self,
+        kube: Kube,
+        pods: Informer,
+        simulation: Simulation,
+        *,
+        trainjobs: Informer | None = None,
+        seed: int | None = None,
     ) -> None:
         self.kube = kube
         self.informer = pods
+        self.trainjobs = trainjobs
         self.simulation = simulation
         self.nodes = SimNodes(kube, list(simulation.sim_nodes()))
         self.node_names = frozenset(n.name for n in self.nodes.nodes)
@@ -292,6 +334,8 @@ class SimKubelet:
         loop = asyncio.get_running_loop()
         heartbeat = loop.create_task(self.nodes.run(), name="sim-node-heartbeat")
         try:
+            if self.trainjobs is not None:
+                await self.trainjobs.wait_synced()
             await self.informer.wait_synced()
             self.informer.add_handler(self._on_change)
             for pod in self.informer.list():
@@ -326,7 +370,7 @@ class SimKubelet:
             return
         stamp = now()
         run = Run(start_time=status.get("startTime") or stamp, started_at=stamp)
-        sim = SimPod(obj, run, pod_stage(obj, self.simulation.stages))
+        sim = SimPod(obj, run, pod_stage(obj, self.simulation.stages, self._trainjob(obj)))
         self._pods[uid] = sim
         self._write(sim, event=("Normal", "Started", "Started simulated containers"))
         self._schedule_end(uid, sim)
@@ -335,6 +379,15 @@ class SimKubelet:
             started = parse_time(run.start_time)
             begin = started.timestamp() if started is not None else time.time()
             self._push(begin + deadline, uid, sim.generation, "deadline")
+
+    def _trainjob(self, pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The metadata of the TrainJob ``pod`` belongs to, if known (its JobSet's name)."""
+        meta = pod.get("metadata") or {}
+        name = (meta.get("labels") or {}).get(jc.LABEL_JOBSET_NAME)
+        if self.trainjobs is None or not name:
+            return None
+        found = self.trainjobs.get(str(meta.get("namespace") or ""), str(name))
+        return (found or {}).get("metadata")
 
     # --- timers ---------------------------------------------------------------------------
     def _push(self, when: float, uid: str, generation: int, what: str) -> None:

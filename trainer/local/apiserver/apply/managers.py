@@ -7,7 +7,7 @@ its owner), and how an update or an apply takes fields from the other managers.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.local.apiserver.apply.common import APPLY, CURRENT_OPERATION, UPDATE, Path
@@ -49,6 +49,12 @@ class Entry:
     subresource: str
     time: str | None
     fields: set[Path]
+    encoded: tuple[frozenset[Path], dict[str, Any]] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """The fields as last decoded or encoded, and their FieldsV1: an entry whose fields did not
+    change is written back as it was read (encoding is most of the cost of tracking fields on
+    a status update, and most entries do not change)."""
 
     @property
     def identity(self) -> str:
@@ -72,7 +78,9 @@ class Entry:
         if self.time:
             out["time"] = self.time
         out["fieldsType"] = "FieldsV1"
-        out["fieldsV1"] = Trie.of(self.fields).fields_v1()
+        if self.encoded is None or self.encoded[0] != self.fields:
+            self.encoded = (frozenset(self.fields), Trie.of(self.fields).fields_v1())
+        out["fieldsV1"] = self.encoded[1]
         if self.subresource:
             out["subresource"] = self.subresource
         return out
@@ -81,8 +89,10 @@ class Entry:
 Managers = dict[str, Entry]
 
 
-def decode(entries: Any) -> Managers:
-    """managedFields as stored on the wire; ValueError when they are not valid."""
+def decode(entries: Any, *, stored: bool = False) -> Managers:
+    """managedFields as stored on the wire; ValueError when they are not valid. ``stored``:
+    they are a stored object's (this server encoded them), so an entry that does not change is
+    written back as it is; a client's are always encoded again, as Kubernetes does."""
     if not isinstance(entries, list):
         raise ValueError("managedFields must be a list")
     out: Managers = {}
@@ -100,6 +110,8 @@ def decode(entries: Any) -> Managers:
         fields: set[Path] = set()
         parse_fields_v1(raw.get("fieldsV1") or {}, (), fields)
         time = raw.get("time")
+        v1 = raw.get("fieldsV1")
+        kept = (frozenset(fields), v1) if stored and isinstance(v1, dict) and v1 else None
         entry = Entry(
             manager=str(raw.get("manager") or ""),
             operation=str(operation),
@@ -107,6 +119,7 @@ def decode(entries: Any) -> Managers:
             subresource=str(raw.get("subresource") or ""),
             time=time if isinstance(time, str) and time else None,
             fields=fields,
+            encoded=kept,
         )
         out[entry.identity] = entry
     return out
@@ -116,7 +129,7 @@ def decode_or_empty(entries: Any) -> Managers:
     if entries is None:
         return {}
     try:
-        return decode(entries)
+        return decode(entries, stored=True)
     except (ValueError, TypeError):
         return {}
 

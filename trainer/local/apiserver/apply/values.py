@@ -55,6 +55,11 @@ class Diff:
 
 def _compare(lhs: Any, rhs: Any, sch: Schema, path: Path, diff: Diff) -> None:
     """Record what changed from ``lhs`` to ``rhs`` (TypedValue.Compare)."""
+    if lhs is rhs or (type(lhs) is type(rhs) and isinstance(lhs, dict | list) and lhs == rhs):
+        # Nothing below changed: most of an object, on most writes (a status update leaves
+        # the spec alone). Python's ``==`` compares in C; it takes ``True`` for ``1`` where
+        # :func:`equal` does not, which only a schemaless field could hold either way.
+        return
     kind = _pair_kind(lhs, rhs, sch)
     if kind == "leaf":
         if lhs is MISSING:
