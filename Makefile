@@ -31,13 +31,16 @@ PYTEST_WORKERS ?= 3
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: quickstart test lint typecheck unit crds check-crds check-lock manifests install lock \
-	clean help gpu-check
+	clean help gpu-check simulate-check
 
 help:
 	@echo "make quickstart  - install the base package and the torch extra into $(VENV), then train the quickstart TrainJob"
 	@echo "make install     - install every extra (dev, examples) and the Debian packages the tests use"
 	@echo "make test        - make install, then check the lock, lint, type-check and run every test"
 	@echo "                   (PYTEST_WORKERS=3 pytest-xdist workers; 0 runs pytest in one process)"
+	@echo "                   and make simulate-check"
+	@echo "make simulate-check - 200 TrainJobs on 50 simulated GPU nodes through the whole plane, checked"
+	@echo "                   (hack/bench/simulate.py --small; docs/simulation.md)"
 	@echo "make lock        - re-resolve $(LOCK) from pyproject.toml (newest versions the registries serve)"
 	@echo "make crds        - regenerate manifests/ CRDs from the API models (and trainer/machinery/kubeschema.json from kubernetes-validate)"
 	@echo "make manifests   - regenerate manifests/base and overlays from trainer/deploy/templates"
@@ -88,7 +91,12 @@ check-crds: install
 unit: install
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
-test: check-lock lint typecheck check-crds unit
+# The simulation benchmark's small run (docs/simulation.md, "The benchmark"): every TrainJob
+# Complete, no node's GPUs over-allocated, no gang bound in part, injected failures retried.
+simulate-check: install
+	$(BIN)/python hack/bench/simulate.py --small --out hack/bench/reports/simulate-small.json
+
+test: check-lock lint typecheck check-crds unit simulate-check
 
 # hack/gpu-check.sh (docs/local-plane.md, "Checking a GPU machine"). The quickstart install only
 # where there is no venv yet: it would put back the lock's CPU build of torch over the CUDA build

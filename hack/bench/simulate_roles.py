@@ -32,6 +32,8 @@ from trainer.local.executor.api import API_TIMEOUT, USER_AGENT
 from trainer.local.executor.runner import Executor
 from trainer.local.executor.simulation import load_simulation
 
+EXECUTOR_WORKERS = 8
+
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
@@ -89,6 +91,10 @@ async def serve_executor(args: argparse.Namespace) -> None:
         workdir=args.workdir,
         state_dir=args.workdir / "executor-state",
         simulation=load_simulation(args.simulate),
+        # In a process of its own the executor waits on the API server's round trips, not on
+        # a CPU it shares: more reconciles in flight (runner.py's WORKERS says why the local
+        # plane keeps one).
+        workers=EXECUTOR_WORKERS,
     )
     await executor.start()
     write_json(args.info, {})

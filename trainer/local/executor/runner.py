@@ -49,7 +49,11 @@ def _owner(obj: dict[str, Any], kind: str) -> str | None:
 
 class Executor:
     """The local plane's executor on ``kube`` (its own client: see
-    :func:`~trainer.local.executor.api.executor_kube`; the caller closes it)."""
+    :func:`~trainer.local.executor.api.executor_kube`; the caller closes it). ``workers``
+    per queue (Jobs, JobSets): :data:`WORKERS` where it shares its event loop with the API
+    server and the controller; more where it runs alone and waits on round trips (the
+    simulation benchmark runs it in a process of its own with 8, as kube-controller-manager
+    syncs 5 Jobs at once)."""
 
     def __init__(
         self,
@@ -64,8 +68,10 @@ class Executor:
         allow_exposed_ports: bool = False,
         node_config: NodeConfig | None = None,
         simulation: Simulation | None = None,
+        workers: int = WORKERS,
     ) -> None:
         self.kube = kube
+        self.workers = workers
         self.node_config = node_config
         self.simulation = simulation
         self.jobsets = Informer(kube, JOBSETS)
@@ -155,7 +161,7 @@ class Executor:
                 run_workers(
                     self.job_queue,
                     self._reconciler(self.job_controller.reconcile),
-                    WORKERS,
+                    self.workers,
                     logger=log,
                 ),
                 name="executor-jobs",
@@ -166,7 +172,7 @@ class Executor:
                 run_workers(
                     self.jobset_queue,
                     self._reconciler(self.jobset_controller.reconcile),
-                    WORKERS,
+                    self.workers,
                     logger=log,
                 ),
                 name="executor-jobsets",

@@ -42,6 +42,7 @@ from trainer.kube.rest import APIError, Kube
 from trainer.local.executor.api import TRANSIENT
 from trainer.local.executor.node import (
     FIELD_MANAGER,
+    LEASE_NAMESPACE,
     LEASE_RENEW_SECONDS,
     lease_object,
     node_object,
@@ -257,6 +258,7 @@ class SimNodes:
         self.kube = kube
         self.nodes = list(nodes)
         self.registered = asyncio.Event()
+        self._leased: set[str] = set()
 
     async def _register(self, node: SimNode) -> None:
         obj = node_object(Node(), now(), name=node.name, gpus=node.gpus, config=node.config)
@@ -264,6 +266,9 @@ class SimNodes:
         obj["metadata"].setdefault("annotations", {})["trainer.kubeflow.org/simulated"] = "true"
         await self.kube.apply(obj, FIELD_MANAGER, gvr=r.NODES)
         await self.kube.patch(r.NODES, None, node.name, status, subresource="status")
+        stamp = format_micro_time(time.time())
+        await self.kube.apply(lease_object(node.name, stamp), FIELD_MANAGER, gvr=r.LEASES)
+        self._leased.add(node.name)
 
     async def run(self) -> None:
         while not self.registered.is_set():
@@ -273,17 +278,36 @@ class SimNodes:
             except APIError as exc:
                 log.warning("simulated nodes: registration failed: %s", exc)
                 await asyncio.sleep(1.0)
-        while True:
+        # Each node renews once per LEASE_RENEW_SECONDS, as a kubelet does, at its own moment
+        # in that period (a tenth of the nodes each second): a thousand renewals at the same
+        # instant would delay every other write behind them. A node's Lease is created with the
+        # node (server-side apply); renewals send only the new renewTime.
+        slices = max(1, int(LEASE_RENEW_SECONDS))
+        for tick in itertools.count(1):
+            await asyncio.sleep(LEASE_RENEW_SECONDS / slices)
             stamp = format_micro_time(time.time())
-            calls = [
-                self.kube.apply(lease_object(n.name, stamp), FIELD_MANAGER, gvr=r.LEASES)
-                for n in self.nodes
-            ]
+            due = [n for i, n in enumerate(self.nodes) if i % slices == tick % slices]
             try:
-                await _batched(calls)
+                await _batched([self._renew(n.name, stamp) for n in due])
             except APIError as exc:
                 log.warning("simulated nodes: lease renewal failed: %s", exc)
-            await asyncio.sleep(LEASE_RENEW_SECONDS)
+
+    async def _renew(self, name: str, stamp: str) -> None:
+        if name in self._leased:
+            try:
+                await self.kube.patch(
+                    r.LEASES,
+                    LEASE_NAMESPACE,
+                    name,
+                    {"spec": {"renewTime": stamp}},
+                    field_manager=FIELD_MANAGER,
+                )
+                return
+            except APIError as exc:
+                if not exc.is_not_found:
+                    raise
+        await self.kube.apply(lease_object(name, stamp), FIELD_MANAGER, gvr=r.LEASES)
+        self._leased.add(name)
 
 
 # --- the kubelet ----------------------------------------------------------------------

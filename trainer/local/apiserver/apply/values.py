@@ -33,15 +33,22 @@ def equal(a: Any, b: Any) -> bool:
 
 def _pair_kind(lhs: Any, rhs: Any, sch: Schema) -> str:
     """``map``/``list`` when both present values merge granularly, ``mixed`` on a type change,
-    else ``leaf`` (scalars, atomic or empty containers)."""
-    values = [v for v in (lhs, rhs) if v is not MISSING]
-    if all(isinstance(v, dict) for v in values):
-        return "leaf" if sch.atomic_map or not any(values) else "map"
-    if all(isinstance(v, list) for v in values):
-        if not any(values) or any(item_pes(v, sch) is None for v in values):
+    else ``leaf`` (scalars, atomic or empty containers). Called for every node of every
+    object written: written without building anything."""
+    l_missing, r_missing = lhs is MISSING, rhs is MISSING
+    l_dict, r_dict = isinstance(lhs, dict), isinstance(rhs, dict)
+    if (l_dict or l_missing) and (r_dict or r_missing):
+        if sch.atomic_map or not ((l_dict and lhs) or (r_dict and rhs)):
+            return "leaf"
+        return "map"
+    l_list, r_list = isinstance(lhs, list), isinstance(rhs, list)
+    if (l_list or l_missing) and (r_list or r_missing):
+        if not ((l_list and lhs) or (r_list and rhs)):
+            return "leaf"
+        if (l_list and item_pes(lhs, sch) is None) or (r_list and item_pes(rhs, sch) is None):
             return "leaf"
         return "list"
-    if len(values) == 2 and any(isinstance(v, dict | list) for v in values):
+    if not (l_missing or r_missing) and (l_dict or r_dict or l_list or r_list):
         return "mixed"
     return "leaf"
 

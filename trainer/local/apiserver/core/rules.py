@@ -80,6 +80,15 @@ class StaleWrite(APIError):
         super().__init__(err.code, err.reason, err.message, err.details)
 
 
+def own_metadata(meta: Any) -> Any:
+    """A copy of an object's metadata that the write path may change in place (the
+    resourceVersion, generation, finalizers, labels...), sharing only ``managedFields``, which
+    is only ever replaced whole."""
+    if not isinstance(meta, dict):
+        return copy.deepcopy(meta)
+    return {k: v if k == "managedFields" else copy.deepcopy(v) for k, v in meta.items()}
+
+
 def for_subresource(
     rt: ResourceType,
     old: dict[str, Any],
@@ -92,7 +101,9 @@ def for_subresource(
     status (and an applier's managedFields entry), ``finalize`` only a namespace's
     ``spec.finalizers``; a write to the main resource never changes the status."""
     if subresource == "status":
-        merged = copy.deepcopy(old)
+        # The stored object's spec and the rest, shared: nothing below the metadata is
+        # changed in place on the way to the store (see own_metadata).
+        merged = {**old, "metadata": own_metadata(old.get("metadata"))}
         if "status" in new:
             merged["status"] = new["status"]
         else:
