@@ -242,7 +242,7 @@ def report(
 ) -> dict[str, Any]:
     jobs, pods = args.trainjobs, len(tracker.pod_seen_at)
     by_component = {name: _writes(reqs) for name, reqs in requests.items()}
-    leases = sum(n for k, n in by_component["executor"].items() if k.endswith(" leases"))
+    leases = sum(n for k, n in by_component["executor"].items() if " leases" in f" {k}")
     pod_writes = sum(
         n
         for comp in by_component.values()
