@@ -22,7 +22,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from trainer.kube.kubeconfig import KubeconfigError, check_kubeconfig, default_path
 
-__all__ = ["ApiClient", "KubeconfigError", "new_api_client"]
+__all__ = ["ApiClient", "KubeconfigError", "another_client", "new_api_client"]
 
 
 async def new_api_client(
@@ -79,6 +79,18 @@ async def new_api_client(
         session = api.rest_client.pool_manager
         session._trust_env = False  # aiohttp has no public setter; read back by .trust_env
     return api
+
+
+def another_client(api: ApiClient, user_agent: str) -> ApiClient:
+    """A client of the same server with the same credentials as ``api``, with connections of
+    its own: what one component sends does not wait behind another's in a shared connection
+    pool (on a cluster, each kubelet and controller is a client of its own). The caller closes
+    it."""
+    other = ApiClient(configuration=api.configuration)
+    other.user_agent = user_agent
+    session = api.rest_client.pool_manager
+    other.rest_client.pool_manager._trust_env = session.trust_env
+    return other
 
 
 def is_loopback(url: str) -> bool:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from trainer.kube import resources as r
@@ -25,6 +27,36 @@ NORMAL = "Normal"
 WARNING = "Warning"
 MAX_MESSAGE = 1000
 """An Event's note must stay under 1 KiB."""
+
+
+EVENTS_IN_FLIGHT = 8
+"""Event posts in flight at once per process: a burst of Events waits its turn instead of taking
+the client's connections from the work that caused them (hack/bench/simulate.py: thousands of
+pods bound at once)."""
+EVENTS_QUEUED = 1000
+"""Events emitted and not yet posted, per process, beyond which more are dropped (logged), as
+client-go's broadcaster drops them when its queue of 1,000 is full: Events are best effort,
+and a backlog must not grow without bound while the API server is saturated."""
+
+
+@dataclass
+class _Posting:
+    slots: asyncio.Semaphore
+    pending: int = 0
+    dropped: int = 0
+
+
+_posting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Posting] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _posting_state() -> _Posting:
+    loop = asyncio.get_running_loop()
+    state = _posting.get(loop)
+    if state is None:
+        state = _posting[loop] = _Posting(asyncio.Semaphore(EVENTS_IN_FLIGHT))
+    return state
 
 
 def new_event(
@@ -98,13 +130,30 @@ class Recorder:
     ) -> None:
         """:meth:`record` without waiting for it: the Event is posted in the background, as
         client-go's broadcaster posts them, so the work that reports it does not wait a round
-        trip per Event. The stamp is taken now."""
+        trip per Event. The stamp is taken now. Past ``EVENTS_QUEUED`` waiting, it is dropped."""
+        state = _posting_state()
+        if state.pending >= EVENTS_QUEUED:
+            state.dropped += 1
+            if state.dropped == 1 or state.dropped % EVENTS_QUEUED == 0:
+                log.warning(
+                    "Event dropped (%d so far): %d Events are waiting to be posted (the API server"
+                    " is slow)",
+                    state.dropped,
+                    state.pending,
+                )
+            return
+        state.pending += 1
         stamp = self.now()
         task = asyncio.get_running_loop().create_task(
             self._post(obj, type_, reason, message, action=action, stamp=stamp)
         )
         self._posting.add(task)
-        task.add_done_callback(self._posting.discard)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            state.pending -= 1
+            self._posting.discard(finished)
+
+        task.add_done_callback(done)
 
     async def record(
         self, obj: dict[str, Any], type_: str, reason: str, message: str, *, action: str = ""
@@ -132,7 +181,8 @@ class Recorder:
             action=action,
         )
         try:
-            await self.kube.create(event, gvr=r.EVENTS)
+            async with _posting_state().slots:
+                await self.kube.create(event, gvr=r.EVENTS)
         except (APIError, OSError, ValueError) as exc:  # best effort: never fail the work
             meta = obj.get("metadata") or {}
             log.warning(

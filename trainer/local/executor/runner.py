@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.api import jobset_contract as jc
+from trainer.kube.client import another_client
 from trainer.kube.informer import Informer
 from trainer.kube.resources import JOBS, JOBSETS, PODS, SERVICES, TRAINJOBS
 from trainer.kube.rest import APIError, Kube
@@ -104,6 +105,7 @@ class Executor:
         self.kubelet: Any = None
         self.scheduler: Any = None
         self.sim_kubelet: Any = None
+        self._sim_api: Any = None
 
     @property
     def informers(self) -> tuple[Informer, ...]:
@@ -198,9 +200,13 @@ class Executor:
             # kubelet is not started, so no Node ``local`` is registered and nothing binds there.
             from trainer.local.executor.simkubelet import SimKubelet  # noqa: PLC0415
 
-            self.sim_kubelet = SimKubelet(
-                self.kube, self.pods, simulation, trainjobs=self.trainjobs
+            # Its own connections: a thousand pods bound at once must not queue the Job and
+            # JobSet controllers' requests behind their status writes (docs/simulation.md).
+            self._sim_api = another_client(self.kube.api, "trainer-sim-kubelet/0.1.0")
+            sim_kube = Kube(
+                self._sim_api, timeout=self.kube.timeout, on_request=self.kube.on_request
             )
+            self.sim_kubelet = SimKubelet(sim_kube, self.pods, simulation, trainjobs=self.trainjobs)
             self._tasks.append(asyncio.create_task(self.sim_kubelet.run(), name="sim-kubelet"))
         if self.run_kubelet:
             from trainer.local.executor.scheduler import Scheduler  # noqa: PLC0415
@@ -233,3 +239,5 @@ class Executor:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for informer in self.informers:
             await informer.stop()
+        if self._sim_api is not None:
+            await self._sim_api.close()
