@@ -203,6 +203,29 @@ def test_suspend_and_resume() -> None:
     assert plan.events == [("Normal", jc.REASON_RESUMED, "jobset is resumed")]
 
 
+def test_resuming_waits_for_depends_on_before_resuming_the_next_jobs() -> None:
+    """Suspended, every Job is created (suspended); resumed, a replicated job's Jobs are
+    resumed only once the one it dependsOn is Complete (JobSet's resumeJobsIfNecessary)."""
+    js = jobset(
+        rjob("init"), rjob("node", dependsOn=[{"name": "init", "status": "Complete"}]), suspend=True
+    )
+    first = core.plan(core.Observed(js, [], STAMP))
+    init, node = created(js, first)
+    assert init["spec"]["suspend"] is True and node["spec"]["suspend"] is True
+
+    resumed = {**applied(js, first), "spec": {**js["spec"], "suspend": False}}
+    plan = core.plan(core.Observed(resumed, [init, node], STAMP))
+    assert sorted(plan.suspend_patches) == ["train-init-0"]
+    running = with_condition({**init, "spec": {**init["spec"], "suspend": False}}, "Running")
+    running["status"] = {"active": 1}
+    plan = core.plan(core.Observed(applied(resumed, plan), [running, node], STAMP))
+    assert plan.suspend_patches == {}
+    done = with_condition(running, "Complete", succeeded=1)
+    plan = core.plan(core.Observed(applied(resumed, plan), [done, node], STAMP))
+    assert sorted(plan.suspend_patches) == ["train-node-0"]
+    assert plan.suspend_patches["train-node-0"]["spec"]["suspend"] is False
+
+
 def test_a_jobset_managed_by_another_controller_is_left_alone() -> None:
     assert core.is_managed(jobset(rjob("node")))
     assert core.is_managed(jobset(rjob("node"), managedBy=jc.MANAGED_BY_JOBSET))

@@ -348,7 +348,8 @@ def _ensure_jobs(
     js: Obj, rjobs: list[Obj], current: dict[str, Obj], suspended: bool, out: Plan
 ) -> None:
     """Create the missing Jobs of replicated jobs whose dependencies are met (all of them while
-    suspended), and bring every unfinished Job's suspend in line with the JobSet's."""
+    suspended), and bring every unfinished Job's suspend in line with the JobSet's: all are
+    suspended with it, and resumed only once their dependencies are met."""
     name = js["metadata"]["name"]
     global_index = 0
     for rjob in rjobs:
@@ -362,9 +363,13 @@ def _ensure_jobs(
                 current[job_name] = {"spec": {"suspend": suspended}}
             elif (
                 job is not None
+                and startable
                 and not job_finished(job)
                 and bool((job.get("spec") or {}).get("suspend")) != suspended
             ):
+                # A resumed JobSet resumes a replicated job's Jobs only once its dependsOn is
+                # reached (JobSet's resumeJobsIfNecessary): those created while it was
+                # suspended wait, suspended, as if not yet created.
                 out.suspend_patches[job_name] = resume_patch(rjob, suspended)
             global_index += 1
 
