@@ -72,3 +72,14 @@ def test_a_node_heartbeat_does_not_wake_a_pass_but_a_capacity_change_does() -> N
     assert woke(s)
     s._on_node("DELETED", node("3", gpus=4), None)
     assert woke(s) and not s._node_views
+
+
+def test_a_waiting_pods_message_is_rewritten_after_kube_schedulers_back_off() -> None:
+    s = Scheduler(_Kube(), pods=None, jobsets=None)  # type: ignore[arg-type]
+    assert s._retry_at("u1") == 0.0  # never written: at once
+    s._said_at["u1"] = (100.0, 1)
+    assert s._retry_at("u1") == 101.0
+    s._said_at["u1"] = (100.0, 3)
+    assert s._retry_at("u1") == 104.0
+    s._said_at["u1"] = (100.0, 9)
+    assert s._retry_at("u1") == 110.0  # at most 10 s

@@ -37,6 +37,10 @@ from trainer.machinery.times import now
 log = logging.getLogger(__name__)
 
 UNSCHEDULABLE = "Unschedulable"
+UNSCHEDULABLE_BACKOFF = 1.0
+UNSCHEDULABLE_BACKOFF_MAX = 10.0
+"""kube-scheduler's pod back-off: initial 1 s, at most 10 s (podInitialBackoffSeconds,
+podMaxBackoffSeconds)."""
 
 
 def unschedulable_status(pod: Mapping[str, Any], message: str, stamp: str) -> dict[str, Any]:
@@ -147,6 +151,8 @@ class Scheduler:
         """JobSet uid -> (resourceVersion, its gang or None)."""
         self._node_views: dict[str, tuple[str, sch.NodeView]] = {}
         self._said: dict[str, str] = {}
+        self._said_at: dict[str, tuple[float, int]] = {}
+        """Pod uid -> when its waiting message was last written, and how many times."""
         """Pod uid -> the last message written (a pass writes only what changed)."""
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -194,6 +200,7 @@ class Scheduler:
             self._objects.pop(uid, None)
             self._waiting.discard(uid)
             self._said.pop(uid, None)
+            self._said_at.pop(uid, None)
         else:
             self._views[uid], self._objects[uid] = view, pod
             if view.pending or (view.gated and not view.deleting):
@@ -251,12 +258,32 @@ class Scheduler:
         objects = self._objects
         await _each(self._bind(objects[view.uid], view, node) for view, node in decision.binds)
         await _each(self._gated(objects[view.uid], view) for view in decision.gated)
-        await _each(
-            self._unschedulable(objects[uid], uid, why)
+        clock = asyncio.get_running_loop().time()
+        changed = [
+            (uid, why)
             for uid, why in decision.waiting.items()
             if self._said.get(uid) != why.message
-        )
+        ]
+        due = [(uid, why) for uid, why in changed if self._retry_at(uid) <= clock]
+        await _each(self._unschedulable(objects[uid], uid, why) for uid, why in due)
+        if len(due) < len(changed):
+            # The rest are said again once their back-off ends (if no change comes first).
+            wait = min(self._retry_at(uid) for uid, _ in changed) - clock
+            asyncio.get_running_loop().call_later(max(wait, 0.0), self._wake.set)
         return decision
+
+    def _retry_at(self, uid: str) -> float:
+        """When a waiting pod's changed message may be written again: as kube-scheduler
+        retries an unschedulable pod, after a back-off of 1 s doubling to 10 s per attempt, so
+        thousands of waiting pods are not rewritten at every pass while room changes."""
+        said = self._said_at.get(uid)
+        if said is None:
+            return 0.0
+        when, attempts = said
+        backoff: float = min(
+            UNSCHEDULABLE_BACKOFF * 2.0 ** (attempts - 1), UNSCHEDULABLE_BACKOFF_MAX
+        )
+        return when + backoff
 
     async def _bind(self, pod: dict[str, Any], view: sch.PodView, node: str) -> None:
         try:
@@ -266,6 +293,7 @@ class Scheduler:
                 return  # bound, deleted or replaced meanwhile: the next pass sees it
             raise
         self._said.pop(view.uid, None)
+        self._said_at.pop(view.uid, None)
         self._record(pod, NORMAL, "Scheduled", f"Successfully assigned {view.key} to {node}")
 
     async def _gated(self, pod: dict[str, Any], view: sch.PodView) -> None:
@@ -285,6 +313,8 @@ class Scheduler:
         view = self._views[uid]
         if await self._patch_status(view, unschedulable_status(pod, why.message, now())):
             self._said[uid] = why.message
+            attempts = self._said_at.get(uid, (0.0, 0))[1]
+            self._said_at[uid] = (asyncio.get_running_loop().time(), attempts + 1)
             self._record(pod, WARNING, "FailedScheduling", why.message)
             log.info("pod %s/%s waits: %s", meta.get("namespace"), meta.get("name"), why.message)
 
