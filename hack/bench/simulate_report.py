@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 from typing import Any
 
@@ -183,8 +184,6 @@ class Counters:
         self.peak: dict[str, float] = {}
 
     def start(self) -> None:
-        import os  # noqa: PLC0415 - only here
-
         self.pids["driver"] = os.getpid()
         self.cpu0 = {k: proc_cpu_seconds(pid) for k, pid in self.pids.items()}
 

@@ -19,13 +19,13 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from trainer.cli.localplane import local_config
 from trainer.cli.process import ProcessOptions, ProcessState, run_controller
+from trainer.cli.signals import stop_on_signals
 from trainer.kube.client import new_api_client
 from trainer.kube.rest import Kube
 from trainer.local.executor.api import API_TIMEOUT, USER_AGENT
@@ -41,18 +41,10 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def stop_event() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
 async def serve_controller(args: argparse.Namespace) -> None:
     """The local plane's controller and webhook (its Configuration: ``local_config``)."""
     api = await new_api_client(args.kubeconfig)
-    stop, ready, state = stop_event(), asyncio.Event(), ProcessState()
+    stop, ready, state = stop_on_signals(), asyncio.Event(), ProcessState()
     options = ProcessOptions(
         webhook=True,
         webhook_extra_hosts=("127.0.0.1",),
@@ -85,7 +77,7 @@ async def serve_executor(args: argparse.Namespace) -> None:
 
     api = await new_api_client(args.kubeconfig, qps_user_agent=USER_AGENT)
     kube = Kube(api, timeout=API_TIMEOUT, on_request=on_request)
-    stop = stop_event()
+    stop = stop_on_signals()
     executor = Executor(
         kube,
         workdir=args.workdir,

@@ -5,6 +5,7 @@ A runtime's pod template label sets the simulated run to 1 s (the file's default
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import subprocess
@@ -76,17 +77,24 @@ class GpuWatch:
             self.peak[node] = max(self.peak.get(node, 0), use)
 
 
-@pytest.fixture
-async def plane(tmp_path: Path) -> AsyncIterator[LocalPlane]:
+@contextlib.asynccontextmanager
+async def simulated_plane(tmp_path: Path, simulation: dict[str, Any]) -> AsyncIterator[LocalPlane]:
+    """A local plane with ``simulation``'s nodes (closed on exit)."""
     p = await start_local_plane(
         work_dir=tmp_path,
         state_dir=tmp_path / "state",
-        simulation=parse_simulation(SIMULATION),
+        simulation=parse_simulation(simulation),
     )
     try:
         yield p
     finally:
         await p.close()
+
+
+@pytest.fixture
+async def plane(tmp_path: Path) -> AsyncIterator[LocalPlane]:
+    async with simulated_plane(tmp_path, SIMULATION) as p:
+        yield p
 
 
 def one_second_runtime(plane: LocalPlane) -> dict[str, Any]:

@@ -15,12 +15,11 @@ import pytest
 
 from tests import builders as b
 from tests.e2e.test_run import condition, until
-from tests.e2e.test_simulation import GpuWatch, one_second_runtime
+from tests.e2e.test_simulation import GpuWatch, one_second_runtime, simulated_plane
 from trainer.api import jobset_contract as jc
-from trainer.cli.localplane import LocalPlane, start_local_plane
+from trainer.cli.localplane import LocalPlane
 from trainer.kube import resources as r
 from trainer.local.apiserver.store import Event
-from trainer.local.executor.simulation import parse_simulation
 
 GPU = "nvidia.com/gpu"
 JOBS = 16
@@ -65,15 +64,8 @@ class GangWatch:
 
 @pytest.fixture
 async def plane(tmp_path: Path) -> AsyncIterator[LocalPlane]:
-    p = await start_local_plane(
-        work_dir=tmp_path,
-        state_dir=tmp_path / "state",
-        simulation=parse_simulation(SIMULATION),
-    )
-    try:
+    async with simulated_plane(tmp_path, SIMULATION) as p:
         yield p
-    finally:
-        await p.close()
 
 
 def failing_runtime(plane: LocalPlane) -> dict[str, Any]:

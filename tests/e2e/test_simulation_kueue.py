@@ -16,12 +16,12 @@ from tests import builders as b
 from tests.e2e.kueue import KueueEmulator
 from tests.e2e.test_kueue import FLAVORS, RUNTIME, SPOT
 from tests.e2e.test_run import condition, until
+from tests.e2e.test_simulation import simulated_plane
 from trainer.api import constants as c
-from trainer.cli.localplane import LocalPlane, start_local_plane
+from trainer.cli.localplane import LocalPlane
 from trainer.kube import resources as r
 from trainer.kube.client import new_api_client
 from trainer.kube.rest import Kube
-from trainer.local.executor.simulation import parse_simulation
 
 SIMULATION = {
     "withHostNode": False,
@@ -46,20 +46,17 @@ SIMULATION = {
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[tuple[LocalPlane, KueueEmulator, Kube]]:
-    plane = await start_local_plane(
-        work_dir=tmp_path, state_dir=tmp_path / "state", simulation=parse_simulation(SIMULATION)
-    )
-    api = await new_api_client(str(tmp_path / "state" / "kubeconfig"), qps_user_agent="kueue")
-    kube = Kube(api)
-    kueue = KueueEmulator(kube, FLAVORS, local_queues={"user-queue": False})
-    try:
-        await plane.kube.create(RUNTIME, gvr=r.CLUSTER_TRAINING_RUNTIMES)
-        await kueue.start()
-        yield plane, kueue, kube
-    finally:
-        await kueue.stop()
-        await api.close()
-        await plane.close()
+    async with simulated_plane(tmp_path, SIMULATION) as plane:
+        api = await new_api_client(str(tmp_path / "state" / "kubeconfig"), qps_user_agent="kueue")
+        kube = Kube(api)
+        kueue = KueueEmulator(kube, FLAVORS, local_queues={"user-queue": False})
+        try:
+            await plane.kube.create(RUNTIME, gvr=r.CLUSTER_TRAINING_RUNTIMES)
+            await kueue.start()
+            yield plane, kueue, kube
+        finally:
+            await kueue.stop()
+            await api.close()
 
 
 def pods_of(plane: LocalPlane, name: str) -> list[dict[str, Any]]:

@@ -48,16 +48,16 @@ class _Posting:
     dropped: int = 0
 
 
-_posting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Posting] = (
+_loop_posting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Posting] = (
     weakref.WeakKeyDictionary()
 )
 
 
 def _posting_state() -> _Posting:
     loop = asyncio.get_running_loop()
-    state = _posting.get(loop)
+    state = _loop_posting.get(loop)
     if state is None:
-        state = _posting[loop] = _Posting(asyncio.Semaphore(EVENTS_IN_FLIGHT))
+        state = _loop_posting[loop] = _Posting(asyncio.Semaphore(EVENTS_IN_FLIGHT))
     return state
 
 
