@@ -7,6 +7,10 @@ listeners (API server, webhook, status server, dashboard) belong to ``trainer ru
 session. The sockets are read from ``/proc/net/tcp`` and ``/proc/net/tcp6`` of this process,
 which lists the host namespace's sockets only, and matched to processes by inode through
 ``/proc/PID/fd``, as ``ss -p`` does. Sampled every 0.1 s while the command runs.
+
+A socket ``trainer run`` itself holds is the plane's, whoever else holds it too: a container's
+process is forked from ``trainer run``, leads its new session, and only then closes the fds it
+inherited and execs, so a sample in that window sees the plane's listeners in a pod's session.
 """
 
 from __future__ import annotations
@@ -87,9 +91,24 @@ def pod_processes(root: int) -> list[int]:
     return out
 
 
+def _socket_inodes(pid: int) -> set[str]:
+    """Inodes of the sockets a process holds open."""
+    found: set[str] = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    found.add(target[8:-1])
+    return found
+
+
 def pod_listeners(root: int) -> set[Listener]:
-    """The host-namespace listeners owned by pod processes under ``root``."""
+    """The host-namespace listeners owned by pod processes under ``root`` (not the plane's own,
+    which ``root`` holds)."""
     sockets = listening_sockets()
+    for inode in _socket_inodes(root):
+        sockets.pop(inode, None)
     found: set[Listener] = set()
     for pid in pod_processes(root):
         with contextlib.suppress(OSError):
