@@ -8,8 +8,17 @@ segment. Which resources a program uses is its own business (the controller's ar
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import quote
+
+_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*")
+
+
+def _segment(text: str) -> str:
+    """``text`` as one path segment: percent-encoded unless it is made of unreserved characters
+    only, as every Kubernetes name is (``quote`` was a measurable part of each request's cost)."""
+    return text if _UNRESERVED.fullmatch(text) else quote(text, safe="")
 
 
 @dataclass(frozen=True)
@@ -45,12 +54,12 @@ class GVR:
         """
         parts = ["/api/" + self.version if not self.group else f"/apis/{self.group}/{self.version}"]
         if self.namespaced and namespace:
-            parts.append("namespaces/" + quote(namespace, safe=""))
+            parts.append("namespaces/" + _segment(namespace))
         parts.append(self.plural)
         if name is not None:
             if not name:
                 raise ValueError(f"{self.resource}: an empty object name has no path")
-            parts.append(quote(name, safe=""))
+            parts.append(_segment(name))
             if subresource:
                 parts.append(subresource)
         elif subresource:
