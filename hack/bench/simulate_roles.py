@@ -31,6 +31,7 @@ from trainer.kube.rest import Kube
 from trainer.local.executor.api import API_TIMEOUT, USER_AGENT
 from trainer.local.executor.runner import Executor
 from trainer.local.executor.simulation import load_simulation
+from trainer.machinery.gctuning import tune_for_serving
 
 EXECUTOR_WORKERS = 8
 
@@ -100,6 +101,7 @@ async def serve_executor(args: argparse.Namespace) -> None:
 
 def main(argv: list[str]) -> int:
     mode, rest = argv[0], argv[1:]
+    tune_for_serving()  # as trainer apiserver and trainer controller do
     parser = argparse.ArgumentParser(prog=f"simulate_roles.py {mode}")
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--info", type=Path, required=True)
