@@ -17,6 +17,14 @@ A change that can alter a decision (a pod to place, a pod bound, finished or gon
 JobSet changed) asks for a pass; changes that arrive while a pass runs are taken by the next
 one. The pass's inputs are kept up to date by the watch handlers, for the pods not yet finished
 only. Passes start once a node is known.
+
+A unit (a gang, or a pod scheduled alone) that a pass could not place backs off as
+kube-scheduler's pods do: it is tried again only 1 s after its first failed attempt, then 2, 4,
+8 and at most 10 s after each next one (``podInitialBackoffSeconds``,
+``podMaxBackoffSeconds``), and a change that arrives meanwhile wakes a pass when the back-off
+ends. A pass therefore costs the units it tries, not every pod that waits: with tens of
+thousands of pods waiting (docs/simulation.md) each pass tried them all. An admitted gang's pods
+never back off: its room is held for them.
 """
 
 from __future__ import annotations
@@ -41,6 +49,19 @@ UNSCHEDULABLE_BACKOFF = 1.0
 UNSCHEDULABLE_BACKOFF_MAX = 10.0
 """kube-scheduler's pod back-off: initial 1 s, at most 10 s (podInitialBackoffSeconds,
 podMaxBackoffSeconds)."""
+
+
+def backoff_seconds(attempts: int) -> float:
+    """How long a unit waits after its ``attempts``-th failed attempt: 1 s doubling, at most
+    10 s."""
+    return float(
+        min(UNSCHEDULABLE_BACKOFF * 2.0 ** max(attempts - 1, 0), UNSCHEDULABLE_BACKOFF_MAX)
+    )
+
+
+def unit_of(view: sch.PodView) -> str:
+    """What is placed at once: the pod's gang, or the pod alone."""
+    return view.gang or f"pod:{view.uid}"
 
 
 def unschedulable_status(pod: Mapping[str, Any], message: str, stamp: str) -> dict[str, Any]:
@@ -146,14 +167,22 @@ class Scheduler:
         # each JobSet's gang and each node's view.
         self._views: dict[str, sch.PodView] = {}
         self._objects: dict[str, dict[str, Any]] = {}
-        self._waiting: set[str] = set()
+        self._bound: dict[str, sch.PodView] = {}
+        """Pod uid -> the view of a pod bound and not finished: the room taken."""
+        self._waiting: dict[str, str] = {}
+        """Pod uid -> its unit, for the pods waiting (unbound or gated)."""
+        self._units: dict[str, set[str]] = {}
+        """Unit -> the uids of its waiting pods."""
+        self._backoff: dict[str, tuple[float, int]] = {}
+        """Unit -> when it was last tried and failed, and how many times it failed."""
         self._gangs: dict[str, tuple[str, sch.Gang | None]] = {}
         """JobSet uid -> (resourceVersion, its gang or None)."""
+        self._succeeded: dict[str, set[str]] = {}
+        """Gang of a running JobSet -> the uids of its pods that succeeded."""
         self._node_views: dict[str, tuple[str, sch.NodeView]] = {}
         self._said: dict[str, str] = {}
-        self._said_at: dict[str, tuple[float, int]] = {}
-        """Pod uid -> when its waiting message was last written, and how many times."""
         """Pod uid -> the last message written (a pass writes only what changed)."""
+        self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def wake(self, *_args: Any) -> None:
@@ -186,6 +215,8 @@ class Scheduler:
                 except (APIError, OSError, ValueError) as exc:
                     log.warning("scheduler: a pass failed (retried at the next change): %s", exc)
         finally:
+            if self._timer is not None:
+                self._timer.cancel()
             for task in self._tasks:
                 task.cancel()
             await self.nodes.stop()
@@ -195,18 +226,29 @@ class Scheduler:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         before = self._views.get(uid)
         view = None if kind == DELETED else sch.pod_view(pod, all_or_nothing=self.all_or_nothing)
+        self._count_success(kind, pod, uid, view)
         if view is None or view.terminal:
             self._views.pop(uid, None)
             self._objects.pop(uid, None)
-            self._waiting.discard(uid)
+            self._bound.pop(uid, None)
+            self._stop_waiting(uid)
             self._said.pop(uid, None)
-            self._said_at.pop(uid, None)
         else:
             self._views[uid], self._objects[uid] = view, pod
-            if view.pending or (view.gated and not view.deleting):
-                self._waiting.add(uid)
+            if view.node_name:
+                self._bound[uid] = view
             else:
-                self._waiting.discard(uid)
+                self._bound.pop(uid, None)
+            if view.pending or (view.gated and not view.deleting):
+                unit = unit_of(view)
+                if self._waiting.get(uid) != unit:
+                    self._stop_waiting(uid)
+                    self._waiting[uid] = unit
+                    self._units.setdefault(unit, set()).add(uid)
+                if before is not None and before.gated != view.gated:
+                    self._backoff.pop(unit, None)  # ungated: tried at once, as kube-scheduler
+            else:
+                self._stop_waiting(uid)
         # Only what changes a decision wakes a pass: a pod to place, room freed or taken.
         live = view is not None and not view.terminal
         if before is None and not live:
@@ -221,6 +263,39 @@ class Scheduler:
         ):
             self._wake.set()
 
+    def _count_success(
+        self, kind: str, pod: dict[str, Any], uid: str, view: sch.PodView | None
+    ) -> None:
+        """Keep the succeeded pods of each running gang: once all it will run have succeeded,
+        its room is let go before its Job and JobSet say so (as Kueue reclaims the quota of
+        a workload's succeeded pods), not held while their controllers catch up."""
+        gang = (
+            view.gang if view is not None else sch.gang_key(pod, all_or_nothing=self.all_or_nothing)
+        )
+        done = self._succeeded.get(gang) if gang else None
+        if done is None:
+            return
+        if view is not None and (pod.get("status") or {}).get("phase") == "Succeeded":
+            done.add(uid)
+        elif kind == DELETED:
+            done.discard(uid)
+
+    def _finished(self, gang: sch.Gang) -> bool:
+        """Whether every pod ``gang`` runs has succeeded."""
+        want = gang.succeeded_when_done
+        return bool(want) and len(self._succeeded.get(gang.key, ())) >= want
+
+    def _stop_waiting(self, uid: str) -> None:
+        unit = self._waiting.pop(uid, None)
+        if unit is None:
+            return
+        members = self._units.get(unit)
+        if members is not None:
+            members.discard(uid)
+            if not members:
+                del self._units[unit]
+                self._backoff.pop(unit, None)
+
     def _on_jobset(self, kind: str, js: dict[str, Any], _old: Any) -> None:
         meta = js.get("metadata") or {}
         uid, rv = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
@@ -228,6 +303,12 @@ class Scheduler:
             self._gangs.pop(uid, None)
         elif self._gangs.get(uid, ("", None))[0] != rv:
             self._gangs[uid] = (rv, sch.jobset_gang(js))
+        gang = self._gangs.get(uid, ("", None))[1]
+        key = sch.jobset_gang_key(js)
+        if gang is None:
+            self._succeeded.pop(key, None)
+        elif key not in self._succeeded:
+            self._succeeded[key] = set()
         self._wake.set()
 
     def _on_node(self, kind: str, node: dict[str, Any], _old: Any) -> None:
@@ -244,46 +325,64 @@ class Scheduler:
         self._wake.set()
 
     async def pass_once(self) -> sch.Decision:
-        """One scheduling pass: bind what fits, report what waits."""
+        """One scheduling pass: bind what fits of the units not backing off, report what
+        waits."""
         self.passes += 1
-        if not self._waiting:
+        if not self._units:
             return sch.Decision()  # nothing waits: what is held may be dropped later
-        gangs = {g.key: g for _, g in self._gangs.values() if g is not None}
+        loop = asyncio.get_running_loop()
+        clock = loop.time()
+        tried: list[sch.PodView] = []
+        later: float | None = None
+        for unit, uids in self._units.items():
+            retry = self._retry_at(unit)
+            if retry > clock and unit not in self.admitted:
+                later = retry if later is None else min(later, retry)
+                continue
+            tried.extend(self._views[uid] for uid in uids)
+        if later is not None:
+            self._wake_at(later)  # a change came during their back-off: try them when it ends
+        if not tried:
+            return sch.Decision()
+        gangs = {
+            g.key: g for _, g in self._gangs.values() if g is not None and not self._finished(g)
+        }
         decision = sch.schedule(
             [v for _, v in self._node_views.values()],
-            list(self._views.values()),
+            [*self._bound.values(), *tried],
             gangs,
             self.admitted,
         )
-        objects = self._objects
-        await _each(self._bind(objects[view.uid], view, node) for view, node in decision.binds)
-        await _each(self._gated(objects[view.uid], view) for view in decision.gated)
-        clock = asyncio.get_running_loop().time()
-        changed = [
-            (uid, why)
+        failed = {self._waiting[uid] for uid in decision.waiting if uid in self._waiting}
+        for unit in failed - self.admitted.keys():
+            self._backoff[unit] = (clock, self._backoff.get(unit, (0.0, 0))[1] + 1)
+        objects, views = self._objects, self._views
+        binds = [self._bind(objects[view.uid], view, node) for view, node in decision.binds]
+        gated = [self._gated(objects[view.uid], view) for view in decision.gated]
+        said = [
+            self._unschedulable(objects[uid], views[uid], why)
             for uid, why in decision.waiting.items()
             if self._said.get(uid) != why.message
         ]
-        due = [(uid, why) for uid, why in changed if self._retry_at(uid) <= clock]
-        await _each(self._unschedulable(objects[uid], uid, why) for uid, why in due)
-        if len(due) < len(changed):
-            # The rest are said again once their back-off ends (if no change comes first).
-            wait = min(self._retry_at(uid) for uid, _ in changed) - clock
-            asyncio.get_running_loop().call_later(max(wait, 0.0), self._wake.set)
+        await _each([*binds, *gated, *said])  # binds first: they start work
         return decision
 
-    def _retry_at(self, uid: str) -> float:
-        """When a waiting pod's changed message may be written again: as kube-scheduler
-        retries an unschedulable pod, after a back-off of 1 s doubling to 10 s per attempt, so
-        thousands of waiting pods are not rewritten at every pass while room changes."""
-        said = self._said_at.get(uid)
-        if said is None:
+    def _retry_at(self, unit: str) -> float:
+        """When a unit that could not be placed is tried again: as kube-scheduler retries an
+        unschedulable pod, after a back-off of 1 s doubling to 10 s per failed attempt."""
+        failed = self._backoff.get(unit)
+        if failed is None:
             return 0.0
-        when, attempts = said
-        backoff: float = min(
-            UNSCHEDULABLE_BACKOFF * 2.0 ** (attempts - 1), UNSCHEDULABLE_BACKOFF_MAX
-        )
-        return when + backoff
+        when, attempts = failed
+        return when + backoff_seconds(attempts)
+
+    def _wake_at(self, when: float) -> None:
+        loop = asyncio.get_running_loop()
+        if self._timer is not None and not self._timer.cancelled():
+            if self._timer.when() <= when and self._timer.when() > loop.time():
+                return
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._wake.set)
 
     async def _bind(self, pod: dict[str, Any], view: sch.PodView, node: str) -> None:
         try:
@@ -293,7 +392,6 @@ class Scheduler:
                 return  # bound, deleted or replaced meanwhile: the next pass sees it
             raise
         self._said.pop(view.uid, None)
-        self._said_at.pop(view.uid, None)
         self._record(pod, NORMAL, "Scheduled", f"Successfully assigned {view.key} to {node}")
 
     async def _gated(self, pod: dict[str, Any], view: sch.PodView) -> None:
@@ -302,7 +400,10 @@ class Scheduler:
             return
         await self._patch_status(view, status)
 
-    async def _unschedulable(self, pod: dict[str, Any], uid: str, why: sch.Waiting) -> None:
+    async def _unschedulable(
+        self, pod: dict[str, Any], view: sch.PodView, why: sch.Waiting
+    ) -> None:
+        uid = view.uid
         current = scheduled_condition(pod)
         if self._said.get(uid) == why.message or (
             current.get("reason") == UNSCHEDULABLE and current.get("message") == why.message
@@ -310,11 +411,8 @@ class Scheduler:
             self._said[uid] = why.message
             return
         meta = pod.get("metadata") or {}
-        view = self._views[uid]
         if await self._patch_status(view, unschedulable_status(pod, why.message, now())):
             self._said[uid] = why.message
-            attempts = self._said_at.get(uid, (0.0, 0))[1]
-            self._said_at[uid] = (asyncio.get_running_loop().time(), attempts + 1)
             self._record(pod, WARNING, "FailedScheduling", why.message)
             log.info("pod %s/%s waits: %s", meta.get("namespace"), meta.get("name"), why.message)
 
@@ -328,8 +426,4 @@ class Scheduler:
         return True
 
     def _record(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        task = asyncio.get_running_loop().create_task(
-            self.events.record(pod, type_, reason, message)
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.events.emit(pod, type_, reason, message)

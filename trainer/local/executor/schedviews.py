@@ -188,6 +188,10 @@ class Gang:
 
     key: str
     phases: tuple[tuple[Placement, ...], ...]
+    succeeded_when_done: int = 0
+    """How many of its pods have succeeded once every Job of the JobSet completed
+    (``replicas`` x ``completions`` of each replicated job); 0 when that is not known (a work
+    queue Job, with ``parallelism`` and no ``completions``)."""
 
     @property
     def slots(self) -> tuple[Placement, ...]:
@@ -208,6 +212,7 @@ def jobset_gang(jobset: Mapping[str, Any]) -> Gang | None:
     }
     phase_of: dict[str, int] = {}
     phases: dict[int, list[Placement]] = {}
+    succeeded: int | None = 0
     for rj in spec.get("replicatedJobs") or []:
         name = str(rj.get("name"))
         phase = 0
@@ -216,9 +221,15 @@ def jobset_gang(jobset: Mapping[str, Any]) -> Gang | None:
             phase = max(phase, before + 1 if dep.get("status") == "Complete" else before)
         phase_of[name] = phase
         replicas = int(rj.get("replicas") or 1)
+        job_spec = (rj.get("template") or {}).get("spec") or {}
+        completions = _completions(job_spec)
+        succeeded = (
+            None
+            if succeeded is None or completions is None
+            else succeeded + (replicas * completions)
+        )
         if done.get(name, 0) >= replicas:
             continue
-        job_spec = (rj.get("template") or {}).get("spec") or {}
         parallelism = int(job_spec.get("parallelism", 1) or 0)
         if job_spec.get("completions") is not None:
             parallelism = min(parallelism, int(job_spec["completions"]))
@@ -226,4 +237,15 @@ def jobset_gang(jobset: Mapping[str, Any]) -> Gang | None:
         phases.setdefault(phase, []).extend(
             [placement(pod_spec)] * (replicas * max(parallelism, 0))
         )
-    return Gang(jobset_gang_key(jobset), tuple(tuple(phases[p]) for p in sorted(phases)))
+    return Gang(
+        jobset_gang_key(jobset), tuple(tuple(phases[p]) for p in sorted(phases)), succeeded or 0
+    )
+
+
+def _completions(job_spec: Mapping[str, Any]) -> int | None:
+    """The successful pods a Job needs: ``completions``, or 1 when neither it nor
+    ``parallelism`` above 1 is set (batch/v1's defaults); None for a work queue."""
+    if job_spec.get("completions") is not None:
+        return int(job_spec["completions"])
+    parallelism = job_spec.get("parallelism")
+    return 1 if parallelism is None or int(parallelism) <= 1 else None
