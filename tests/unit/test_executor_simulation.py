@@ -3,6 +3,7 @@ overrides from a pod's labels and annotations, and the status of each step of a 
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
@@ -13,6 +14,7 @@ from trainer.local.executor.simkubelet import (
     EXIT_CODE_KEY,
     FAIL_PROBABILITY_KEY,
     Run,
+    SimKubelet,
     end_run,
     pod_stage,
     run_seconds,
@@ -253,3 +255,37 @@ def test_jitter_stays_within_its_bounds() -> None:
     values = [run_seconds(Stages(10.0, 0.2, 0.0, 1), rnd) for _ in range(200)]
     assert all(8.0 <= v <= 12.0 for v in values) and max(values) - min(values) > 2
     assert run_seconds(Stages(10.0, 0.0, 0.0, 1), rnd) == 10.0
+
+
+class _FlakyKube:
+    """Answers status writes, but lets the ``fail``-th one time out."""
+
+    def __init__(self, fail: int) -> None:
+        self.fail, self.calls = fail, 0
+        self.phases: list[str] = []
+
+    async def patch_status(self, _gvr: Any, _namespace: str, _name: str, body: Any) -> None:
+        self.calls += 1
+        if self.calls == self.fail:
+            raise TimeoutError("no answer within 10s")
+        self.phases.append(body["status"]["phase"])
+
+    async def create(self, _body: Any, *, gvr: Any) -> None:
+        pass  # Events
+
+
+async def test_a_lost_status_write_is_sent_again_so_a_pod_does_not_stay_running() -> None:
+    """The Succeeded write times out; it is sent again (1 s later) and lands."""
+    kube = _FlakyKube(fail=2)
+    simulation = parse_simulation({"nodes": [{"namePrefix": "sim", "count": 1}]})
+    kubelet = SimKubelet(kube, None, simulation)  # type: ignore[arg-type]
+    kubelet._on_event("ADDED", pod(annotations={DURATION_KEY: "100ms"}))
+    timers = asyncio.create_task(kubelet._timers())
+    try:
+        for _ in range(200):
+            if kube.phases[-1:] == ["Succeeded"]:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        timers.cancel()
+    assert kube.phases == ["Running", "Succeeded"] and kube.calls == 3

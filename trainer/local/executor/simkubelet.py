@@ -311,6 +311,17 @@ class SimNodes:
 
 
 # --- the kubelet ----------------------------------------------------------------------
+STATUS_RETRY_SECONDS = 1.0
+STATUS_RETRY_MAX_SECONDS = 10.0
+"""A failed status write is sent again, with the pod's status as it is then, 1 s later,
+doubling to 10 s (the kubelet's status manager retries at its 10 s sync): a pod whose
+``Succeeded`` was lost to a timeout stayed ``Running`` for good."""
+
+
+def status_retry_seconds(failures: int) -> float:
+    return float(min(STATUS_RETRY_SECONDS * 2.0 ** (failures - 1), STATUS_RETRY_MAX_SECONDS))
+
+
 @dataclass
 class SimPod:
     pod: dict[str, Any]
@@ -318,6 +329,12 @@ class SimPod:
     stage: Stages
     generation: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    failed_writes: int = 0
+    """Status writes failed in a row (0: the last one landed)."""
+
+    @property
+    def uid(self) -> str:
+        return str(self.pod["metadata"].get("uid", ""))
 
     @property
     def namespace(self) -> str:
@@ -432,6 +449,10 @@ class SimKubelet:
                 continue
             _, _, uid, generation, what = heapq.heappop(self._heap)
             sim = self._pods.get(uid)
+            if what == "status":
+                if sim is not None and sim.failed_writes:
+                    self._write(sim)  # what the pod's status is now, ended or not
+                continue
             if sim is None or sim.run.exit_code is not None:
                 continue
             if what == "deadline":
@@ -469,13 +490,20 @@ class SimKubelet:
         async with sim.lock:
             try:
                 await self.kube.patch_status(r.PODS, sim.namespace, sim.name, {"status": status})
-            except APIError as exc:
-                if not exc.is_not_found:
-                    log.warning("simulated pod %s: status update failed: %s", sim.name, exc)
-                return
             except TRANSIENT as exc:
-                log.warning("simulated pod %s: status update failed: %s", sim.name, exc)
+                if isinstance(exc, APIError) and exc.is_not_found:
+                    return  # deleted: nothing to report
+                sim.failed_writes += 1
+                wait = status_retry_seconds(sim.failed_writes)
+                log.warning(
+                    "simulated pod %s: status update failed (retried in %gs): %s",
+                    sim.name,
+                    wait,
+                    exc,
+                )
+                self._push(time.time() + wait, sim.uid, sim.generation, "status")
                 return
+            sim.failed_writes = 0
         if event is not None:
             recorder = Recorder(self.kube, "kubelet", host=str(sim.pod["spec"]["nodeName"]))
             await recorder.record(sim.pod, *event)
