@@ -14,7 +14,6 @@ from trainer.cli.signals import stop_on_signals
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
 from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.statefile import StateFileError
-from trainer.machinery.gctuning import tune_for_serving
 
 log = logging.getLogger("trainer.apiserver")
 
@@ -101,7 +100,6 @@ def apiserver(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    tune_for_serving()
     try:
         asyncio.run(_serve(port, kubeconfig, state_file, token, install_crds, reset_damaged_state))
     except StateFileError as err:

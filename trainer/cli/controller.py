@@ -11,7 +11,6 @@ from trainer.cli.process import ProcessOptions, run_controller
 from trainer.cli.signals import stop_on_signals
 from trainer.controller.config import ConfigError, load_config, parse_feature_gates
 from trainer.kube.client import KubeconfigError, new_api_client
-from trainer.machinery.gctuning import tune_for_serving
 from trainer.observability.logging import parse_level, setup_logging
 
 
@@ -70,7 +69,6 @@ def controller(
         typer.echo(f"error: --feature-gates: {exc}", err=True)
         raise typer.Exit(2) from None
     setup_logging(parse_level(log_level), "json" if log_format == "json" else "text")
-    tune_for_serving()
     try:
         asyncio.run(_main(kubeconfig, config, gates, webhook))
     except (ConfigError, KubeconfigError) as exc:

@@ -5,6 +5,7 @@ Each command's module is imported only when that command runs (:mod:`trainer.cli
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Any
 
 import typer
@@ -61,7 +62,18 @@ def version() -> None:
     typer.echo(f"trainer {__version__} (API trainer.kubeflow.org/v1alpha1, Kubeflow Trainer v2.3)")
 
 
+SERVING = frozenset({"apiserver", "controller", "webhook", "up", "run"})
+"""Commands that serve for long with large caches: their collector is set for it
+(:func:`trainer.machinery.gctuning.tune_for_serving`; docs/local-plane.md, "Python's garbage
+collector"). Only here, for the process ``trainer`` runs in, not where a command's function is
+called in-process (tests)."""
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in SERVING:
+        from trainer.machinery.gctuning import tune_for_serving  # noqa: PLC0415 (serving only)
+
+        tune_for_serving()
     try:
         app()
     finally:

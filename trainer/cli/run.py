@@ -31,7 +31,6 @@ from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.executor.nodeconfig import NodeConfig, NodeConfigError, load_node_config
 from trainer.local.executor.simulation import Simulation, load_simulation
 from trainer.local.executor.waiting import not_ready
-from trainer.machinery.gctuning import tune_for_serving
 from trainer.machinery.safeload import InputError
 from trainer.observability.logging import setup_logging
 
@@ -431,7 +430,6 @@ def run(
     simulation = _simulation(simulate)
     setup_logging("DEBUG" if verbose else "WARNING", "text")
     board = DashboardOptions(port=dashboard_port) if dashboard else None
-    tune_for_serving()
     try:
         code = asyncio.run(
             _run(
@@ -545,7 +543,6 @@ def up(
     node = _node_config(node_config)
     simulation = _simulation(simulate)
     setup_logging("DEBUG" if verbose else "INFO", "text")
-    tune_for_serving()
     try:
         board = (
             DashboardOptions(port=dashboard_port, allow_actions=dashboard_allow_actions)

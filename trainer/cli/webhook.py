@@ -10,7 +10,6 @@ import typer
 
 from trainer.cli.signals import stop_on_signals
 from trainer.kube.client import KubeconfigError, new_api_client
-from trainer.machinery.gctuning import tune_for_serving
 from webhooks.run import WebhookOptions, run_webhook
 
 
@@ -70,7 +69,6 @@ def webhook(
         manage_certs=manage_certs,
         tls_min_version=tls_min_version,
     )
-    tune_for_serving()
     try:
         asyncio.run(_serve(kubeconfig, options))
     except KubeconfigError as exc:
