@@ -5,8 +5,10 @@ flags, ports and configuration, and accepted by an API server."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -243,7 +245,9 @@ def test_flags_and_values_reach_every_object(tmp_path: Path) -> None:
     )
     binding = find(objects, "ClusterRoleBinding", "kubeflow-trainer-controller-manager")
     assert binding["subjects"][0]["namespace"] == "ml-ops"
-    config = parse_config(find(objects, "ConfigMap")["data"]["controller_manager_config.yaml"])
+    config = parse_config(
+        find(objects, "ConfigMap", render.CONFIG_MAP)["data"]["controller_manager_config.yaml"]
+    )
     assert config.feature_gates == {"TrainJobStatus": True}
     for hook in find(objects, "ValidatingWebhookConfiguration")["webhooks"]:
         assert hook["clientConfig"]["service"]["namespace"] == "ml-ops"
@@ -332,3 +336,50 @@ def test_standalone_then_runtimes_apply_to_an_api_server(api_server: str) -> Non
         api_server, "apply", "--server-side", "-k", str(ROOT / "manifests/overlays/standalone")
     )
     assert again.returncode == 0, again.stderr
+
+
+def test_the_sdk_finds_the_public_config_map_any_authenticated_user_may_read(
+    api_server: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Kubeflow SDK's TrainerClient reads ``kubeflow_trainer_version`` from ConfigMap
+    ``kubeflow-trainer-public`` as a user with no role of its own; that user may read nothing
+    else of the install namespace."""
+    pytest.importorskip("kubeflow", reason="needs the Kubeflow SDK (installed by .[dev])")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # kubeflow 0.5's pydantic models
+        from kubeflow.common.types import KubernetesBackendConfig  # noqa: PLC0415
+        from kubeflow.trainer.backends.kubernetes.backend import KubernetesBackend  # noqa: PLC0415
+
+    applied = kubectl(
+        api_server, "apply", "--server-side", "-k", str(ROOT / "manifests/overlays/standalone")
+    )
+    assert applied.returncode == 0, applied.stderr
+    account = kubectl(api_server, "create", "serviceaccount", "reader", "-n", "default")
+    assert account.returncode == 0, account.stderr
+    token = kubectl(api_server, "create", "token", "reader", "-n", "default")
+    assert token.returncode == 0, token.stderr
+    config = yaml.safe_load(Path(api_server).read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token.stdout.strip()}
+    reader = tmp_path / "reader.kubeconfig"
+    reader.write_text(yaml.safe_dump(config))
+
+    caplog.set_level(logging.WARNING)
+    KubernetesBackend(KubernetesBackendConfig(config_file=str(reader), namespace="default"))
+    assert not [r for r in caplog.records if "version info is not available" in r.getMessage()]
+
+    value = kubectl(
+        str(reader),
+        "get",
+        "configmap",
+        "kubeflow-trainer-public",
+        "-n",
+        "kubeflow-system",
+        "-o",
+        "jsonpath={.data.kubeflow_trainer_version}",
+    )
+    assert (value.returncode, value.stdout) == (0, "2.3.0"), value.stderr
+    other = kubectl(
+        str(reader), "get", "configmap", "-n", "kubeflow-system", "-o", "name"
+    )  # a list is not that one ConfigMap
+    assert other.returncode != 0 and "forbidden" in other.stderr.lower(), other.stderr

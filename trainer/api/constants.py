@@ -10,6 +10,13 @@ from __future__ import annotations
 from trainer.api import jobset_contract as jsc
 
 # --- API identity ---------------------------------------------------------------------------
+TRAINER_RELEASE = "2.3.0"
+"""The Kubeflow Trainer release whose API this project serves."""
+PUBLIC_CONFIG_MAP = "kubeflow-trainer-public"
+"""The ConfigMap in the install namespace that tells clients (the Kubeflow SDK) the control
+plane's version, under ``PUBLIC_VERSION_KEY``, as upstream's install ships it."""
+PUBLIC_VERSION_KEY = "kubeflow_trainer_version"
+
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"

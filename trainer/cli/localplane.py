@@ -34,8 +34,6 @@ from trainer.runtime.builtin import builtin_runtime_documents
 log = logging.getLogger(__name__)
 
 SYSTEM_NAMESPACE = "kubeflow-system"
-PUBLIC_CONFIG_MAP = "kubeflow-trainer-public"
-TRAINER_API_RELEASE = "2.3.0"
 VALIDATING = "validator.trainer.kubeflow.org"
 MUTATING = "defaulter.trainer.kubeflow.org"
 
@@ -173,14 +171,14 @@ def install_basics(server: APIServer) -> None:
             server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     if server.storage.get_object("v1", "namespaces", "", SYSTEM_NAMESPACE) is None:
         server.storage.create_direct("v1", "Namespace", {"metadata": {"name": SYSTEM_NAMESPACE}})
-    if server.storage.get_object("v1", "configmaps", SYSTEM_NAMESPACE, PUBLIC_CONFIG_MAP) is None:
+    if server.storage.get_object("v1", "configmaps", SYSTEM_NAMESPACE, c.PUBLIC_CONFIG_MAP) is None:
         # What the Kubeflow SDK reads to learn the Trainer version (upstream's overlay ships it).
         server.storage.create_direct(
             "v1",
             "ConfigMap",
             {
-                "metadata": {"name": PUBLIC_CONFIG_MAP, "namespace": SYSTEM_NAMESPACE},
-                "data": {"kubeflow_trainer_version": TRAINER_API_RELEASE},
+                "metadata": {"name": c.PUBLIC_CONFIG_MAP, "namespace": SYSTEM_NAMESPACE},
+                "data": {c.PUBLIC_VERSION_KEY: c.TRAINER_RELEASE},
             },
         )
     for doc in builtin_runtime_documents():

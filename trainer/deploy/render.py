@@ -15,6 +15,7 @@ import jinja2
 import yaml
 
 from trainer import __version__
+from trainer.api import constants as c
 from trainer.api import crds
 from trainer.deploy.values import Values
 from trainer.machinery import yamlout
@@ -30,7 +31,7 @@ MIN_KUBERNETES = "1.31"
 """The oldest Kubernetes the install supports (its objects are validated against 1.31)."""
 WEBHOOK_VALIDATION_LABEL = "trainer.kubeflow.org/webhook-validation"
 
-COMPONENTS = ("rbac", "manager", "webhook")
+COMPONENTS = ("rbac", "manager", "public", "webhook")
 """The kustomize base directories rendered from templates, in install order (after the
 Namespace and the CRDs)."""
 
@@ -74,6 +75,9 @@ def context(values: Values) -> dict[str, Any]:
         "failure_policy": values.webhook.failure_policy,
         "timeout_seconds": values.webhook.timeout_seconds,
         "version": __version__,
+        "public_config_map": c.PUBLIC_CONFIG_MAP,
+        "public_version_key": c.PUBLIC_VERSION_KEY,
+        "trainer_release": yamlout.scalar(c.TRAINER_RELEASE),
     }
     ctx["config"] = _ENV.get_template("controller_manager_config.yaml.j2").render(ctx).rstrip()
     return ctx
