@@ -40,6 +40,7 @@ from trainer.kube.resources import NODES, PODS
 from trainer.kube.rest import APIError, Kube
 from trainer.local.executor import scheduling as sch
 from trainer.local.executor.api import recorder
+from trainer.machinery.backoff import doubling
 from trainer.machinery.times import now
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,7 @@ podMaxBackoffSeconds)."""
 def backoff_seconds(attempts: int) -> float:
     """How long a unit waits after its ``attempts``-th failed attempt: 1 s doubling, at most
     10 s."""
-    return float(
-        min(UNSCHEDULABLE_BACKOFF * 2.0 ** max(attempts - 1, 0), UNSCHEDULABLE_BACKOFF_MAX)
-    )
+    return doubling(attempts, UNSCHEDULABLE_BACKOFF, UNSCHEDULABLE_BACKOFF_MAX)
 
 
 def unit_of(view: sch.PodView) -> str:

@@ -56,6 +56,7 @@ from trainer.local.executor.simulation import (
     Stages,
     parse_duration,
 )
+from trainer.machinery.backoff import doubling
 from trainer.machinery.times import format_micro_time, now, parse_time
 
 log = logging.getLogger(__name__)
@@ -319,7 +320,7 @@ doubling to 10 s (the kubelet's status manager retries at its 10 s sync): a pod 
 
 
 def status_retry_seconds(failures: int) -> float:
-    return float(min(STATUS_RETRY_SECONDS * 2.0 ** (failures - 1), STATUS_RETRY_MAX_SECONDS))
+    return doubling(failures, STATUS_RETRY_SECONDS, STATUS_RETRY_MAX_SECONDS)
 
 
 @dataclass

@@ -28,6 +28,7 @@ from trainer.local.apiserver.core.rules import WriteOptions
 from trainer.local.apiserver.errors import APIError
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.store import Event
+from trainer.machinery.backoff import doubling
 
 if TYPE_CHECKING:
     from trainer.local.apiserver.resources import Registry
@@ -199,7 +200,7 @@ class GarbageCollector:
                 self._failures.pop((kind, item), None)
             except APIError as err:  # only 5xx get here: the write was not stored
                 failures = self._failures[(kind, item)] = self._failures.get((kind, item), 0) + 1
-                delay = min(RETRY_DELAY * 2 ** (failures - 1), MAX_RETRY_DELAY)
+                delay = doubling(failures, RETRY_DELAY, MAX_RETRY_DELAY)
                 log.warning(
                     "garbage collection of %s %s: %s; retrying in %.2f s",
                     kind,
