@@ -182,7 +182,6 @@ class Scheduler:
         self._said: dict[str, str] = {}
         """Pod uid -> the last message written (a pass writes only what changed)."""
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     def wake(self, *_args: Any) -> None:
         self._wake.set()
@@ -216,8 +215,6 @@ class Scheduler:
         finally:
             if self._timer is not None:
                 self._timer.cancel()
-            for task in self._tasks:
-                task.cancel()
             await self.nodes.stop()
 
     # --- watch handlers: keep the pass's inputs ---------------------------------------------
