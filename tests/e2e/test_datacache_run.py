@@ -174,8 +174,16 @@ def test_a_cache_of_two_pods_points_each_rank_at_the_pod_holding_its_rows(
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     lines = out.splitlines()
-    # Pod 1 listens on a port of its own and registers it with pod 0, which waited for it.
-    waiting = first(lines, r"cache-initializer-0-0-\w+ \| .*waiting for cache pods \[1\]")
+    # Pod 1 listens on a port of its own and registers it with pod 0. The pods start in either
+    # order: pod 0 says it waits for pod 1 only when it loaded its rows before pod 1 registered.
+    waiting = next(
+        (
+            i
+            for i, x in enumerate(lines)
+            if re.search(r"cache-initializer-0-0-\w+ \| .*waiting for cache pods \[1\]", x)
+        ),
+        -1,
+    )
     registered = first(lines, r"cache-initializer-0-1-\w+ \| .*registered grpc://127\.0\.0\.1:")
     pod1 = re.search(r"registered (grpc://127\.0\.0\.1:\d+)", lines[registered])[1]  # type: ignore[index]
     head_ready = first(lines, r"cache-initializer-0-0-\w+ \| data-cache: ready: ")
