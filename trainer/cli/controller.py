@@ -68,7 +68,14 @@ def controller(
     except ValueError as exc:
         typer.echo(f"error: --feature-gates: {exc}", err=True)
         raise typer.Exit(2) from None
-    setup_logging(parse_level(log_level), "json" if log_format == "json" else "text")
+    try:
+        parse_level(log_level)
+    except ValueError as exc:
+        typer.echo(f"error: --zap-log-level: {exc}", err=True)
+        raise typer.Exit(2) from None
+    # The option's text, not the parsed number: setup_logging reads an integer as zap's
+    # verbosity (where 20, logging's INFO, would mean debug).
+    setup_logging(log_level, "json" if log_format == "json" else "text")
     try:
         asyncio.run(_main(kubeconfig, config, gates, webhook))
     except (ConfigError, KubeconfigError) as exc:

@@ -280,6 +280,11 @@ def setup_logging(
             old.close()
     target.addHandler(handler)
     target.setLevel(parse_level(level))
+    # kubernetes_asyncio logs every response body at debug, Secrets' keys included (base64,
+    # which redact_text cannot recognise): never below info, whatever the level asked for.
+    logging.getLogger("kubernetes_asyncio.client.rest").setLevel(
+        max(parse_level(level), logging.INFO)
+    )
     return handler
 
 
