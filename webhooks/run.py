@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -36,6 +38,12 @@ VALIDATING_CONFIG = "validator.trainer.kubeflow.org"
 MUTATING_CONFIG = "defaulter.trainer.kubeflow.org"
 
 
+def default_cert_dir() -> str:
+    """controller-runtime's default, ``<temp dir>/k8s-webhook-server/serving-certs``: in a
+    container ``/tmp/...``; on the local plane in the pod's own ``/tmp`` volume ($TMPDIR)."""
+    return os.path.join(tempfile.gettempdir(), "k8s-webhook-server", "serving-certs")
+
+
 @dataclass
 class WebhookOptions:
     namespace: str = "kubeflow-system"
@@ -43,7 +51,7 @@ class WebhookOptions:
     secret: str = "kubeflow-trainer-webhook-cert"
     host: str = ""
     port: int = 9443
-    cert_dir: str = "/tmp/k8s-webhook-server/serving-certs"
+    cert_dir: str = field(default_factory=default_cert_dir)
     manage_certs: bool = True
     extra_hosts: Sequence[str] = ()
     """More names or IPs for the serving certificate (127.0.0.1 for the local control plane)."""

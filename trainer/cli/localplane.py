@@ -158,17 +158,15 @@ class LocalPlane:
             self._tmp.cleanup()
 
 
-def install_basics(server: APIServer) -> None:
+def install_basics(server: APIServer, *, trainer: bool = True) -> None:
     """CRDs, the system namespace and the built-in runtimes (labelled to skip the runtime
-    webhooks, as the runtimes overlay does), unless already present (a state file)."""
-    for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
-        if (
-            server.storage.get_object(
-                "apiextensions.k8s.io/v1", "customresourcedefinitions", "", crd["metadata"]["name"]
-            )
-            is None
-        ):
-            server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+    webhooks, as the runtimes overlay does), unless already present (a state file). Without
+    ``trainer`` only JobSet's CRD (the executor plays JobSet's controller): the rest is the
+    production install's to create (``trainer up --without-controller``)."""
+    if not trainer:
+        _create_crds(server, [crds.jobset_crd()])
+        return
+    _create_crds(server, [*crds.trainer_crds(), crds.jobset_crd()])
     if server.storage.get_object("v1", "namespaces", "", SYSTEM_NAMESPACE) is None:
         server.storage.create_direct("v1", "Namespace", {"metadata": {"name": SYSTEM_NAMESPACE}})
     if server.storage.get_object("v1", "configmaps", SYSTEM_NAMESPACE, c.PUBLIC_CONFIG_MAP) is None:
@@ -198,6 +196,18 @@ def install_basics(server: APIServer) -> None:
             server.storage.create_direct(c.API_VERSION, c.KIND_CLUSTER_TRAINING_RUNTIME, runtime)
 
 
+def _create_crds(server: APIServer, documents: list[dict[str, Any]]) -> None:
+    for crd in documents:
+        name = crd["metadata"]["name"]
+        if (
+            server.storage.get_object(
+                "apiextensions.k8s.io/v1", "customresourcedefinitions", "", name
+            )
+            is None
+        ):
+            server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+
+
 async def start_local_plane(
     *,
     work_dir: Path,
@@ -211,16 +221,20 @@ async def start_local_plane(
     allow_exposed_ports: bool = False,
     node_config: NodeConfig | None = None,
     simulation: Simulation | None = None,
+    with_controller: bool = True,
 ) -> LocalPlane:
     """Start the local plane. With ``feature_gates`` TrainJobStatus=true the status server
     runs too, on 127.0.0.1 (its certificate covers 127.0.0.1), and pods are told
     ``https://127.0.0.1:<port>`` as its base URL. ``allow_exposed_ports`` lets elastic
-    TrainJobs run where pods cannot get a network sandbox."""
+    TrainJobs run where pods cannot get a network sandbox. Without ``with_controller`` the
+    plane runs no controller or webhook of its own and installs nothing of Trainer's: an
+    admin applies the production install to it (docs/install.md, "Rehearsing an install
+    locally")."""
     server = APIServer(port=port, state_file=state_file, reset_damaged_state=reset_damaged_state)
     await server.start()
-    install_basics(server)
+    install_basics(server, trainer=with_controller)
     webhook_port = free_port()
-    for hook_config in webhook_configurations(webhook_port):
+    for hook_config in webhook_configurations(webhook_port) if with_controller else []:
         # (Re)registered at every start: the webhook's port is new each time.
         server.storage.create_direct(hook_config["apiVersion"], hook_config["kind"], hook_config)
     tmp = None
@@ -238,24 +252,29 @@ async def start_local_plane(
     controller_state = ProcessState()
     status_port = free_port()
     config = local_config(webhook_port, status_port, feature_gates)
-    status_gate = config.feature_enabled(c.FEATURE_TRAINJOB_STATUS)
-    controller = asyncio.create_task(
-        run_controller(
-            api,
-            config,
-            stop,
-            options=ProcessOptions(
-                webhook=True,
-                webhook_extra_hosts=("127.0.0.1",),
-                status_server_url=f"https://127.0.0.1:{status_port}",
-                status_server_host="127.0.0.1",
-                webhook_cert_dir=str(cert_dir),
+    status_gate = config.feature_enabled(c.FEATURE_TRAINJOB_STATUS) and with_controller
+    tasks: list[asyncio.Task[Any]] = []
+    if with_controller:
+        controller = asyncio.create_task(
+            run_controller(
+                api,
+                config,
+                stop,
+                options=ProcessOptions(
+                    webhook=True,
+                    webhook_extra_hosts=("127.0.0.1",),
+                    status_server_url=f"https://127.0.0.1:{status_port}",
+                    status_server_host="127.0.0.1",
+                    webhook_cert_dir=str(cert_dir),
+                ),
+                ready=ready,
+                state=controller_state,
             ),
-            ready=ready,
-            state=controller_state,
-        ),
-        name="controller",
-    )
+            name="controller",
+        )
+        tasks.append(controller)
+    else:
+        ready.set()
     executor = Executor(
         # Its own client of the plane (user agent trainer-executor), as a kubelet has.
         await executor_kube(str(kubeconfig)),
@@ -271,16 +290,17 @@ async def start_local_plane(
         simulation=simulation,
     )
     await executor.start()
+    server.attach_pods(executor.dial)
     await asyncio.wait(
-        {controller, asyncio.create_task(ready.wait())}, return_when=asyncio.FIRST_COMPLETED
+        {*tasks, asyncio.create_task(ready.wait())}, return_when=asyncio.FIRST_COMPLETED
     )
-    if controller.done():
-        await controller  # raises why it stopped
-    plane = LocalPlane(
-        server, api, kube, executor, controller_state, work_dir, stop, [controller], tmp
-    )
-    await asyncio.wait_for(controller_state.webhook_serving.wait(), 30)
-    await _wait_webhook_ready(plane)
+    for task in tasks:
+        if task.done():
+            await task  # raises why it stopped
+    plane = LocalPlane(server, api, kube, executor, controller_state, work_dir, stop, tasks, tmp)
+    if with_controller:
+        await asyncio.wait_for(controller_state.webhook_serving.wait(), 30)
+        await _wait_webhook_ready(plane)
     if status_gate:
         await asyncio.wait_for(controller_state.status_server_serving.wait(), 30)
     return plane

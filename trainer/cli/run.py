@@ -462,6 +462,7 @@ async def _up(
     allow_exposed_ports: bool = False,
     node_config: NodeConfig | None = None,
     simulation: Simulation | None = None,
+    with_controller: bool = True,
 ) -> None:
     printer = Printer()
     plane = await start_local_plane(
@@ -474,6 +475,7 @@ async def _up(
         allow_exposed_ports=allow_exposed_ports,
         node_config=node_config,
         simulation=simulation,
+        with_controller=with_controller,
     )
     plane.server.write_kubeconfig(str(kubeconfig))
     printer.line(f"local control plane ready: API server {plane.server.url}")
@@ -482,13 +484,22 @@ async def _up(
         "  it holds the API server's CA and the administrator's bearer token (file mode 0600): "
         "anyone who can read it can run commands as you through the local plane"
     )
-    printer.line(
-        "built-in runtimes: "
-        + ", ".join(
-            o["metadata"]["name"]
-            for o in plane.server.storage.objects(c.API_VERSION, c.PLURAL_CLUSTER_TRAINING_RUNTIMES)
+    if with_controller:
+        printer.line(
+            "built-in runtimes: "
+            + ", ".join(
+                o["metadata"]["name"]
+                for o in plane.server.storage.objects(
+                    c.API_VERSION, c.PLURAL_CLUSTER_TRAINING_RUNTIMES
+                )
+            )
         )
-    )
+    else:
+        printer.line(
+            "no controller or webhook of its own: apply the production install, e.g. "
+            f"KUBECONFIG={kubeconfig} kubectl apply --server-side -k manifests/overlays/standalone"
+            ' (docs/install.md, "Rehearsing an install locally")'
+        )
     if dashboard is not None:
         try:
             board = await beside_plane(plane.kube, plane.stop, dashboard, printer.line)
@@ -532,6 +543,15 @@ def up(
     allow_exposed_ports: AllowExposedPortsOption = False,
     node_config: NodeConfigOption = None,
     simulate: SimulateOption = None,
+    without_controller: Annotated[
+        bool,
+        typer.Option(
+            "--without-controller",
+            help="Run no controller, webhook or built-in runtimes of the plane's own (JobSet's "
+            "CRD only), to apply the production install to it as on a cluster "
+            '(docs/install.md, "Rehearsing an install locally").',
+        ),
+    ] = False,
 ) -> None:
     """Start the local control plane and leave it running (kubectl, the Kubeflow SDK and
     `trainer` commands work against the kubeconfig it writes) until SIGINT/SIGTERM.
@@ -560,6 +580,7 @@ def up(
                 allow_exposed_ports=allow_exposed_ports,
                 node_config=node,
                 simulation=simulation,
+                with_controller=not without_controller,
             )
         )
     except StateFileError as err:

@@ -39,6 +39,9 @@ JOBS = GVR("batch", "v1", "jobs", True, "Job")
 SERVICES = GVR("", "v1", "services", True, "Service")
 NODES = GVR("", "v1", "nodes", False, "Node")
 SERVICE_ACCOUNTS = GVR("", "v1", "serviceaccounts", True, "ServiceAccount")
+DEPLOYMENTS = GVR("apps", "v1", "deployments", True, "Deployment")
+REPLICASETS = GVR("apps", "v1", "replicasets", True, "ReplicaSet")
+ENDPOINT_SLICES = GVR("discovery.k8s.io", "v1", "endpointslices", True, "EndpointSlice")
 CRDS = GVR(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
 )

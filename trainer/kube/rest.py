@@ -357,11 +357,21 @@ class Kube:
         *,
         dry_run: bool = False,
         timeout: float | None = None,
+        grace_period_seconds: int | None = None,
     ) -> bool:
         """DELETE: True when the server accepted it (deleted, or marked for deletion while
-        finalizers remain), False when the object did not exist (404). ``preconditions``
-        (``uid`` / ``resourceVersion``) make a stale delete fail with 409."""
-        req = rq.delete(gvr, namespace, name, propagation, preconditions, dry_run=dry_run)
+        finalizers remain or a pod's kubelet stops it), False when the object did not exist
+        (404). ``preconditions`` (``uid`` / ``resourceVersion``) make a stale delete fail
+        with 409."""
+        req = rq.delete(
+            gvr,
+            namespace,
+            name,
+            propagation,
+            preconditions,
+            dry_run=dry_run,
+            grace_period_seconds=grace_period_seconds,
+        )
         try:
             await self.send(req, timeout=timeout)
         except APIError as err:

@@ -322,12 +322,16 @@ def delete(
     preconditions: dict[str, str] | None = None,
     *,
     dry_run: bool = False,
+    grace_period_seconds: int | None = None,
 ) -> Request:
     """DELETE with DeleteOptions: ``preconditions`` (``uid`` / ``resourceVersion``) make a
-    stale delete fail with 409."""
+    stale delete fail with 409; ``grace_period_seconds`` 0 deletes a pod at once (its
+    kubelet confirming it stopped)."""
     options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
     if propagation:
         options["propagationPolicy"] = propagation
+    if grace_period_seconds is not None:
+        options["gracePeriodSeconds"] = grace_period_seconds
     if preconditions:
         options["preconditions"] = preconditions
     if dry_run:

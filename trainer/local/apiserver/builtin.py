@@ -84,8 +84,29 @@ def builtin_types() -> list[ResourceType]:
         rt("events.k8s.io", "v1", "Event", "events", True, short_names=("ev",)),
         rt("coordination.k8s.io", "v1", "Lease", "leases", True),
         rt("batch", "v1", "Job", "jobs", True, status=True, categories=("all",)),
-        # Stored only (nothing runs them): enough to apply a real install (manifests/).
-        rt("apps", "v1", "Deployment", "deployments", True, short_names=("deploy",), status=True),
+        # Run by the executor's Deployment and ReplicaSet controllers (docs/local-plane.md,
+        # "Workloads and Services"): what the production install needs.
+        rt(
+            "apps",
+            "v1",
+            "Deployment",
+            "deployments",
+            True,
+            short_names=("deploy",),
+            status=True,
+            categories=("all",),
+        ),
+        rt(
+            "apps",
+            "v1",
+            "ReplicaSet",
+            "replicasets",
+            True,
+            short_names=("rs",),
+            status=True,
+            categories=("all",),
+        ),
+        rt("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True),
         rt(
             "policy",
             "v1",

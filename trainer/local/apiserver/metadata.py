@@ -242,6 +242,10 @@ def delete_options(body: Any, query: dict[str, str]) -> dict[str, Any]:
     if not policy and options.get("orphanDependents") is not None:
         policy = "Orphan" if options["orphanDependents"] else "Background"
     options["propagationPolicy"] = policy or None
+    if options.get("gracePeriodSeconds") is None and query.get("gracePeriodSeconds"):
+        grace = int_param(query, "gracePeriodSeconds")
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
     return options
 
 

@@ -10,6 +10,8 @@ service-account token; both go through :meth:`Kube.request`."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 from trainer.kube.client import new_api_client
@@ -17,6 +19,9 @@ from trainer.kube.events import Recorder
 from trainer.kube.resources import PODS, SERVICE_ACCOUNTS
 from trainer.kube.rest import APIError, Kube
 from trainer.local.executor.podfields import NODE_NAME
+from trainer.machinery.backoff import doubling
+
+log = logging.getLogger(__name__)
 
 USER_AGENT = "trainer-executor"
 API_TIMEOUT = 10.0
@@ -73,3 +78,33 @@ async def request_token(
         SERVICE_ACCOUNTS.path(namespace, service_account, "token"),
         body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
     )
+
+
+async def confirm_deletion(kube: Kube, pod: dict[str, Any]) -> None:
+    """Finish a pod's graceful deletion once its containers stopped: delete it with a grace
+    period of 0 (its uid as precondition, so a new pod of the same name is left alone), as a
+    kubelet does; a failed call is retried (1 s, doubling to 10 s) until the pod is gone."""
+    meta = pod.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    failures = 0
+    while True:
+        try:
+            await kube.delete(
+                PODS,
+                namespace,
+                name,
+                None,
+                {"uid": str(meta.get("uid") or "")},
+                grace_period_seconds=0,
+            )
+            return
+        except APIError as exc:
+            if exc.is_conflict:
+                return  # another pod of that name: ours is gone
+            failure: Exception = exc
+        except TRANSIENT as exc:
+            failure = exc
+        failures += 1
+        if failures == 1:
+            log.warning("pod %s/%s: deletion not confirmed yet: %s", namespace, name, failure)
+        await asyncio.sleep(doubling(failures, 1.0, 10.0))

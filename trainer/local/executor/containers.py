@@ -26,7 +26,7 @@ import signal
 from typing import Any
 
 from trainer.kube.events import NORMAL, WARNING
-from trainer.local.executor import cgroups, podenv, uts
+from trainer.local.executor import cgroups, incluster, podenv, uts
 from trainer.local.executor.logsink import OutputPipe
 from trainer.local.executor.podfields import pod_hostname
 from trainer.local.executor.podhost import (
@@ -243,7 +243,12 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
             os.makedirs(plan.cwd, exist_ok=True)
     cgroup = await _make_cgroup(pod, c)
     executable, argv, keep, joins = await container_entry(
-        pod, exe, plan.argv, hosts=_hosts_file(pod), cgroups=cgroup.procs if cgroup else ()
+        pod,
+        exe,
+        plan.argv,
+        hosts=_hosts_file(pod),
+        cgroups=cgroup.procs if cgroup else (),
+        binds=incluster.bind_for(plan.rewriter.mounts),
     )
     output = OutputPipe()  # not PIPE: the exit is seen when the main process exits
     try:

@@ -92,7 +92,13 @@ class JobController:
         parallelism = int(spec["parallelism"]) if spec.get("parallelism") is not None else 1
         backoff_limit = int(spec.get("backoffLimit", 6))
         suspended = bool(spec.get("suspend"))
-        live = [p for p in pods if pod_phase(p) not in ("Succeeded", "Failed")]
+        # Pods being deleted are not active (the kubelet is stopping them).
+        live = [
+            p
+            for p in pods
+            if pod_phase(p) not in ("Succeeded", "Failed")
+            and not (p.get("metadata") or {}).get("deletionTimestamp")
+        ]
         succeeded_idx = sorted({pod_index(p) for p in pods if pod_phase(p) == "Succeeded"})
         # Like the Job controller: failed pods, plus container restarts of pods restarted in
         # place (restartPolicy OnFailure), count toward backoffLimit.

@@ -81,19 +81,21 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from trainer.kube.informer import DELETED, Informer
 from trainer.kube.resources import PODS
 from trainer.kube.rest import Kube
-from trainer.local.executor import cgroups, volumes
-from trainer.local.executor.api import recorder
+from trainer.local.executor import cgroups, incluster, probes, volumes
+from trainer.local.executor.api import confirm_deletion, recorder
 from trainer.local.executor.devices import CHECKPOINT, DeviceManager
 from trainer.local.executor.logsink import LogCallback
 from trainer.local.executor.node import NodeHeartbeat
 from trainer.local.executor.nodeconfig import NodeConfig
 from trainer.local.executor.pod import LocalPod
-from trainer.local.executor.podfields import NODE_NAME, Node
+from trainer.local.executor.podfields import LOOPBACK, NODE_NAME, Node
 from trainer.local.executor.podhost import GRACE_CAP, killpg
+from trainer.local.executor.rewrites import parse_ports
 from trainer.local.executor.sandbox import Sandboxes
 
 SANDBOX_DIR = "sandboxes"
@@ -121,8 +123,13 @@ def default_base_env() -> dict[str, str]:
     """The executor's environment for the processes: everything it has, with the running
     interpreter's bin directory on PATH (so the venv's ``python`` and ``torchrun`` are found
     even when the venv is not activated) and ``PYTHONUNBUFFERED=1`` unless set (so logs stream
-    rather than arrive at exit; a container's own env overrides both)."""
+    rather than arrive at exit; a container's own env overrides both), without
+    ``KUBECONFIG``."""
     env = dict(os.environ)
+    # A pod is inside the cluster: its clients use the in-cluster configuration (docs/
+    # local-plane.md, "In-cluster configuration"), never the kubeconfig of whoever started
+    # the plane.
+    env.pop("KUBECONFIG", None)
     bindir = os.path.dirname(sys.executable)
     path = env.get("PATH", os.defpath)
     if bindir and bindir not in path.split(os.pathsep):
@@ -169,6 +176,8 @@ class Kubelet:
         self.state_dir = Path(state_dir).resolve()
         self.on_log = on_log
         self.base_env = dict(base_env) if base_env is not None else default_base_env()
+        api_port = urlsplit(str(kube.api.configuration.host)).port
+        self.service_env = incluster.service_env(LOOPBACK, api_port) if api_port else {}
         self.node = node or local_node(self.state_dir)
         self.heartbeat = NodeHeartbeat(kube, self.node, config=node_config)
         """Registers this host's Node and renews its Lease (:mod:`~trainer.local.executor.node`)."""
@@ -182,6 +191,7 @@ class Kubelet:
         self._stop_event = asyncio.Event()
         self._pods: dict[str, LocalPod] = {}
         self._cleaning: dict[tuple[str, str], asyncio.Event] = {}
+        self._confirming: set[str] = set()
         self._groups: set[int] = set()
         self._warned: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -232,6 +242,25 @@ class Kubelet:
     def pods(self) -> dict[str, str]:
         """``namespace/name`` -> phase of every pod this kubelet runs or ran."""
         return {p.key: p.phase for p in self._pods.values()}
+
+    async def dial(
+        self, namespace: str, name: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to container port ``port`` of running pod ``namespace/name``, inside
+        its network sandbox (the local API server calls a Service's webhook through this:
+        docs/local-plane.md, "Workloads and Services"). OSError when the pod does not run
+        here."""
+        pod = next(
+            (
+                p
+                for p in self._pods.values()
+                if p.namespace == namespace and p.name == name and not p.done.is_set()
+            ),
+            None,
+        )
+        if pod is None:
+            raise OSError(f"pod {namespace}/{name} is not running on node {NODE_NAME}")
+        return await probes.connect(pod, parse_ports(pod.pod).get(port, port))
 
     def owns(self, path: str) -> bool:
         """Whether ``path`` lies under ``state_dir`` (the kubelet may create it)."""
@@ -347,13 +376,35 @@ class Kubelet:
             known.pod = obj
             if meta.get("deletionTimestamp"):
                 known.terminate()
+                self._confirm_deletion(known)
             return
         phase = (obj.get("status") or {}).get("phase")
-        if meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+        if meta.get("deletionTimestamp"):
+            self.background(
+                asyncio.get_running_loop().create_task(confirm_deletion(self.kube, obj))
+            )
+            return
+        if phase in ("Succeeded", "Failed"):
             return
         pod = LocalPod(obj, host=self)
         self._pods[uid] = pod
         pod.start()
+
+    def _confirm_deletion(self, pod: LocalPod) -> None:
+        """Once a pod being deleted gracefully has stopped (its last status written), delete
+        it for good (once per pod)."""
+        if pod.uid in self._confirming:
+            return
+        self._confirming.add(pod.uid)
+
+        async def confirm() -> None:
+            try:
+                await pod.done.wait()
+                await confirm_deletion(self.kube, pod.pod)
+            finally:
+                self._confirming.discard(pod.uid)
+
+        self.background(asyncio.get_running_loop().create_task(confirm()))
 
     def _deleted(self, pod: LocalPod) -> None:
         """A pod is gone from the API: end its processes, then remove its directory."""

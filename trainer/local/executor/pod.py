@@ -27,9 +27,9 @@ import signal
 from typing import Any
 
 from trainer.kube.events import NORMAL, WARNING
-from trainer.kube.resources import CONFIGMAPS, PODS, SECRETS
+from trainer.kube.resources import CONFIGMAPS, PODS, SECRETS, SERVICE_ACCOUNTS
 from trainer.kube.rest import APIError
-from trainer.local.executor import podenv, podfields, sandbox, sshpod
+from trainer.local.executor import incluster, podenv, podfields, sandbox, sshpod
 from trainer.local.executor.api import TRANSIENT, append_log, request_token
 from trainer.local.executor.containers import run_container
 from trainer.local.executor.devices import AllocationError, device_env
@@ -365,18 +365,26 @@ class LocalPod:
             if self.terminating.is_set():
                 return False
             try:
-                sources = await self._sources()
-                volumes = plan_volumes(self.pod, sources, self.host.state_dir, self.host.node)
+                planned = await self._with_api_access()
+                sources = await self._sources(planned)
+                volumes = plan_volumes(planned, sources, self.host.state_dir, self.host.node)
                 paths = {v.name: v.path for v in volumes}
+                specs = {
+                    str(spec.get("name")): spec
+                    for group in ("initContainers", "containers")
+                    for spec in (planned.get("spec") or {}).get(group) or []
+                }
                 for c in self.containers:
                     c.plan = podenv.plan_container(
-                        self.pod,
-                        c.spec,
+                        planned,
+                        specs.get(c.name, c.spec),
                         sources=sources,
                         volumes=paths,
                         workdir=self.host.workdir,
                         node=self.host.node,
                     )
+                    for name, value in self.host.service_env.items():
+                        c.plan.env.setdefault(name, value)
                 break
             except ConfigError as err:
                 if err.message != reported:
@@ -447,15 +455,28 @@ class LocalPod:
             }
         return True
 
-    async def _sources(self) -> Sources:
-        config_maps, secrets = podfields.referenced_objects(self.pod)
+    async def _with_api_access(self) -> dict[str, Any]:
+        """The pod as the kubelet starts it: with the API access volume when its token is
+        automounted (:mod:`~trainer.local.executor.incluster`)."""
+        spec = self.pod.get("spec") or {}
+        account = None
+        if spec.get("automountServiceAccountToken") is None:
+            account = await self.host.kube.get(
+                SERVICE_ACCOUNTS, self.namespace, podfields.service_account(self.pod)
+            )
+        if incluster.automount(self.pod, account):
+            return incluster.with_api_access(self.pod)
+        return self.pod
+
+    async def _sources(self, pod: dict[str, Any]) -> Sources:
+        config_maps, secrets = podfields.referenced_objects(pod)
         sources = Sources()
         kube = self.host.kube
         for name in sorted(config_maps):
             sources.config_maps[name] = await kube.get(CONFIGMAPS, self.namespace, name)
         for name in sorted(secrets):
             sources.secrets[name] = await kube.get(SECRETS, self.namespace, name)
-        for audience, expiration in sorted(podfields.token_requests(self.pod)):
+        for audience, expiration in sorted(podfields.token_requests(pod)):
             sources.tokens[(audience, expiration)] = await self._token(audience, expiration)
         return sources
 

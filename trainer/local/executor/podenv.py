@@ -17,8 +17,10 @@ Environment (Kubernetes semantics)
     container environment. The process environment is the executor's own (``base``: PATH, HOME,
     PYTHONPATH, ... so the venv's ``python`` and ``torchrun`` are found) overlaid with the
     container's, plus ``HOSTNAME`` = the pod's hostname and one ``TRAINER_LOCAL_MOUNT_<VOLUME>``
-    per mounted volume (its directory on this host). A container without ``command`` runs its
-    ``args`` (no image entrypoint exists locally).
+    per mounted volume (its directory on this host), and ``TMPDIR`` = the volume mounted at
+    ``/tmp`` when there is one. A container without ``command`` runs its image's entrypoint
+    when it is one of this project's images (:data:`IMAGE_ENTRYPOINTS`), else its ``args``
+    (no other image's entrypoint is known locally).
 """
 
 from __future__ import annotations
@@ -253,7 +255,9 @@ def plan_container(
         else:
             env[entry.name] = rewriter.text(entry.value)
         scope[entry.name] = entry.value
-    command = [str(a) for a in container.get("command") or []]
+    command = [str(a) for a in container.get("command") or []] or image_entrypoint(
+        str(container.get("image") or "")
+    )
     args = [str(a) for a in container.get("args") or []]
     argv = rewriter.argv([*command, *args], raw_env)
     working_dir = str(container.get("workingDir") or "")
@@ -261,6 +265,10 @@ def plan_container(
     env.setdefault("HOSTNAME", pod_hostname(pod))
     for name, host in mount_env.items():
         env.setdefault(name, host)
+    if "/tmp" in rewriter.mounts:
+        # A volume at /tmp: programs that make temporary files (Python's tempfile, mktemp)
+        # make them there, in the pod's own directory, as in the container's /tmp.
+        env.setdefault("TMPDIR", rewriter.mounts["/tmp"])
     return ContainerPlan(
         name=str(container.get("name") or ""),
         image=str(container.get("image") or ""),
@@ -271,6 +279,25 @@ def plan_container(
         raw_env=raw_env,
         warnings=warnings,
     )
+
+
+IMAGE_ENTRYPOINTS: dict[str, list[str]] = {
+    "trainer-py": ["trainer", "controller"],
+    "trainer-py-data-cache": ["trainer", "data-cache", "serve"],
+}
+"""The entrypoints of this project's own images (the Dockerfile's ``ENTRYPOINT`` of each
+target), by repository name: a container of one of them that sets no ``command`` runs that
+program from this host's install, as the image would run it (docs/local-plane.md, "Workloads
+and Services")."""
+
+
+def image_entrypoint(image: str) -> list[str]:
+    """The entrypoint of ``image`` when the plane knows it (any registry or tag of
+    :data:`IMAGE_ENTRYPOINTS`' repositories), else ``[]``."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    repository = last.split(":", 1)[0]
+    return list(IMAGE_ENTRYPOINTS.get(repository, []))
 
 
 def port_of(container: dict[str, Any], port: Any) -> int | None:

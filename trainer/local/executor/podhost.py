@@ -45,6 +45,9 @@ class PodHost(Protocol):
     state_dir: Path
     node: Node
     base_env: dict[str, str]
+    service_env: dict[str, str]
+    """The ``kubernetes`` Service's variables every container gets
+    (:func:`~trainer.local.executor.incluster.service_env`)."""
     on_log: LogCallback | None
     sandboxes: Sandboxes | None
     allow_exposed_ports: bool
@@ -191,14 +194,18 @@ async def container_entry(
     *,
     hosts: str | None = None,
     cgroups: tuple[str, ...] = (),
+    binds: tuple[tuple[str, str], ...] = (),
 ) -> tuple[str, list[str], tuple[int, ...], bool]:
     """:func:`process_entry`, and with ``cgroups`` (``cgroup.procs`` files) the process enters
-    those cgroups before the command runs. The last value says whether it does so itself
+    those cgroups before the command runs; ``binds`` (host directory, path) are mounted
+    read-only at those paths. The last value says whether it does so itself
     (through :mod:`~trainer.local.executor.uts`); when False the caller moves it in once it
     is started."""
     box = pod.sandbox
     if box is not None:
-        executable, full = uts.command(pod_hostname(pod.pod), exe, argv, hosts, box.fds, cgroups)
+        executable, full = uts.command(
+            pod_hostname(pod.pod), exe, argv, hosts, box.fds, cgroups, binds
+        )
         return executable, full, tuple(fd for fd in box.fds if fd >= 0), True
     refused = await asyncio.to_thread(uts.available)
     if refused:
@@ -208,5 +215,7 @@ async def container_entry(
             "host's name; $HOSTNAME still names the pod",
         )
         return exe, argv, (), False
-    executable, full = uts.command(pod_hostname(pod.pod), exe, argv, hosts, cgroups=cgroups)
+    executable, full = uts.command(
+        pod_hostname(pod.pod), exe, argv, hosts, cgroups=cgroups, binds=binds
+    )
     return executable, full, (), True

@@ -15,14 +15,29 @@ from typing import Any
 
 from trainer.api import jobset_contract as jc
 from trainer.kube.client import another_client
-from trainer.kube.informer import Informer
-from trainer.kube.resources import JOBS, JOBSETS, PODS, SERVICES, TRAINJOBS
+from trainer.kube.informer import DELETED, Informer
+from trainer.kube.resources import (
+    DEPLOYMENTS,
+    ENDPOINT_SLICES,
+    JOBS,
+    JOBSETS,
+    PODS,
+    REPLICASETS,
+    SERVICES,
+    TRAINJOBS,
+)
 from trainer.kube.rest import APIError, Kube
 from trainer.local.executor.job import JobController
 from trainer.local.executor.jobset import JobSetController
 from trainer.local.executor.nodeconfig import NodeConfig
 from trainer.local.executor.simkubelet import stage_keys
 from trainer.local.executor.simulation import Simulation
+from trainer.local.executor.workloads import (
+    DeploymentController,
+    EndpointSliceController,
+    ReplicaSetController,
+)
+from trainer.machinery.labels import SERVICE_NAME
 from trainer.machinery.workqueue import Result, WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
@@ -79,6 +94,10 @@ class Executor:
         self.jobs = Informer(kube, JOBS)
         self.pods = Informer(kube, PODS)
         self.services = Informer(kube, SERVICES)
+        # The production install's kinds (docs/local-plane.md, "Workloads and Services").
+        self.deployments = Informer(kube, DEPLOYMENTS)
+        self.replicasets = Informer(kube, REPLICASETS)
+        self.slices = Informer(kube, ENDPOINT_SLICES)
         # Simulated stages may be chosen by a TrainJob's labels (docs/simulation.md): a slim
         # watch of TrainJobs, only with --simulate.
         self.trainjobs = (
@@ -95,8 +114,16 @@ class Executor:
             ready_timeout=ready_timeout,
         )
         self.job_controller = JobController(kube, self.jobs, self.pods)
+        self.deployment_controller = DeploymentController(kube, self.deployments, self.replicasets)
+        self.replicaset_controller = ReplicaSetController(kube, self.replicasets, self.pods)
+        self.endpoint_controller = EndpointSliceController(
+            kube, self.services, self.slices, self.pods
+        )
         self.jobset_queue = WorkQueue("jobset")
         self.job_queue = WorkQueue("job")
+        self.deployment_queue = WorkQueue("deployment")
+        self.replicaset_queue = WorkQueue("replicaset")
+        self.service_queue = WorkQueue("endpointslice")
         self.workdir, self.state_dir, self.on_log = workdir, state_dir, on_log
         self.run_kubelet = kubelet
         self.plane_ports, self.allow_exposed_ports = plane_ports, allow_exposed_ports
@@ -110,7 +137,27 @@ class Executor:
     @property
     def informers(self) -> tuple[Informer, ...]:
         extra = (self.trainjobs,) if self.trainjobs is not None else ()
-        return (self.jobsets, self.jobs, self.pods, self.services, *extra)
+        return (
+            self.jobsets,
+            self.jobs,
+            self.pods,
+            self.services,
+            self.deployments,
+            self.replicasets,
+            self.slices,
+            *extra,
+        )
+
+    @property
+    def queues(self) -> tuple[tuple[WorkQueue, Callable[[str, str], Awaitable[Any]]], ...]:
+        """Each work queue and the reconcile its workers call."""
+        return (
+            (self.job_queue, self.job_controller.reconcile),
+            (self.jobset_queue, self.jobset_controller.reconcile),
+            (self.deployment_queue, self.deployment_controller.reconcile),
+            (self.replicaset_queue, self.replicaset_controller.reconcile),
+            (self.service_queue, self.endpoint_controller.reconcile),
+        )
 
     def _wire(self) -> None:
         def on_jobset(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
@@ -125,14 +172,47 @@ class Executor:
             if owner:
                 self.jobset_queue.add(_key(meta.get("namespace", ""), owner))
 
-        def on_pod(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        def on_pod(_event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+            namespace = (obj.get("metadata") or {}).get("namespace", "")
             owner = _owner(obj, "Job")
             if owner:
-                self.job_queue.add(_key((obj.get("metadata") or {}).get("namespace", ""), owner))
+                self.job_queue.add(_key(namespace, owner))
+            owner = _owner(obj, "ReplicaSet")
+            if owner:
+                self.replicaset_queue.add(_key(namespace, owner))
+            for pod in (obj, old) if old is not None else (obj,):
+                for key in self.endpoint_controller.services_selecting(pod):
+                    self.service_queue.add(key)
+
+        def on_deployment(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+            meta = obj.get("metadata") or {}
+            self.deployment_queue.add(_key(meta.get("namespace", ""), meta.get("name", "")))
+
+        def on_replicaset(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+            meta = obj.get("metadata") or {}
+            self.replicaset_queue.add(_key(meta.get("namespace", ""), meta.get("name", "")))
+            owner = _owner(obj, "Deployment")
+            if owner:
+                self.deployment_queue.add(_key(meta.get("namespace", ""), owner))
+
+        def on_service(event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+            meta = obj.get("metadata") or {}
+            self.endpoint_controller.notice_service(obj, deleted=event == DELETED)
+            self.service_queue.add(_key(meta.get("namespace", ""), meta.get("name", "")))
+
+        def on_slice(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+            meta = obj.get("metadata") or {}
+            service = (meta.get("labels") or {}).get(SERVICE_NAME)
+            if service:
+                self.service_queue.add(_key(meta.get("namespace", ""), service))
 
         self.jobsets.add_handler(on_jobset)
         self.jobs.add_handler(on_job)
         self.pods.add_handler(on_pod)
+        self.deployments.add_handler(on_deployment)
+        self.replicasets.add_handler(on_replicaset)
+        self.services.add_handler(on_service)
+        self.slices.add_handler(on_slice)
 
     def _maybe_ttl(self, js: dict[str, Any]) -> None:
         ttl = (js.get("spec") or {}).get("ttlSecondsAfterFinished")
@@ -158,28 +238,13 @@ class Executor:
         self._wire()
         # The handlers are in place before the first lists: everything listed is queued.
         await asyncio.gather(*(informer.start() for informer in self.informers))
-        self._tasks.append(
-            asyncio.create_task(
-                run_workers(
-                    self.job_queue,
-                    self._reconciler(self.job_controller.reconcile),
-                    self.workers,
-                    logger=log,
-                ),
-                name="executor-jobs",
+        for queue, reconcile in self.queues:
+            self._tasks.append(
+                asyncio.create_task(
+                    run_workers(queue, self._reconciler(reconcile), self.workers, logger=log),
+                    name=f"executor-{queue.name}",
+                )
             )
-        )
-        self._tasks.append(
-            asyncio.create_task(
-                run_workers(
-                    self.jobset_queue,
-                    self._reconciler(self.jobset_controller.reconcile),
-                    self.workers,
-                    logger=log,
-                ),
-                name="executor-jobsets",
-            )
-        )
         simulation = self.simulation
         if self.run_kubelet and (simulation is None or simulation.with_host_node):
             from trainer.local.executor.kubelet import Kubelet  # noqa: PLC0415 - optional part
@@ -229,11 +294,23 @@ class Executor:
 
         return handle
 
+    async def dial(
+        self, namespace: str, name: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to a port of a pod this executor's kubelet runs (the local API server
+        calls a Service's webhook through it)."""
+        if self.kubelet is None:
+            raise OSError(f"no kubelet runs pod {namespace}/{name}")
+        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] = await self.kubelet.dial(
+            namespace, name, port
+        )
+        return connection
+
     async def stop(self) -> None:
         if self.kubelet is not None:
             await self.kubelet.stop()
-        self.job_queue.shutdown()
-        self.jobset_queue.shutdown()
+        for queue, _ in self.queues:
+            queue.shutdown()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

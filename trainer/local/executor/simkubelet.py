@@ -39,7 +39,7 @@ from trainer.kube import resources as r
 from trainer.kube.events import Recorder
 from trainer.kube.informer import DELETED, Informer
 from trainer.kube.rest import APIError, Kube
-from trainer.local.executor.api import TRANSIENT
+from trainer.local.executor.api import TRANSIENT, confirm_deletion
 from trainer.local.executor.node import (
     FIELD_MANAGER,
     LEASE_NAMESPACE,
@@ -371,6 +371,7 @@ class SimKubelet:
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._finalizing: set[str] = set()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -406,9 +407,14 @@ class SimKubelet:
             known.pod = obj
             if meta.get("deletionTimestamp") and known.run.exit_code is None:
                 self._kill(known, "", "")
+            if meta.get("deletionTimestamp"):
+                self._finalize(obj)
             return
         status = obj.get("status") or {}
-        if meta.get("deletionTimestamp") or status.get("phase") in TERMINAL:
+        if meta.get("deletionTimestamp"):
+            self._finalize(obj)
+            return
+        if status.get("phase") in TERMINAL:
             return
         stamp = now()
         run = Run(start_time=status.get("startTime") or stamp, started_at=stamp)
@@ -478,6 +484,29 @@ class SimKubelet:
         self._write(sim, event=("Normal", "Killing", "Stopping simulated containers"))
 
     # --- writes ---------------------------------------------------------------------------
+    def _finalize(self, pod: dict[str, Any]) -> None:
+        """A pod being deleted has stopped (a simulated one at once): delete it with a grace
+        period of 0, as a kubelet confirms a graceful deletion (once per pod)."""
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if uid in self._finalizing:
+            return
+        self._finalizing.add(uid)
+
+        async def delete() -> None:
+            try:
+                sim = self._pods.get(uid)
+                if sim is not None:
+                    async with sim.lock:  # after the pod's last status write
+                        pass
+                await confirm_deletion(self.kube, pod)
+            finally:
+                self._finalizing.discard(uid)
+
+        task = asyncio.get_running_loop().create_task(delete())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def _write(self, sim: SimPod, event: tuple[str, str, str] | None = None) -> None:
         """Patch the pod's status as it is now (in order per pod; best effort)."""
         status = sim_status(sim.pod, sim.run, now=now())

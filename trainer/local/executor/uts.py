@@ -18,6 +18,9 @@ first joins a pod sandbox's namespaces by those inherited descriptors (:func:`jo
 ``--cgroup FILE[,FILE]`` it first writes its pid into each ``cgroup.procs`` FILE, so that the
 command runs from its first instruction in the container's cgroups and under their memory and
 CPU limits (:mod:`~trainer.local.executor.cgroups`), and likewise refuses to run it outside.
+With ``--bind SOURCE TARGET`` (repeated) it bind-mounts SOURCE read-only on TARGET in its mount
+namespace: the pod's service-account directory at the standard path
+(:mod:`~trainer.local.executor.incluster`).
 
 - As root, plain ``unshare(CLONE_NEWUTS | CLONE_NEWNS)``.
 - As another user, a user namespace too (``CLONE_NEWUSER``) that maps the user to itself
@@ -35,6 +38,7 @@ Only the standard library is imported: the script runs with ``-I`` before every 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -57,6 +61,9 @@ CHECK = "--check"
 HOSTS = "--hosts"
 SANDBOX = "--sandbox"
 CGROUP = "--cgroup"
+BIND = "--bind"
+MS_REMOUNT = 0x20
+MS_RDONLY = 0x1
 
 
 def _write(path: str, text: str) -> None:
@@ -89,17 +96,30 @@ def join(fds: tuple[int, int]) -> None:
                 os.close(fd)
 
 
-def enter(hostname: str, hosts: str | None = None, sandbox: tuple[int, int] | None = None) -> str:
-    """Move this process into a new UTS namespace (and mount namespace with ``hosts``, and user
-    namespace unless root or already in a sandbox's) and set its hostname; with ``sandbox``
-    (see :func:`join`) into a sandbox's network namespace first. Raises OSError when the
-    kernel refuses the namespaces; returns why ``hosts`` could not be mounted, or ``""``."""
+def enter(
+    hostname: str,
+    hosts: str | None = None,
+    sandbox: tuple[int, int] | None = None,
+    binds: tuple[tuple[str, str], ...] = (),
+) -> str:
+    """Move this process into a new UTS namespace (and mount namespace with ``hosts`` or
+    ``binds``, and user namespace unless root or already in a sandbox's) and set its
+    hostname; with ``sandbox`` (see :func:`join`) into a sandbox's network namespace first;
+    ``binds`` (source, target) are bind-mounted read-only. Raises OSError when the kernel
+    refuses the namespaces; returns why a mount could not be made, or ``""``."""
     libc = ctypes.CDLL(None, use_errno=True)
     uid, gid = os.getuid(), os.getgid()
     own_userns = uid != 0 and sandbox is None
     if sandbox is not None:
         join(sandbox)
-    flags = CLONE_NEWUTS | (CLONE_NEWNS if hosts else 0) | (CLONE_NEWUSER if own_userns else 0)
+    # The mount point of a bind (the service-account path) is made on the host's filesystem
+    # when it is missing and this is root, as a container runtime makes it in the image.
+    for _, target in binds:
+        if uid == 0 and not os.path.isdir(target):
+            with contextlib.suppress(OSError):
+                os.makedirs(target, 0o755, exist_ok=True)
+    mounts = bool(hosts or binds)
+    flags = CLONE_NEWUTS | (CLONE_NEWNS if mounts else 0) | (CLONE_NEWUSER if own_userns else 0)
     if libc.unshare(flags) != 0:
         raise _errno_error("unshare")
     if own_userns:
@@ -107,13 +127,21 @@ def enter(hostname: str, hosts: str | None = None, sandbox: tuple[int, int] | No
         _write("/proc/self/uid_map", f"{uid} {uid} 1")
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
     socket.sethostname(hostname)
-    if not hosts:
+    if not mounts:
         return ""
     if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return str(_errno_error("making mounts private"))
-    if libc.mount(hosts.encode(), ETC_HOSTS.encode(), None, MS_BIND, None) != 0:
-        return str(_errno_error(f"bind-mounting {hosts} on {ETC_HOSTS}"))
-    return ""
+    problems = []
+    if hosts and libc.mount(hosts.encode(), ETC_HOSTS.encode(), None, MS_BIND, None) != 0:
+        problems.append(str(_errno_error(f"bind-mounting {hosts} on {ETC_HOSTS}")))
+    for source, target in binds:
+        if not os.path.isdir(target):
+            problems.append(f"cannot mount {target}: it does not exist on this host")
+        elif libc.mount(source.encode(), target.encode(), None, MS_BIND, None) != 0:
+            problems.append(str(_errno_error(f"bind-mounting {source} on {target}")))
+        elif libc.mount(None, target.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY, None) != 0:
+            problems.append(str(_errno_error(f"making {target} read-only")))
+    return "; ".join(problems)
 
 
 def join_cgroups(procs: Iterable[str]) -> None:
@@ -145,6 +173,7 @@ def command(
     hosts: str | None = None,
     sandbox: tuple[int, int] | None = None,
     cgroups: Iterable[str] = (),
+    binds: Iterable[tuple[str, str]] = (),
 ) -> tuple[str, list[str]]:
     """The executable and argv that run ``argv`` (whose program is ``executable``) with the
     pod's ``hostname`` (and ``/etc/hosts`` from the file ``hosts``), in the sandbox whose
@@ -156,6 +185,8 @@ def command(
     procs = list(cgroups)
     if procs:
         extra += [CGROUP, ",".join(procs)]
+    for source, target in binds:
+        extra += [BIND, source, target]
     return sys.executable, [sys.executable, "-I", SCRIPT, hostname, *extra, "--", executable, *argv]
 
 
@@ -196,6 +227,10 @@ def main(args: list[str]) -> int:
     procs: list[str] = []
     if len(rest) >= 2 and rest[0] == CGROUP:
         procs, rest = rest[1].split(","), rest[2:]
+    binds: list[tuple[str, str]] = []
+    while len(rest) >= 3 and rest[0] == BIND:
+        binds.append((rest[1], rest[2]))
+        rest = rest[3:]
     if hostname and rest == [CHECK]:
         try:
             problem = enter(hostname, hosts)
@@ -209,7 +244,7 @@ def main(args: list[str]) -> int:
     if not hostname or len(rest) < 3 or rest[0] != "--":
         print(
             "usage: uts.py HOSTNAME [--hosts FILE] [--sandbox USERNS_FD,NETNS_FD] "
-            "[--cgroup FILE[,FILE]] -- EXECUTABLE ARGV0 [ARGS...]",
+            "[--cgroup FILE[,FILE]] [--bind SOURCE TARGET]... -- EXECUTABLE ARGV0 [ARGS...]",
             file=sys.stderr,
         )
         return 2
@@ -220,7 +255,7 @@ def main(args: list[str]) -> int:
         print(f"[local kubelet] cannot enter the container's cgroup: {exc}", file=sys.stderr)
         return 126
     try:
-        problem = enter(hostname, hosts, sandbox)
+        problem = enter(hostname, hosts, sandbox, tuple(binds))
     except OSError as exc:
         if sandbox is not None:  # never run a pod outside the sandbox it was given
             print(f"[local kubelet] cannot enter the pod's sandbox: {exc}", file=sys.stderr)

@@ -23,7 +23,8 @@ import jsonpatch
 
 from trainer.api import jobset_contract as jsc
 from trainer.local.apiserver import builtin, jobset_webhook, metadata
-from trainer.local.apiserver.core import crd, rules
+from trainer.local.apiserver.core import crd, rules, services
+from trainer.local.apiserver.core.services import PodPort
 from trainer.local.apiserver.errors import APIError, bad_request, invalid
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import parse_label_selector
@@ -44,6 +45,19 @@ class WebhookTransport(Protocol):
     async def post(
         self, url: str, ca_bundle: str, body: bytes, timeout: float
     ) -> tuple[int, bytes]: ...
+
+    async def post_to_pod(
+        self,
+        endpoint: PodPort,
+        url: str,
+        server_name: str,
+        ca_bundle: str,
+        body: bytes,
+        timeout: float,
+    ) -> tuple[int, bytes]:
+        """As :meth:`post`, to ``url`` of a Service, sent to one of its pods (``endpoint``)
+        with TLS for ``server_name``."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -319,6 +333,33 @@ class Admission:
                 return False
         return True
 
+    async def _send(self, client: dict[str, Any], body: bytes, timeout: float) -> tuple[int, bytes]:
+        """POST the review to ``clientConfig.url``, or to a ready pod of
+        ``clientConfig.service`` (:mod:`~trainer.local.apiserver.core.services`)."""
+        ca_bundle = client.get("caBundle", "")
+        url = client.get("url")
+        if url:
+            return await self.transport.post(url, ca_bundle, body, timeout)
+        ref = client.get("service") or {}
+        url, server_name = services.service_url(ref)
+        endpoints = services.ready_endpoints(
+            self.store,
+            str(ref.get("namespace", "")),
+            str(ref.get("name", "")),
+            int(ref.get("port") or 443),
+        )
+        if not endpoints:
+            raise RuntimeError(
+                f'failed to call webhook: Post "{url}": no endpoints available for service '
+                f'"{ref.get("name", "")}"'
+            )
+        try:
+            return await self.transport.post_to_pod(
+                services.pick(endpoints), url, server_name, ca_bundle, body, timeout
+            )
+        except WebhookCallError as exc:
+            raise RuntimeError(f'failed to call webhook: Post "{url}": {exc}') from None
+
     async def _call(
         self,
         hook: dict[str, Any],
@@ -362,15 +403,7 @@ class Admission:
             "request": request,
         }
         try:
-            url = client.get("url")
-            if not url:
-                raise RuntimeError(
-                    "service references are not reachable from the local API server; "
-                    "register the webhook with clientConfig.url"
-                )
-            status, raw = await self.transport.post(
-                url, client.get("caBundle", ""), encode_review(review), timeout
-            )
+            status, raw = await self._send(client, encode_review(review), timeout)
             if status != 200:
                 raise RuntimeError(http_error(status, raw))
             body = json.loads(raw) if raw.strip() else None

@@ -334,3 +334,23 @@ def bound_pod(old: dict[str, Any], binding: Any, now: str) -> dict[str, Any]:
     )
     status["conditions"] = conditions
     return new
+
+
+DEFAULT_TERMINATION_GRACE = 30
+"""A pod's ``terminationGracePeriodSeconds`` when unset."""
+
+
+def pod_grace(pod: dict[str, Any], requested: int | None, *, has_node: bool) -> int:
+    """How long a deleted pod is kept for its kubelet to stop it (the pod strategy's
+    ``CheckGracefulDelete``): DeleteOptions' ``gracePeriodSeconds``, else the pod's
+    ``terminationGracePeriodSeconds`` (30); 0, deleted at once, when the pod is not bound to
+    a node, has finished, or names a node that does not exist (no kubelet can confirm it: the
+    pod garbage collector's case); a negative request counts as 1."""
+    spec = pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    if not spec.get("nodeName") or not has_node or phase in ("Succeeded", "Failed"):
+        return 0
+    if requested is None:
+        value = spec.get("terminationGracePeriodSeconds")
+        requested = DEFAULT_TERMINATION_GRACE if value is None else int(value)
+    return 1 if requested < 0 else requested

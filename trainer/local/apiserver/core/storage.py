@@ -15,6 +15,7 @@ way are pure functions in :mod:`.rules`.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import secrets
 import uuid
 from typing import Any
@@ -40,9 +41,13 @@ from trainer.local.apiserver.resources import ResourceType, served, served_copy
 from trainer.local.apiserver.selectors import matcher
 from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.apiserver.store import Event, Store
+from trainer.machinery.times import format_time
 
 PATCH_RETRIES = 5
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
 
 
 class Storage:
@@ -65,6 +70,7 @@ class Storage:
         self.gc = gc.GarbageCollector(self)
         self.state_file = state_file
         self.persistence: Persistence | None = None
+        self.root_ca_pem = ""
         self._bootstrap(reset_damaged_state)
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -480,14 +486,23 @@ class Storage:
         policy: str | None = None,
         preconditions: dict[str, Any] | None = None,
         dry_run: bool = False,
+        grace: int | None = None,
     ) -> dict[str, Any]:
-        """Delete now, or mark deleted while finalizers (the policy's included) remain."""
+        """Delete now, or mark deleted while finalizers (the policy's included) remain, or
+        while a running pod's kubelet stops it (``grace``: DeleteOptions'
+        ``gracePeriodSeconds``; :func:`rules.pod_grace`)."""
         old = self.get_or_404(rt, namespace, name)
         meta = old["metadata"]
         rules.check_preconditions(rt, name, meta, preconditions or {})
         await self.admission.admit_delete(rt, old, dry_run=dry_run)
         if dry_run:
             return served_copy(rt, old)
+        if rt.key == ("", "pods"):
+            node = str((old.get("spec") or {}).get("nodeName") or "")
+            has_node = bool(node) and self.store.get(("", "nodes"), "", node) is not None
+            period = rules.pod_grace(old, grace, has_node=has_node)
+            if period > 0:
+                return self._delete_gracefully(rt, old, period)
         policy = policy or ("Foreground" if rt.kind == "Namespace" else "Background")
         finalizers = rules.deletion_finalizers(rt, policy, meta.get("finalizers") or [])
         if rt.kind == "Namespace" or finalizers:
@@ -504,6 +519,24 @@ class Storage:
             return served_copy(rt, new)
         self.remove(rt, old)
         return served_copy(rt, old)
+
+    def _delete_gracefully(
+        self, rt: ResourceType, old: dict[str, Any], period: int
+    ) -> dict[str, Any]:
+        """Mark a running pod for deletion in ``period`` seconds, as kube-apiserver does: its
+        kubelet stops the containers and then deletes it with a grace period of 0. A later
+        delete may shorten the period, never lengthen it."""
+        meta = old["metadata"]
+        current = meta.get("deletionGracePeriodSeconds")
+        if meta.get("deletionTimestamp") and current is not None and int(current) <= period:
+            return served_copy(rt, old)
+        new = copy.deepcopy(old)
+        when = self.hooks.clock.now() + dt.timedelta(seconds=period)
+        new["metadata"]["deletionTimestamp"] = format_time(when)
+        new["metadata"]["deletionGracePeriodSeconds"] = period
+        self.store.put(rt.key, new, old)
+        self._after_write(rt, new, old)
+        return served_copy(rt, new)
 
     async def delete_collection(
         self,
@@ -542,6 +575,7 @@ class Storage:
             crd.on_crd_write(self.registry, self.store, self.now(), obj)
         if rt.key == ("", "namespaces") and old is None:
             self._default_service_account(obj["metadata"]["name"])
+            self._root_ca(obj["metadata"]["name"])
         self.gc.notice(rt, obj)
 
     def _default_service_account(self, namespace: str) -> None:
@@ -551,6 +585,30 @@ class Storage:
             self.create_direct(
                 "v1", "ServiceAccount", {"metadata": {"name": "default", "namespace": namespace}}
             )
+
+    def publish_root_ca(self, ca_pem: str) -> None:
+        """Every namespace gets ConfigMap ``kube-root-ca.crt`` (key ``ca.crt``: the CA that
+        signed this server's certificate), as kube-controller-manager's root CA publisher
+        writes it: how in-cluster clients verify the API server (docs/local-plane.md,
+        "In-cluster configuration"). Rewritten at every start (the CA is new each time)."""
+        self.root_ca_pem = ca_pem
+        for ns in list(self.store.items(("", "namespaces"))):
+            self._root_ca(ns["metadata"]["name"])
+
+    def _root_ca(self, namespace: str) -> None:
+        ca = self.root_ca_pem
+        if not ca:
+            return
+        current = self.store.get(("", "configmaps"), namespace, ROOT_CA_CONFIG_MAP)
+        if current is not None and (current.get("data") or {}).get("ca.crt") == ca:
+            return
+        if current is None:
+            body = {"metadata": {"name": ROOT_CA_CONFIG_MAP, "namespace": namespace}}
+            self.create_direct("v1", "ConfigMap", {**body, "data": {"ca.crt": ca}})
+            return
+        updated = copy.deepcopy(current)
+        updated["data"] = {"ca.crt": ca}
+        self.store.put(("", "configmaps"), updated, current)
 
     def _after_delete(self, rt: ResourceType, ev: Event) -> None:
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":

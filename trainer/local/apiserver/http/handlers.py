@@ -185,6 +185,7 @@ async def delete(c: Call) -> web.StreamResponse:
         policy=options["propagationPolicy"],
         preconditions=options.get("preconditions") or {},
         dry_run=c.write_options().dry_run or "All" in (options.get("dryRun") or []),
+        grace=options.get("gracePeriodSeconds"),
     )
     return json_response(result)
 
