@@ -23,6 +23,7 @@ import re
 import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +223,20 @@ async def install_and_train(plane: Plane) -> None:
     assert code != 0
     assert 'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request' in out
     assert 'clustertrainingruntimes.trainer.kubeflow.org "missing" not found' in out
+    runtimes, status = await asyncio.to_thread(sdk_view, plane.kubeconfig, "first")
+    assert "rehearsal" in runtimes and status == "Complete"
+
+
+def sdk_view(kubeconfig: Path, job: str) -> tuple[list[str], str]:
+    """What the Kubeflow SDK's TrainerClient sees of the install: runtimes and a job's status."""
+    pytest.importorskip("kubeflow", reason="needs the Kubeflow SDK (installed by .[dev])")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # kubeflow 0.5's pydantic models
+        from kubeflow.common.types import KubernetesBackendConfig  # noqa: PLC0415
+        from kubeflow.trainer import TrainerClient  # noqa: PLC0415
+
+    client = TrainerClient(KubernetesBackendConfig(config_file=str(kubeconfig)))
+    return [r.name for r in client.list_runtimes()], str(client.get_job(job).status)
 
 
 async def fail_over(plane: Plane) -> None:

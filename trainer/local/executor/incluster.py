@@ -65,6 +65,10 @@ def with_api_access(pod: Mapping[str, Any]) -> dict[str, Any]:
                         "configMap": {
                             "name": "kube-root-ca.crt",
                             "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                            # Optional here (not on a cluster, whose root CA publisher always
+                            # made it): a kubelet run beside an API server that publishes
+                            # none still starts pods, whose in-cluster clients then lack ca.crt.
+                            "optional": True,
                         }
                     },
                     {
