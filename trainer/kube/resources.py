@@ -39,6 +39,17 @@ JOBS = GVR("batch", "v1", "jobs", True, "Job")
 SERVICES = GVR("", "v1", "services", True, "Service")
 NODES = GVR("", "v1", "nodes", False, "Node")
 SERVICE_ACCOUNTS = GVR("", "v1", "serviceaccounts", True, "ServiceAccount")
+# Its disruption controller keeps PodDisruptionBudgets' status, reading the scale of the
+# workloads their pods belong to:
+POD_DISRUPTION_BUDGETS = GVR("policy", "v1", "poddisruptionbudgets", True, "PodDisruptionBudget")
+SCALED_WORKLOADS: dict[tuple[str, str], GVR] = {
+    ("", "ReplicationController"): GVR(
+        "", "v1", "replicationcontrollers", True, "ReplicationController"
+    ),
+    ("apps", "ReplicaSet"): GVR("apps", "v1", "replicasets", True, "ReplicaSet"),
+    ("apps", "Deployment"): GVR("apps", "v1", "deployments", True, "Deployment"),
+    ("apps", "StatefulSet"): GVR("apps", "v1", "statefulsets", True, "StatefulSet"),
+}
 CRDS = GVR(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
 )

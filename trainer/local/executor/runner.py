@@ -1,9 +1,10 @@
-"""The executor: watch caches, the JobSet and Job controllers and the kubelet, on the same
-plumbing as the controller: one REST client (:class:`~trainer.kube.rest.Kube`), watch caches
-(:class:`~trainer.kube.informer.Informer`) and work queues
-(:class:`~trainer.machinery.workqueue.WorkQueue`). A change to a Pod queues its Job, a change
-to a Job its JobSet; a reconcile that fails is retried with per-key exponential back-off, as
-the controller's are, and a deadline comes back through ``add_after``."""
+"""The executor: watch caches, the JobSet, Job and disruption controllers and the kubelet, on
+the same plumbing as the controller: one REST client (:class:`~trainer.kube.rest.Kube`), watch
+caches (:class:`~trainer.kube.informer.Informer`) and work queues
+(:class:`~trainer.machinery.workqueue.WorkQueue`). A change to a Pod queues its Job and the
+PodDisruptionBudgets that cover it, a change to a Job its JobSet; a reconcile that fails is
+retried with per-key exponential back-off, as the controller's are, and a deadline comes back
+through ``add_after``."""
 
 from __future__ import annotations
 
@@ -16,8 +17,16 @@ from typing import Any
 from trainer.api import jobset_contract as jc
 from trainer.kube.client import another_client
 from trainer.kube.informer import Informer
-from trainer.kube.resources import JOBS, JOBSETS, PODS, SERVICES, TRAINJOBS
+from trainer.kube.resources import (
+    JOBS,
+    JOBSETS,
+    POD_DISRUPTION_BUDGETS,
+    PODS,
+    SERVICES,
+    TRAINJOBS,
+)
 from trainer.kube.rest import APIError, Kube
+from trainer.local.executor.disruption import DisruptionController, budgets_for_pod
 from trainer.local.executor.job import JobController
 from trainer.local.executor.jobset import JobSetController
 from trainer.local.executor.nodeconfig import NodeConfig
@@ -79,6 +88,7 @@ class Executor:
         self.jobs = Informer(kube, JOBS)
         self.pods = Informer(kube, PODS)
         self.services = Informer(kube, SERVICES)
+        self.budgets = Informer(kube, POD_DISRUPTION_BUDGETS)
         # Simulated stages may be chosen by a TrainJob's labels (docs/simulation.md): a slim
         # watch of TrainJobs, only with --simulate.
         self.trainjobs = (
@@ -97,6 +107,8 @@ class Executor:
         self.job_controller = JobController(kube, self.jobs, self.pods)
         self.jobset_queue = WorkQueue("jobset")
         self.job_queue = WorkQueue("job")
+        self.disruption_controller = DisruptionController(kube, self.budgets, self.pods)
+        self.disruption_queue = WorkQueue("disruption")
         self.workdir, self.state_dir, self.on_log = workdir, state_dir, on_log
         self.run_kubelet = kubelet
         self.plane_ports, self.allow_exposed_ports = plane_ports, allow_exposed_ports
@@ -110,7 +122,7 @@ class Executor:
     @property
     def informers(self) -> tuple[Informer, ...]:
         extra = (self.trainjobs,) if self.trainjobs is not None else ()
-        return (self.jobsets, self.jobs, self.pods, self.services, *extra)
+        return (self.jobsets, self.jobs, self.pods, self.services, self.budgets, *extra)
 
     def _wire(self) -> None:
         def on_jobset(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
@@ -129,10 +141,17 @@ class Executor:
             owner = _owner(obj, "Job")
             if owner:
                 self.job_queue.add(_key((obj.get("metadata") or {}).get("namespace", ""), owner))
+            for budget in budgets_for_pod(self.budgets, obj):
+                self.disruption_queue.add(budget)
+
+        def on_budget(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+            meta = obj.get("metadata") or {}
+            self.disruption_queue.add(_key(meta.get("namespace", ""), meta.get("name", "")))
 
         self.jobsets.add_handler(on_jobset)
         self.jobs.add_handler(on_job)
         self.pods.add_handler(on_pod)
+        self.budgets.add_handler(on_budget)
 
     def _maybe_ttl(self, js: dict[str, Any]) -> None:
         ttl = (js.get("spec") or {}).get("ttlSecondsAfterFinished")
@@ -178,6 +197,17 @@ class Executor:
                     logger=log,
                 ),
                 name="executor-jobsets",
+            )
+        )
+        self._tasks.append(
+            asyncio.create_task(
+                run_workers(
+                    self.disruption_queue,
+                    self._reconciler(self.disruption_controller.reconcile),
+                    self.workers,
+                    logger=log,
+                ),
+                name="executor-disruption",
             )
         )
         simulation = self.simulation
@@ -234,6 +264,7 @@ class Executor:
             await self.kubelet.stop()
         self.job_queue.shutdown()
         self.jobset_queue.shutdown()
+        self.disruption_queue.shutdown()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
