@@ -470,3 +470,50 @@ async def test_rbac_is_create_on_pods_eviction(bare: Env) -> None:
         async with session.post(path, json=body, headers={"Impersonate-User": "alice"}) as resp:
             assert resp.status == 201
     assert bare.pod("a") is None
+
+
+async def test_the_controller_says_why_a_budget_cannot_be_computed(env: Env) -> None:
+    """A percentage over a Job's pods (no scale subresource): SyncFailed, as upstream."""
+    await running_pod(env, "worker", app="train")
+    await env.plane.kube.patch(
+        r.PODS,
+        NS,
+        "worker",
+        {
+            "metadata": {
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": "train",
+                        "uid": "job-uid",
+                        "controller": True,
+                    }
+                ]
+            }
+        },
+    )
+    await make_budget(env, "train", minAvailable="50%", selector={"matchLabels": {"app": "train"}})
+
+    def failed() -> Any:
+        status = (env.budget("train").get("status")) or {}
+        return [c for c in status.get("conditions") or [] if c.get("reason") == "SyncFailed"]
+
+    [condition] = await env.plane.until(failed, what="SyncFailed")
+    assert condition["message"] == "jobs.batch does not implement the scale subresource"
+    assert env.budget("train")["status"]["disruptionsAllowed"] == 0
+
+    def warned() -> Any:
+        return [
+            (e["involvedObject"]["kind"], e["source"]["component"], e["message"])
+            for e in env.plane.server.storage.objects("v1", "events", NS)
+            if e["reason"] == "CalculateExpectedPodCountFailed"
+        ]
+
+    events = await env.plane.until(warned, what="a Warning")
+    assert events[0] == (
+        "PodDisruptionBudget",
+        "controllermanager",
+        "Failed to calculate the number of expected pods: jobs.batch does not implement the "
+        "scale subresource",
+    )

@@ -99,7 +99,8 @@ class DisruptionController:
             dt.datetime.now(dt.UTC),
         )
         for obj, type_, reason, message in outcome.events:
-            self.events.emit(dict(obj), type_, reason, message)
+            # The budget is served with its kind; a pod from the cache may lack it.
+            self.events.emit({"apiVersion": "v1", "kind": "Pod", **obj}, type_, reason, message)
         if outcome.status is not None:
             body = {**_served(pdb), "status": outcome.status}
             try:
