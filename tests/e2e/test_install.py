@@ -187,6 +187,8 @@ async def stop(plane: Plane) -> None:
 async def test_the_standalone_install_runs_fails_over_and_rotates_its_certificate(
     tmp_path: Path,
 ) -> None:
+    in_cluster_marker = Path("/var/run/secrets/kubernetes.io")
+    existed = in_cluster_marker.exists()
     plane = await start(tmp_path)
     try:
         await install_and_train(plane)
@@ -195,6 +197,9 @@ async def test_the_standalone_install_runs_fails_over_and_rotates_its_certificat
         refused = [line for line in plane.controller_lines() if FORBIDDEN.search(line)]
         assert not refused, "the controller was refused by RBAC:\n" + "".join(refused[:5])
         assert plane.controller_lines(), "no controller output was seen"
+        # The pods' token was at the standard path in their mount namespaces only: this host
+        # still looks like no pod to the programs run on it.
+        assert in_cluster_marker.exists() == existed
     finally:
         await stop(plane)
 

@@ -1,7 +1,11 @@
-"""A ``metav1.LabelSelector`` (``matchLabels`` and ``matchExpressions``) matched against an
-object's labels, as ``metav1.LabelSelectorAsSelector`` does: every requirement must hold; an
-empty selector matches everything and a missing one (None) nothing, as a Deployment's,
-ReplicaSet's, Service's or PodDisruptionBudget's controller reads them."""
+"""``metav1.LabelSelector`` matching, as ``metav1.LabelSelectorAsSelector`` reads a selector
+(k8s.io/apimachinery/pkg/apis/meta/v1/helpers.go): ``matchLabels`` and ``matchExpressions``
+ANDed; a missing (None) selector matches nothing and an empty one everything. A selector
+LabelSelectorAsSelector refuses (an unknown operator, ``In`` without values, ``Exists`` with
+some) raises :class:`SelectorError` with its message, so each caller decides what a broken
+selector means (the eviction subresource skips the budget, the disruption controller reports
+it).
+"""
 
 from __future__ import annotations
 
@@ -14,29 +18,42 @@ ENDPOINTSLICE_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
 ENDPOINTSLICE_CONTROLLER = "endpointslice-controller.k8s.io"
 
 
-def _expression(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, op = str(expr.get("key") or ""), str(expr.get("operator") or "")
-    values = [str(v) for v in expr.get("values") or []]
-    have = labels.get(key)
-    if op == "In":
-        return have is not None and have in values
-    if op == "NotIn":
-        return have is None or have not in values
-    if op == "Exists":
-        return have is not None
-    if op == "DoesNotExist":
-        return have is None
-    return False  # an operator the API would have refused
+class SelectorError(ValueError):
+    """A label selector that LabelSelectorAsSelector refuses."""
 
 
-def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """Whether ``labels`` satisfy ``selector`` (None: nothing; ``{}``: everything)."""
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, Any]) -> bool:
+    """Whether ``labels`` satisfy ``selector``; :class:`SelectorError` for a broken one."""
     if selector is None:
         return False
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(str(key)) != str(value):
-            return False
-    return all(_expression(e, labels) for e in selector.get("matchExpressions") or [])
+    if not isinstance(selector, Mapping):
+        raise SelectorError("a label selector must be an object")
+    match = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    ok = all(labels.get(key) == value for key, value in match.items())
+    for expr in expressions:
+        ok = _expression(expr, labels) and ok  # every expression is checked for errors
+    return ok
+
+
+def _expression(expr: Any, labels: Mapping[str, Any]) -> bool:
+    if not isinstance(expr, Mapping):
+        raise SelectorError("a label selector requirement must be an object")
+    key = str(expr.get("key") or "")
+    op = str(expr.get("operator") or "")
+    values = [str(v) for v in expr.get("values") or []]
+    if op in ("In", "NotIn"):
+        if not values:
+            raise SelectorError("for 'in', 'notin' operators, values set can't be empty")
+        present = key in labels
+        if op == "In":
+            return present and labels[key] in values
+        return not present or labels[key] not in values
+    if op in ("Exists", "DoesNotExist"):
+        if values:
+            raise SelectorError("values set must be empty for exists and does not exist")
+        return (key in labels) == (op == "Exists")
+    raise SelectorError(f'"{op}" is not a valid label selector operator')
 
 
 def map_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:

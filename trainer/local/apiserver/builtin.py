@@ -76,6 +76,7 @@ def builtin_types() -> list[ResourceType]:
             status=True,
             log=True,
             binding=True,
+            eviction=True,
             categories=("all",),
         ),
         rt("", "v1", "Node", "nodes", False, short_names=("no",), status=True),

@@ -41,9 +41,12 @@ class ResourceType:
     verbs: tuple[str, ...] = ALL_VERBS
     """What discovery says the resource supports (``create`` only for a review)."""
     token: bool = False
+    """Has a ``/token`` subresource (service accounts: TokenRequest)."""
     binding: bool = False
     """Has a ``/binding`` subresource (pods: a scheduler assigns a pod to a node)."""
-    """Has a ``/token`` subresource (service accounts: TokenRequest)."""
+    eviction: bool = False
+    """Has an ``/eviction`` subresource (pods: a voluntary eviction under the pod's
+    PodDisruptionBudget)."""
     rule_memo: RuleMemo | None = field(default=None, repr=False, compare=False)
     """CEL rule outcomes for ``schema`` (a CRD version's own; dropped with it)."""
 
@@ -107,6 +110,18 @@ class ResourceType:
                     "singularName": "",
                     "namespaced": self.namespaced,
                     "kind": "Binding",
+                    "verbs": ["create"],
+                }
+            )
+        if self.eviction:
+            out.append(
+                {
+                    "name": f"{self.plural}/eviction",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "group": "policy",
+                    "version": "v1",
+                    "kind": "Eviction",
                     "verbs": ["create"],
                 }
             )

@@ -10,7 +10,9 @@ this host allows one (:mod:`~trainer.local.executor.cgroups`): its process enter
 the command runs, and the cgroup is removed (whatever is left in it killed) once the process
 has exited; a process the kernel killed there for its memory makes the state ``OOMKilled``.
 A container that cannot run on this host (no command, an executable that is not here) fails
-the pod at once: no retry makes it appear.
+the pod at once: no retry makes it appear. A container killed for failing its liveness probe
+(:mod:`~trainer.local.executor.probes`) restarts unless the pod's restartPolicy is Never,
+whatever its exit code, as the kubelet restarts it.
 
 The decisions are pure functions (:func:`should_restart`, :func:`terminated_state`) so that
 they read, and are tested, apart from the processes.
@@ -39,7 +41,7 @@ from trainer.local.executor.podhost import (
     host_env_path,
     killpg,
 )
-from trainer.local.executor.probes import run_probes
+from trainer.local.executor.probes import restarts_after_kill, run_probes
 from trainer.local.executor.ssh import host_names
 from trainer.local.executor.volumes import pod_dir
 from trainer.machinery.times import now
@@ -51,12 +53,17 @@ BACKOFF_RESET_AFTER = 60.0
 CANNOT_RUN_EXIT = 127
 
 
-def should_restart(*, code: int, policy: str, init: bool, sidecar: bool) -> bool:
-    """Whether a container that exited with ``code`` is started again: a sidecar always; an
-    init container after a failure unless the policy is Never; a regular container under
-    Always, or OnFailure after a failure."""
+def should_restart(
+    *, code: int, policy: str, init: bool, sidecar: bool, killed_by_probe: bool = False
+) -> bool:
+    """Whether a container that exited with ``code`` is started again: a sidecar always; one
+    the kubelet killed for its liveness probe unless the policy is Never, whatever its exit
+    code; an init container after a failure unless the policy is Never; a regular container
+    under Always, or OnFailure after a failure."""
     if sidecar:
         return True
+    if killed_by_probe:
+        return restarts_after_kill(policy, sidecar=sidecar)
     if init:
         return code != 0 and policy != "Never"
     return policy == "Always" or (policy == "OnFailure" and code != 0)
@@ -107,7 +114,13 @@ async def run_container(pod: RunningPod, c: Container) -> bool:
             return False
         if pod.terminating.is_set() or c.stop_requested:
             return code == 0
-        if not should_restart(code=code, policy=pod.policy, init=c.init, sidecar=c.sidecar):
+        if not should_restart(
+            code=code,
+            policy=pod.policy,
+            init=c.init,
+            sidecar=c.sidecar,
+            killed_by_probe=c.killed_by_probe,
+        ):
             return code == 0
         if loop.time() - began > BACKOFF_RESET_AFTER:
             backoff = BACKOFF_START
@@ -281,6 +294,7 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
         except OSError as exc:
             log.warning("pod %s: container %s runs without its limits: %s", pod.key, c.name, exc)
     c.proc = proc
+    c.killed_by_probe = False
     host.track_group(proc.pid)
     pod.event(NORMAL, "Started", f"Started container {c.name} (host process {proc.pid})")
     if pod.terminating.is_set() or c.stop_requested:
@@ -298,11 +312,8 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
     loop = asyncio.get_running_loop()
     sink = pod.sinks[c.name]
     reader = loop.create_task(output.read_into(sink))
-    probes = (
-        loop.create_task(run_probes(pod, c))
-        if has_startup or c.spec.get("readinessProbe")
-        else None
-    )
+    probed = has_startup or c.spec.get("readinessProbe") or c.spec.get("livenessProbe")
+    probes = loop.create_task(run_probes(pod, c, loop.time())) if probed else None
     await pod.sync_status()
     returncode: int | None = None
     oom_killed = False

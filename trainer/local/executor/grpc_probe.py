@@ -41,8 +41,15 @@ def grpc_modules() -> tuple[ModuleType, ModuleType, ModuleType] | None:
 
 
 def check_health(target: str, service: str, timeout: float) -> bool:
+    """One Health/Check call to ``target``; True when SERVING (:func:`probe_health`)."""
+    return probe_health(target, service, timeout)[0]
+
+
+def probe_health(target: str, service: str, timeout: float, address: str = "") -> tuple[bool, str]:
     """One Health/Check call to ``target`` (``127.0.0.1:PORT``, or ``unix:PATH`` into a pod's
-    network sandbox); True when SERVING. Raises ImportError when grpcio is not installed."""
+    network sandbox): whether it answered SERVING, and what the kubelet's gRPC prober says
+    (``address`` is the one it names, ``target`` by default). Raises ImportError when grpcio
+    is not installed."""
     modules = grpc_modules()
     if modules is None:
         raise ImportError(MISSING_GRPC)
@@ -52,11 +59,39 @@ def check_health(target: str, service: str, timeout: float) -> bool:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
-        except grpc.RpcError:
-            return False
-    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+        except grpc.RpcError as exc:
+            return False, _rpc_failure(grpc, exc, address or target, timeout)
+    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+        return True, "service healthy"
+    name = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    return False, f'service unhealthy (responded with "{name}")'
 
 
-async def grpc_check(target: str, service: str, timeout: float) -> bool:
-    """:func:`check_health` off the event loop."""
-    return await asyncio.to_thread(check_health, target, service, timeout)
+def _rpc_failure(grpc: ModuleType, exc: Any, address: str, timeout: float) -> str:
+    """The kubelet's words for a failed call (pkg/probe/grpc/grpc.go): a server it could not
+    reach within the timeout (its dial blocks until then), one without the health service, a
+    call over time, or the RPC error."""
+    code = exc.code() if callable(getattr(exc, "code", None)) else None
+    details = exc.details() if callable(getattr(exc, "details", None)) else str(exc)
+    within = f"{timeout:g}s"
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return (
+            f'timeout: failed to connect service "{address}" within {within}: context '
+            "deadline exceeded"
+        )
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return (
+            "error: this server does not implement the grpc health protocol "
+            f"(grpc.health.v1.Health): {details}"
+        )
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"timeout: health rpc did not complete within {within}"
+    name = code.name.title().replace("_", "") if code is not None else "Unknown"
+    return f"error: health rpc probe failed: rpc error: code = {name} desc = {details}"
+
+
+async def grpc_check(
+    target: str, service: str, timeout: float, address: str = ""
+) -> tuple[bool, str]:
+    """:func:`probe_health` off the event loop."""
+    return await asyncio.to_thread(probe_health, target, service, timeout, address)

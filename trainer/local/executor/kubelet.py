@@ -36,8 +36,12 @@ A pod, once seen (and not yet finished):
    port), ``httpGet`` (127.0.0.1), ``exec``; until a container first turns ready it is probed
    every 0.25 s (a local process starts faster than a pod), afterwards every periodSeconds
    (at most 5 s); initialDelaySeconds is honoured up to 30 s; success/failureThreshold apply.
-   A startupProbe gates ``started`` and readiness. Without a probe a container is ready once
-   started. livenessProbe is not run.
+   A startupProbe gates ``started``, readiness and liveness. Without a probe a container is
+   ready once started. A livenessProbe runs every periodSeconds (at most 5 s here) from
+   initialDelaySeconds after the process started; failureThreshold failures in a row kill the
+   container (``Unhealthy`` and ``Killing`` Events, SIGTERM, SIGKILL after the probe's or the
+   pod's grace period, 2 to 5 s here), which restarts unless the restartPolicy is Never
+   (:mod:`~trainer.local.executor.probes`).
 5. Restarts per ``restartPolicy``: Always / OnFailure restart a container's process in place
    (restartCount + 1, ``CrashLoopBackOff`` back-off from 0.5 s doubling to at most 5 s); with
    Never the pod ends with the exit codes. ``activeDeadlineSeconds`` fails the pod

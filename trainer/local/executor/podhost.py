@@ -4,11 +4,11 @@ the small process helpers they use.
 The local kubelet is split by job: :mod:`~trainer.local.executor.kubelet` watches pods and
 owns the processes of the host, :mod:`~trainer.local.executor.pod` runs one pod's lifecycle,
 :mod:`~trainer.local.executor.containers` one container's process and restarts,
-:mod:`~trainer.local.executor.probes` the startup and readiness probes. The pod and its parts
-reach the kubelet only through :class:`PodHost`, a narrow protocol, so none of them imports
-the kubelet (no cycle) and a reader sees at once what a pod may ask of it. The containers and
-probes see the pod in turn through :class:`RunningPod`, and share :class:`Container`, one
-container's runtime state.
+:mod:`~trainer.local.executor.probes` the startup, readiness and liveness probes. The pod and
+its parts reach the kubelet only through :class:`PodHost`, a narrow protocol, so none of them
+imports the kubelet (no cycle) and a reader sees at once what a pod may ask of it. The
+containers and probes see the pod in turn through :class:`RunningPod`, and share
+:class:`Container`, one container's runtime state.
 """
 
 from __future__ import annotations
@@ -103,6 +103,8 @@ class Container:
         self.proc: asyncio.subprocess.Process | None = None
         self.plan: ContainerPlan | None = None
         self.stop_requested = False
+        self.killed_by_probe = False
+        """The current run was killed for failing its liveness probe."""
         self.started_event = asyncio.Event()
 
     @property

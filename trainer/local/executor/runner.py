@@ -1,9 +1,11 @@
-"""The executor: watch caches, the JobSet and Job controllers and the kubelet, on the same
-plumbing as the controller: one REST client (:class:`~trainer.kube.rest.Kube`), watch caches
-(:class:`~trainer.kube.informer.Informer`) and work queues
-(:class:`~trainer.machinery.workqueue.WorkQueue`). A change to a Pod queues its Job, a change
-to a Job its JobSet; a reconcile that fails is retried with per-key exponential back-off, as
-the controller's are, and a deadline comes back through ``add_after``."""
+"""The executor: watch caches, the JobSet, Job, Deployment, ReplicaSet, EndpointSlice and
+disruption controllers and the kubelet, on the same plumbing as the controller: one REST client
+(:class:`~trainer.kube.rest.Kube`), watch caches (:class:`~trainer.kube.informer.Informer`) and
+work queues (:class:`~trainer.machinery.workqueue.WorkQueue`). A change to a Pod queues its Job
+or ReplicaSet, the Services that select it and the PodDisruptionBudgets that cover it, a change
+to a Job its JobSet, a change to a ReplicaSet its Deployment; a reconcile that fails is retried
+with per-key exponential back-off, as the controller's are, and a deadline comes back through
+``add_after``."""
 
 from __future__ import annotations
 
@@ -21,12 +23,14 @@ from trainer.kube.resources import (
     ENDPOINT_SLICES,
     JOBS,
     JOBSETS,
+    POD_DISRUPTION_BUDGETS,
     PODS,
     REPLICASETS,
     SERVICES,
     TRAINJOBS,
 )
 from trainer.kube.rest import APIError, Kube
+from trainer.local.executor.disruption import DisruptionController, budgets_for_pod
 from trainer.local.executor.job import JobController
 from trainer.local.executor.jobset import JobSetController
 from trainer.local.executor.nodeconfig import NodeConfig
@@ -98,6 +102,7 @@ class Executor:
         self.deployments = Informer(kube, DEPLOYMENTS)
         self.replicasets = Informer(kube, REPLICASETS)
         self.slices = Informer(kube, ENDPOINT_SLICES)
+        self.budgets = Informer(kube, POD_DISRUPTION_BUDGETS)
         # Simulated stages may be chosen by a TrainJob's labels (docs/simulation.md): a slim
         # watch of TrainJobs, only with --simulate.
         self.trainjobs = (
@@ -119,6 +124,8 @@ class Executor:
         self.endpoint_controller = EndpointSliceController(
             kube, self.services, self.slices, self.pods
         )
+        self.disruption_controller = DisruptionController(kube, self.budgets, self.pods)
+        self.disruption_queue = WorkQueue("disruption")
         self.jobset_queue = WorkQueue("jobset")
         self.job_queue = WorkQueue("job")
         self.deployment_queue = WorkQueue("deployment")
@@ -145,6 +152,7 @@ class Executor:
             self.deployments,
             self.replicasets,
             self.slices,
+            self.budgets,
             *extra,
         )
 
@@ -157,6 +165,7 @@ class Executor:
             (self.deployment_queue, self.deployment_controller.reconcile),
             (self.replicaset_queue, self.replicaset_controller.reconcile),
             (self.service_queue, self.endpoint_controller.reconcile),
+            (self.disruption_queue, self.disruption_controller.reconcile),
         )
 
     def _wire(self) -> None:
@@ -183,6 +192,12 @@ class Executor:
             for pod in (obj, old) if old is not None else (obj,):
                 for key in self.endpoint_controller.services_selecting(pod):
                     self.service_queue.add(key)
+            for budget in budgets_for_pod(self.budgets, obj):
+                self.disruption_queue.add(budget)
+
+        def on_budget(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+            meta = obj.get("metadata") or {}
+            self.disruption_queue.add(_key(meta.get("namespace", ""), meta.get("name", "")))
 
         def on_deployment(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
             meta = obj.get("metadata") or {}
@@ -213,6 +228,7 @@ class Executor:
         self.replicasets.add_handler(on_replicaset)
         self.services.add_handler(on_service)
         self.slices.add_handler(on_slice)
+        self.budgets.add_handler(on_budget)
 
     def _maybe_ttl(self, js: dict[str, Any]) -> None:
         ttl = (js.get("spec") or {}).get("ttlSecondsAfterFinished")

@@ -20,7 +20,8 @@ command runs from its first instruction in the container's cgroups and under the
 CPU limits (:mod:`~trainer.local.executor.cgroups`), and likewise refuses to run it outside.
 With ``--bind SOURCE TARGET`` (repeated) it bind-mounts SOURCE read-only on TARGET in its mount
 namespace: the pod's service-account directory at the standard path
-(:mod:`~trainer.local.executor.incluster`).
+(:mod:`~trainer.local.executor.incluster`), its mount point made without writing to the host
+(:func:`make_mount_point`).
 
 - As root, plain ``unshare(CLONE_NEWUTS | CLONE_NEWNS)``.
 - As another user, a user namespace too (``CLONE_NEWUSER``) that maps the user to itself
@@ -38,8 +39,8 @@ Only the standard library is imported: the script runs with ``-I`` before every 
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
+import errno
 import functools
 import os
 import socket
@@ -112,12 +113,6 @@ def enter(
     own_userns = uid != 0 and sandbox is None
     if sandbox is not None:
         join(sandbox)
-    # The mount point of a bind (the service-account path) is made on the host's filesystem
-    # when it is missing and this is root, as a container runtime makes it in the image.
-    for _, target in binds:
-        if uid == 0 and not os.path.isdir(target):
-            with contextlib.suppress(OSError):
-                os.makedirs(target, 0o755, exist_ok=True)
     mounts = bool(hosts or binds)
     flags = CLONE_NEWUTS | (CLONE_NEWNS if mounts else 0) | (CLONE_NEWUSER if own_userns else 0)
     if libc.unshare(flags) != 0:
@@ -136,12 +131,50 @@ def enter(
         problems.append(str(_errno_error(f"bind-mounting {hosts} on {ETC_HOSTS}")))
     for source, target in binds:
         if not os.path.isdir(target):
-            problems.append(f"cannot mount {target}: it does not exist on this host")
-        elif libc.mount(source.encode(), target.encode(), None, MS_BIND, None) != 0:
+            try:
+                make_mount_point(libc, target)
+            except OSError as exc:
+                problems.append(f"cannot make the mount point {target}: {exc}")
+                continue
+        if libc.mount(source.encode(), target.encode(), None, MS_BIND, None) != 0:
             problems.append(str(_errno_error(f"bind-mounting {source} on {target}")))
         elif libc.mount(None, target.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY, None) != 0:
             problems.append(str(_errno_error(f"making {target} read-only")))
     return "; ".join(problems)
+
+
+def make_mount_point(libc: ctypes.CDLL, target: str) -> None:
+    """Make the directory ``target`` in this (private) mount namespace without writing to the
+    host's filesystem, which every other program shares (a Kubeflow SDK run on the host takes
+    a ``/var/run/secrets/kubernetes.io`` directory as proof that it runs in a pod): the
+    nearest existing ancestor is covered with a tmpfs that holds the same entries, each the
+    original bind-mounted back (sockets, files and directories with what is mounted under
+    them), and the missing directories are made in the tmpfs. OSError when it cannot."""
+    real = os.path.realpath(target)
+    base = os.path.dirname(real)
+    while not os.path.isdir(base):
+        base = os.path.dirname(base)
+    if base == "/":
+        raise OSError(errno.EPERM, "refusing to cover / with a tmpfs")
+    # The covered directory stays reachable through a descriptor opened before the tmpfs.
+    keep = os.open(base, os.O_PATH | os.O_DIRECTORY)
+    entries = os.listdir(base)
+    saved = f"/proc/self/fd/{keep}"
+    if libc.mount(b"tmpfs", base.encode(), b"tmpfs", 0, b"mode=0755") != 0:
+        raise _errno_error(f"mounting a tmpfs on {base}")
+    for name in entries:
+        source, dest = os.path.join(saved, name), os.path.join(base, name)
+        if os.path.islink(source):
+            os.symlink(os.readlink(source), dest)
+            continue
+        if os.path.isdir(source):
+            os.mkdir(dest)
+        else:
+            os.close(os.open(dest, os.O_CREAT | os.O_WRONLY, 0o644))
+        if libc.mount(source.encode(), dest.encode(), None, MS_BIND | MS_REC, None) != 0:
+            raise _errno_error(f"bind-mounting {name} back into {base}")
+    os.close(keep)
+    os.makedirs(real, 0o755, exist_ok=True)
 
 
 def join_cgroups(procs: Iterable[str]) -> None:

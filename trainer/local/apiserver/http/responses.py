@@ -88,7 +88,17 @@ def json_response(
 
 
 def status_response(err: APIError) -> web.Response:
-    headers = {"Retry-After": "1"} if err.code == 429 else {}
+    """The Status of ``err``. ``Retry-After`` is its ``details.retryAfterSeconds`` when it has
+    one, as kube-apiserver's ``ErrorNegotiated`` sets it (an eviction a budget refuses has
+    none: client-go then leaves the retry to its caller); a bare 429 says 1 s."""
+    retry = err.details.get("retryAfterSeconds") if err.details else None
+    headers = (
+        {"Retry-After": str(retry)}
+        if retry
+        else {"Retry-After": "1"}
+        if err.code == 429 and not err.details
+        else {}
+    )
     return web.Response(
         body=json.dumps(err.status()).encode(),
         status=err.code,

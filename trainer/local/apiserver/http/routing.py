@@ -27,7 +27,10 @@ SUBRESOURCES: dict[str, Callable[[ResourceType], bool]] = {
     "finalize": lambda rt: True,
     "token": lambda rt: rt.token,
     "binding": lambda rt: rt.binding,
+    "eviction": lambda rt: rt.eviction,
 }
+CREATE_ONLY = frozenset({"token", "eviction"})
+"""Subresources that serve only ``create`` (any other verb is 405, as kube-apiserver answers)."""
 
 
 @dataclass

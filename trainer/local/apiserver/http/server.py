@@ -311,7 +311,9 @@ class APIServer:
         query: dict[str, str],
         user: authn.User | None,
     ) -> web.StreamResponse:
-        if verb not in route.rt.verbs or (route.subresource == "token" and verb != "create"):
+        if verb not in route.rt.verbs or (
+            route.subresource in routing.CREATE_ONLY and verb != "create"
+        ):
             raise method_not_allowed(
                 f"the server does not allow this method on the requested resource ({verb})"
             )
