@@ -9,7 +9,9 @@
 
 # --- build: install the project and its locked dependencies into a virtualenv ----------------
 # requirements.lock (`make lock`) pins every package, the build backend included: PIP_CONSTRAINT
-# reaches pip's isolated build environment too.
+# reaches pip's isolated build environment too. `python -m venv` (3.11) also puts ensurepip's own
+# pip and setuptools in the virtualenv, versions the base image chooses and the lock does not pin;
+# nothing imports them at run time, so both go once the install is done.
 FROM python:3.11.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -23,7 +25,7 @@ COPY webhooks ./webhooks
 RUN python -m venv /opt/trainer \
     && /opt/trainer/bin/pip install --no-cache-dir --constraint requirements.lock . \
     && /opt/trainer/bin/python -m compileall -q /opt/trainer/lib \
-    && /opt/trainer/bin/pip uninstall --yes pip
+    && /opt/trainer/bin/pip uninstall --yes pip setuptools
 
 # --- data cache: the same install plus the datacache extra, from the same lock ---------------
 FROM python:3.11.11-slim-bookworm AS build-data-cache
@@ -38,7 +40,7 @@ COPY webhooks ./webhooks
 RUN python -m venv /opt/trainer \
     && /opt/trainer/bin/pip install --no-cache-dir --constraint requirements.lock '.[datacache]' \
     && /opt/trainer/bin/python -m compileall -q /opt/trainer/lib \
-    && /opt/trainer/bin/pip uninstall --yes pip
+    && /opt/trainer/bin/pip uninstall --yes pip setuptools
 
 FROM python:3.11.11-slim-bookworm AS data-cache
 ENV PATH=/opt/trainer/bin:$PATH \

@@ -2,7 +2,9 @@
 # Installs the Debian packages the end-to-end tests run for real (see docs/install.md,
 # "Developing"): OpenSSH's server and client for MPI pods on the local plane, passt's pasta
 # for the egress of the pods' network sandboxes (docs/local-plane.md, "The network sandbox"),
-# and Chromium for the dashboard's browser tests. Called by `make install`; safe to run again (packages
+# Chromium for the dashboard's browser tests, and what builds the image without a container
+# engine and starts it (mmdebstrap, bubblewrap, umoci, crun: docs/install.md, "Building the
+# image without Docker"). Called by `make install`; safe to run again (packages
 # already present are skipped). Without root or apt-get it prints what is missing and
 # returns 0: the tests that need a missing program are then skipped with the reason printed.
 set -euo pipefail
@@ -13,6 +15,10 @@ declare -A NEEDED=(
     [/usr/bin/ssh]=openssh-client
     [/usr/bin/pasta]=passt
     [/usr/bin/chromium]=chromium
+    [/usr/bin/mmdebstrap]=mmdebstrap
+    [/usr/bin/bwrap]=bubblewrap
+    [/usr/bin/umoci]=umoci
+    [/usr/bin/crun]=crun
 )
 
 missing=()
