@@ -91,8 +91,10 @@ typecheck: install
 check-crds: install
 	$(BIN)/python -m trainer.api.crds --check
 
+# The 25 slowest tests are listed at the end, to keep the run within CI's budget (8 minutes).
 unit: install
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --ignore=tests/image
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --ignore=tests/image \
+		--durations=25
 
 # The image without a container engine (docs/install.md, "Building the image without Docker"):
 # mmdebstrap, bubblewrap and umoci carry out the Dockerfile's stages. hack/image.py skips the
