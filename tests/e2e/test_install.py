@@ -10,6 +10,7 @@ webhook through its Service and EndpointSlice, and:
   and TrainJobs created meanwhile are each reconciled once (one JobSet each);
 - a forced certificate rotation (delete the Secret, restart the Deployment: docs/
   certificates.md) rolls the pods one by one and admission works with the new CA;
+- a pod reaches the webhook Service by its DNS name from its own sandbox;
 - no request of the controllers is ever refused by RBAC (no 403 in their logs).
 
 The figures (failover, rollout) are printed (``pytest -s``)."""
@@ -291,6 +292,46 @@ async def rotate_certificate(plane: Plane) -> None:
     await plane.wait_complete("after-rotation")
     code, out = await plane.attempt("create", "-f", "-", stdin=trainjob("refused", "missing"))
     assert code != 0 and "denied the request" in out, out
+    await reach_the_service_by_name(plane, base64.b64decode(after).decode())
+
+
+CLIENT = """
+import os, socket, ssl
+host = "kubeflow-trainer-controller-manager.kubeflow-system.svc"
+context = ssl.create_default_context(cadata=os.environ["CA"])
+with socket.create_connection((host, 443), timeout=10) as raw:
+    with context.wrap_socket(raw, server_hostname=host) as tls:
+        print("reached", host, "at", tls.getpeername()[0], tls.version())
+"""
+
+
+async def reach_the_service_by_name(plane: Plane, ca: str) -> None:
+    """A pod of another namespace reaches the webhook Service by its DNS name from its own
+    sandbox, and the certificate it is served is the Service's, under the new CA."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "client", "namespace": "default"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "client",
+                    "image": "python:3.11",
+                    "command": [PY, "-c", CLIENT],
+                    "env": [{"name": "CA", "value": ca}],
+                }
+            ],
+        },
+    }
+    await plane.kubectl("create", "-f", "-", stdin=yaml.safe_dump(pod))
+    await plane.kubectl(
+        "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/client", "--timeout=60s"
+    )
+    out = await plane.kubectl("logs", "client")
+    assert out.startswith(
+        "reached kubeflow-trainer-controller-manager.kubeflow-system.svc at 127.96."
+    ), out
 
 
 async def ca_bundle(plane: Plane) -> str:

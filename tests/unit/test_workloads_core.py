@@ -214,3 +214,33 @@ def test_endpoint_slice_lists_ready_pods_and_resolves_named_ports() -> None:
     }
     assert slice_["metadata"]["labels"][SERVICE_NAME] == "svc"
     assert not endpoints.differs(slice_, endpoints.endpoint_slice(service, pods))
+
+
+def test_service_entries_give_routed_services_an_address_and_their_cluster_names() -> None:
+    from trainer.local.executor.servicedns import ServiceDirectory  # noqa: PLC0415
+
+    class Cache:
+        def __init__(self, items: list[dict[str, Any]]) -> None:
+            self.items = items
+
+        def list(self, namespace: str | None = None) -> list[dict[str, Any]]:
+            return self.items
+
+    def svc(name: str, **spec: Any) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "ns"}, "spec": spec}
+
+    services = [
+        svc("web", selector={"app": "x"}, ports=[{"port": 443}, {"port": 53, "protocol": "UDP"}]),
+        svc("headless", selector={"app": "x"}, clusterIP="None", ports=[{"port": 1}]),
+        svc("external", ports=[{"port": 80}]),  # no selector: nobody's endpoints
+    ]
+
+    async def no_dial(namespace: str, name: str, port: int) -> Any:
+        raise AssertionError("not dialled")
+
+    directory = ServiceDirectory(Cache(services), Cache([]), no_dial)  # type: ignore[arg-type]
+    (entry,) = directory.entries()
+    assert (entry.name, entry.address, entry.ports) == ("web", "127.96.0.2", (443,))
+    assert directory.entries()[0].address == "127.96.0.2"  # stable
+    assert entry.names("ns") == ["web.ns.svc.cluster.local", "web.ns.svc", "web.ns", "web"]
+    assert entry.names("other") == ["web.ns.svc.cluster.local", "web.ns.svc", "web.ns"]

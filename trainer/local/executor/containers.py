@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -168,15 +169,18 @@ async def cannot_run(pod: RunningPod, c: Container, message: str) -> None:
     await pod.sync_status()
 
 
-def _hosts_file(pod: RunningPod) -> str | None:
+async def _hosts_file(pod: RunningPod) -> str | None:
     """The pod's ``/etc/hosts`` (this host's plus the pod's own names at 127.0.0.1, as the
-    kubelet writes a pod's), written into the pod's directory; None when it cannot be."""
+    kubelet writes a pod's, and the Services it can reach by name from its sandbox:
+    :mod:`~trainer.local.executor.servicedns`), written into the pod's directory; None when
+    it cannot be."""
     spec = pod.pod.get("spec") or {}
     names = host_names(pod_hostname(pod.pod), str(spec.get("subdomain") or ""), pod.namespace)
     path = pod_dir(pod.host.state_dir, pod.pod) / "etc-hosts"
+    services = await _reachable_services(pod)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        uts.write_hosts(str(path), names)
+        uts.write_hosts(str(path), names, extra=services)
     except OSError as exc:
         log.warning("pod %s: no hosts file of its own: %s", pod.key, exc)
         return None
@@ -219,6 +223,31 @@ async def _remove_cgroup(pod: RunningPod, c: Container, cgroup: cgroups.Containe
         )
 
 
+async def _reachable_services(pod: RunningPod) -> list[tuple[str, list[str]]]:
+    """Listen in the pod's sandbox on each routed Service's address and ports; the
+    (address, names) lines of its hosts file. None without a sandbox (a Service's address
+    would be one of this host's)."""
+    directory, box = pod.host.services, pod.sandbox
+    if directory is None or box is None:
+        return []
+    lines = []
+    for entry in directory.entries():
+        try:
+            for port in entry.ports:
+                await box.serve(
+                    entry.address,
+                    port,
+                    functools.partial(directory.connect, entry.namespace, entry.name, port),
+                )
+        except OSError as exc:
+            log.warning(
+                "pod %s: service %s/%s not reachable: %s", pod.key, entry.namespace, entry.name, exc
+            )
+            continue
+        lines.append((entry.address, entry.names(pod.namespace)))
+    return lines
+
+
 async def exec_once(pod: RunningPod, c: Container) -> int | None:
     """Run the container's process once; its exit code (128+N for signal N), or None when it
     could not be started."""
@@ -259,7 +288,7 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
         pod,
         exe,
         plan.argv,
-        hosts=_hosts_file(pod),
+        hosts=await _hosts_file(pod),
         cgroups=cgroup.procs if cgroup else (),
         binds=incluster.bind_for(plan.rewriter.mounts),
     )

@@ -101,6 +101,7 @@ from trainer.local.executor.podfields import LOOPBACK, NODE_NAME, Node
 from trainer.local.executor.podhost import GRACE_CAP, killpg
 from trainer.local.executor.rewrites import parse_ports
 from trainer.local.executor.sandbox import Sandboxes
+from trainer.local.executor.servicedns import ServiceDirectory
 
 SANDBOX_DIR = "sandboxes"
 """Under the state directory: each sandbox's private files (gRPC probe sockets)."""
@@ -191,6 +192,8 @@ class Kubelet:
         self.sandboxes: Sandboxes | None = (
             Sandboxes(self.state_dir / SANDBOX_DIR, plane_ports) if sandbox else None
         )
+        self.services: ServiceDirectory | None = None
+        """Set by the executor, which watches Services and EndpointSlices."""
         self.stopping = False
         self._stop_event = asyncio.Event()
         self._pods: dict[str, LocalPod] = {}

@@ -29,6 +29,7 @@ from trainer.local.executor.pod_status import ContainerReport
 from trainer.local.executor.podenv import ContainerPlan
 from trainer.local.executor.podfields import Node, pod_hostname
 from trainer.local.executor.sandbox import Sandbox, Sandboxes
+from trainer.local.executor.servicedns import ServiceDirectory
 
 GRACE_CAP = 5.0
 """Upper bound of terminationGracePeriodSeconds locally."""
@@ -50,6 +51,8 @@ class PodHost(Protocol):
     (:func:`~trainer.local.executor.incluster.service_env`)."""
     on_log: LogCallback | None
     sandboxes: Sandboxes | None
+    services: ServiceDirectory | None
+    """The Services pods reach by name from their sandboxes (None: none)."""
     allow_exposed_ports: bool
     devices: DeviceManager | None
     """The node's GPUs and who holds them (None until the kubelet found them)."""

@@ -34,6 +34,7 @@ from trainer.local.executor.disruption import DisruptionController, budgets_for_
 from trainer.local.executor.job import JobController
 from trainer.local.executor.jobset import JobSetController
 from trainer.local.executor.nodeconfig import NodeConfig
+from trainer.local.executor.servicedns import ServiceDirectory
 from trainer.local.executor.simkubelet import stage_keys
 from trainer.local.executor.simulation import Simulation
 from trainer.local.executor.workloads import (
@@ -275,6 +276,7 @@ class Executor:
                 allow_exposed_ports=self.allow_exposed_ports,
                 node_config=self.node_config,
             )
+            self.kubelet.services = ServiceDirectory(self.services, self.slices, self.kubelet.dial)
             self._tasks.append(asyncio.create_task(self.kubelet.run(), name="kubelet"))
         if self.run_kubelet and simulation is not None:
             # docs/simulation.md: without the host's node (withHostNode: false) the real

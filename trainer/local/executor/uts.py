@@ -185,8 +185,14 @@ def join_cgroups(procs: Iterable[str]) -> None:
         _write(path, str(os.getpid()))
 
 
-def write_hosts(path: str, names: Iterable[str], base: str = ETC_HOSTS) -> None:
-    """Write the pod's hosts file: this host's (``base``) plus its own names at 127.0.0.1."""
+def write_hosts(
+    path: str,
+    names: Iterable[str],
+    base: str = ETC_HOSTS,
+    extra: Iterable[tuple[str, Iterable[str]]] = (),
+) -> None:
+    """Write the pod's hosts file: this host's (``base``) plus its own names at 127.0.0.1,
+    and ``extra`` (address, names) lines (the Services it can reach)."""
     try:
         with open(base, encoding="utf-8", errors="replace") as f:
             text = f.read()
@@ -195,6 +201,9 @@ def write_hosts(path: str, names: Iterable[str], base: str = ETC_HOSTS) -> None:
     if text and not text.endswith("\n"):
         text += "\n"
     text += "# the pod's own names (trainer's local kubelet)\n127.0.0.1\t" + " ".join(names) + "\n"
+    lines = [f"{address}\t{' '.join(aliases)}\n" for address, aliases in extra]
+    if lines:
+        text += "# Services (trainer's local kubelet)\n" + "".join(lines)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
 
