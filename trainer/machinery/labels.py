@@ -4,12 +4,12 @@ ANDed; a missing (None) selector matches nothing and an empty one everything. A 
 LabelSelectorAsSelector refuses (an unknown operator, ``In`` without values, ``Exists`` with
 some) raises :class:`SelectorError` with its message, so each caller decides what a broken
 selector means (the eviction subresource skips the budget, the disruption controller reports
-it).
+it). Also a Service's plain-map selector, and where its EndpointSlices route a connection.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 SERVICE_NAME = "kubernetes.io/service-name"
@@ -62,3 +62,39 @@ def map_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str
     if not selector:
         return False
     return all(labels.get(str(k)) == str(v) for k, v in selector.items())
+
+
+def ready_endpoints(
+    service: Mapping[str, Any] | None, slices: Iterable[Mapping[str, Any]], port: int
+) -> list[tuple[str, str, int]]:
+    """Where a connection to ``service`` on its ``port`` may go, as kube-proxy routes one:
+    (namespace, pod, container port) of each ready endpoint of its EndpointSlices (those of
+    ``slices`` labelled with its name) whose port has the Service port's name."""
+    meta = (service or {}).get("metadata") or {}
+    name, namespace = meta.get("name"), str(meta.get("namespace") or "")
+    spec_port = next(
+        (
+            p
+            for p in ((service or {}).get("spec") or {}).get("ports") or []
+            if p.get("port") == port
+        ),
+        None,
+    )
+    if spec_port is None:
+        return []
+    port_name = spec_port.get("name", "")
+    out: list[tuple[str, str, int]] = []
+    for slice_ in slices:
+        if ((slice_.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME) != name:
+            continue
+        number = next(
+            (p.get("port") for p in slice_.get("ports") or [] if p.get("name", "") == port_name),
+            None,
+        )
+        if number is None:
+            continue
+        for ep in slice_.get("endpoints") or []:
+            ref = ep.get("targetRef") or {}
+            if (ep.get("conditions") or {}).get("ready") and ref.get("kind") == "Pod":
+                out.append((str(ref.get("namespace") or namespace), str(ref["name"]), int(number)))
+    return out

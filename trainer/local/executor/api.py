@@ -15,7 +15,8 @@ import logging
 from typing import Any
 
 from trainer.kube.client import new_api_client
-from trainer.kube.events import Recorder
+from trainer.kube.events import NORMAL, Recorder
+from trainer.kube.informer import Informer
 from trainer.kube.resources import PODS, SERVICE_ACCOUNTS
 from trainer.kube.rest import APIError, Kube
 from trainer.local.executor.podfields import NODE_NAME
@@ -108,3 +109,27 @@ async def confirm_deletion(kube: Kube, pod: dict[str, Any]) -> None:
         if failures == 1:
             log.warning("pod %s/%s: deletion not confirmed yet: %s", namespace, name, failure)
         await asyncio.sleep(doubling(failures, 1.0, 10.0))
+
+
+async def create_pods(
+    kube: Kube,
+    pods: Informer,
+    events: Recorder,
+    owner: dict[str, Any],
+    bodies: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Create ``bodies`` at once, as the Job and ReplicaSet controllers send their creates in
+    parallel: each created pod is put in the pod cache (its handlers told) with a
+    ``SuccessfulCreate`` Event on ``owner``; the first failure is raised once the others are
+    counted (the work queue retries the owner with back-off). The pods created."""
+    results = await asyncio.gather(
+        *(kube.create(body, gvr=PODS) for body in bodies), return_exceptions=True
+    )
+    created = [r for r in results if not isinstance(r, BaseException)]
+    for pod in created:
+        pods.record_write(pod, notify=True)
+        events.emit(owner, NORMAL, "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}")
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return created

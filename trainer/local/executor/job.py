@@ -4,7 +4,6 @@ completions, backoffLimit, suspend, and Job status as the Kubernetes Job control
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import secrets
@@ -15,7 +14,7 @@ from trainer.kube.events import NORMAL, WARNING
 from trainer.kube.informer import Informer
 from trainer.kube.resources import JOBS, PODS
 from trainer.kube.rest import APIError, Kube
-from trainer.local.executor.api import recorder
+from trainer.local.executor.api import create_pods, recorder
 from trainer.local.executor.batch import (
     CONTROLLER_UID,
     INDEX,
@@ -156,23 +155,9 @@ class JobController:
                 for index in range(completions)
                 if index not in running_idx and index not in succeeded_idx
             ][: max(parallelism - len(running_idx), 0)]
-            results = await asyncio.gather(
-                *(self.kube.create(self.new_pod(job, i), gvr=PODS) for i in missing),
-                return_exceptions=True,
+            live += await create_pods(
+                self.kube, self.pods, self.events, job, [self.new_pod(job, i) for i in missing]
             )
-            for created in results:
-                if isinstance(created, BaseException):
-                    continue
-                self.pods.record_write(created, notify=True)
-                live.append(created)
-                self.events.emit(
-                    job, NORMAL, "SuccessfulCreate", f"Created pod: {created['metadata']['name']}"
-                )
-            # A failure is raised (once the others are counted): the work queue retries the
-            # Job with back-off.
-            for created in results:
-                if isinstance(created, BaseException):
-                    raise created
 
         status.update(
             {

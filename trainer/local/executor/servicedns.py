@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.kube.informer import Informer
-from trainer.machinery.labels import SERVICE_NAME
+from trainer.machinery.labels import ready_endpoints
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Dial = Callable[[str, str, int], Awaitable[Streams]]
@@ -89,36 +89,8 @@ class ServiceDirectory:
         """A connection to Service ``namespace/name`` on its ``port``: to a ready endpoint.
         OSError (the client sees its connection closed) when there is none."""
         service = self.services.get(namespace, name)
-        spec_port = next(
-            (
-                p
-                for p in ((service or {}).get("spec") or {}).get("ports") or []
-                if p.get("port") == port
-            ),
-            None,
-        )
-        if spec_port is None:
-            raise OSError(f"service {namespace}/{name} has no port {port}")
-        port_name = spec_port.get("name", "")
-        ready: list[tuple[str, int]] = []
-        for slice_ in self.slices.list(namespace):
-            if ((slice_.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME) != name:
-                continue
-            number = next(
-                (
-                    p.get("port")
-                    for p in slice_.get("ports") or []
-                    if p.get("name", "") == port_name
-                ),
-                None,
-            )
-            if number is None:
-                continue
-            for ep in slice_.get("endpoints") or []:
-                ref = ep.get("targetRef") or {}
-                if (ep.get("conditions") or {}).get("ready") and ref.get("kind") == "Pod":
-                    ready.append((str(ref.get("name")), int(number)))
+        ready = ready_endpoints(service, self.slices.list(namespace), port)
         if not ready:
             raise OSError(f"no endpoints available for service {namespace}/{name}")
-        pod, target = random.choice(ready)
-        return await self.dial(namespace, pod, target)
+        pod_namespace, pod, target = random.choice(ready)
+        return await self.dial(pod_namespace, pod, target)

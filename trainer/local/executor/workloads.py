@@ -10,7 +10,6 @@ deadline (``minReadySeconds``) comes back as a :class:`~trainer.machinery.workqu
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 from typing import Any
@@ -21,7 +20,7 @@ from trainer.kube.resources import DEPLOYMENTS, ENDPOINT_SLICES, PODS, REPLICASE
 from trainer.kube.rest import APIError, Kube
 from trainer.local.executor import endpoints
 from trainer.local.executor import workloads_core as core
-from trainer.local.executor.api import recorder
+from trainer.local.executor.api import create_pods, recorder
 from trainer.machinery.labels import (
     ENDPOINTSLICE_CONTROLLER,
     ENDPOINTSLICE_MANAGED_BY,
@@ -52,21 +51,8 @@ class ReplicaSetController:
         pods = [p for p in self.pods.by_owner_uid(core.meta(rs)["uid"]) if core.is_active(p)]
         diff = core.spec_replicas(rs) - len(pods)
         if diff > 0:
-            results = await asyncio.gather(
-                *(self.kube.create(core.new_pod(rs), gvr=PODS) for _ in range(diff)),
-                return_exceptions=True,
-            )
-            for created in results:
-                if isinstance(created, BaseException):
-                    continue
-                self.pods.record_write(created, notify=True)
-                pods.append(created)
-                self.events.emit(
-                    rs, NORMAL, "SuccessfulCreate", f"Created pod: {created['metadata']['name']}"
-                )
-            for created in results:
-                if isinstance(created, BaseException):
-                    raise created
+            bodies = [core.new_pod(rs) for _ in range(diff)]
+            pods += await create_pods(self.kube, self.pods, self.events, rs, bodies)
         elif diff < 0:
             for pod in core.pods_to_delete(pods, -diff):
                 pod_name = core.meta(pod)["name"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.local.apiserver.store import Store
-from trainer.machinery.labels import SERVICE_NAME
+from trainer.machinery import labels
 
 
 @dataclass(frozen=True)
@@ -34,32 +34,8 @@ def service_url(ref: dict[str, Any]) -> tuple[str, str]:
 def ready_endpoints(store: Store, namespace: str, name: str, port: int) -> list[PodPort]:
     """The ready endpoints of Service ``namespace/name`` on its port ``port``."""
     service = store.get(("", "services"), namespace, name)
-    if service is None:
-        return []
-    spec_port = next(
-        (p for p in (service.get("spec") or {}).get("ports") or [] if p.get("port") == port),
-        None,
-    )
-    if spec_port is None:
-        return []
-    port_name = spec_port.get("name", "")
-    out: list[PodPort] = []
-    for slice_ in store.items(("discovery.k8s.io", "endpointslices"), namespace):
-        if ((slice_.get("metadata") or {}).get("labels") or {}).get(SERVICE_NAME) != name:
-            continue
-        number = next(
-            (p.get("port") for p in slice_.get("ports") or [] if p.get("name", "") == port_name),
-            None,
-        )
-        if number is None:
-            continue
-        for ep in slice_.get("endpoints") or []:
-            ref = ep.get("targetRef") or {}
-            if (ep.get("conditions") or {}).get("ready") and ref.get("kind") == "Pod":
-                out.append(
-                    PodPort(str(ref.get("namespace") or namespace), str(ref["name"]), int(number))
-                )
-    return out
+    slices = store.items(("discovery.k8s.io", "endpointslices"), namespace)
+    return [PodPort(*target) for target in labels.ready_endpoints(service, slices, port)]
 
 
 def pick(endpoints: list[PodPort]) -> PodPort:
