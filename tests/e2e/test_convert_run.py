@@ -54,3 +54,7 @@ def test_converted_pytorchjob_runs_to_complete(tmp_path: Path) -> None:
     assert "TrainJob default/pytorch-allreduce: Complete" in out
     ranks = re.findall(r"rank (\d)/2 env RANK=(\d) WORLD_SIZE=2 sum=1", out)
     assert sorted(ranks) == [("0", "0"), ("1", "1")], out
+
+
+# Long tests: make test starts the files marked slow first (pyproject.toml, markers).
+pytestmark = pytest.mark.slow

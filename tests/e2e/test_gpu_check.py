@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "hack" / "gpu_check.py"
 NVIDIA_SMI = """#!/bin/sh
@@ -82,3 +84,7 @@ def test_the_gpus_nvidia_smi_lists_are_the_nodes_and_cuda_parts_skip(tmp_path: P
     assert lines[4].startswith("SKIP one-gpu: torch "), done.stdout
     assert "sees no CUDA device" in lines[4], done.stdout
     assert lines[5:] == ["gpu-check: PASS 1, FAIL 0, SKIP 1"], done.stdout
+
+
+# Long tests: make test starts the files marked slow first (pyproject.toml, markers).
+pytestmark = pytest.mark.slow

@@ -212,3 +212,7 @@ def test_trainer_run_ends_with_exit_2_for_a_job_that_can_never_fit(tmp_path: Pat
     assert done.returncode == 2, done.stdout + done.stderr
     assert "(needs 6 nvidia.com/gpu, 4 free)" in done.stdout, done.stdout
     assert "TrainJob default/huge can never run on this node" in done.stdout, done.stdout
+
+
+# Long tests: make test starts the files marked slow first (pyproject.toml, markers).
+pytestmark = pytest.mark.slow

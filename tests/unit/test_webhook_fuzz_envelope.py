@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hypothesis import strategies as st
 
 from tests.unit import test_webhook_fuzz as fuzz
@@ -70,3 +71,7 @@ def test_admission_review_shaped(runner: asyncio.Runner) -> None:
     assert _run(runner, st.tuples(st.just(ALL_PATHS), envelope.map(dumps)), N_REVIEW) >= (
         4 * N_REVIEW
     )
+
+
+# Long tests: make test starts the files marked slow first (pyproject.toml, markers).
+pytestmark = pytest.mark.slow
