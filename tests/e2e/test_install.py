@@ -231,6 +231,24 @@ async def install_and_train(plane: Plane) -> None:
     assert 'clustertrainingruntimes.trainer.kubeflow.org "missing" not found' in out
     runtimes, status = await asyncio.to_thread(sdk_view, plane.kubeconfig, "first")
     assert "rehearsal" in runtimes and status == "Complete"
+    await trainer_run_against(plane)
+
+
+async def trainer_run_against(plane: Plane) -> None:
+    """``trainer run --kubeconfig`` on the plane: created there, followed to Complete, its
+    pod's log printed under the pod's name."""
+    job = plane.kubeconfig.parent / "by-trainer-run.yaml"
+    job.write_text(trainjob("by-trainer-run"))
+    proc = await asyncio.create_subprocess_exec(
+        *(PY, "-m", "trainer.cli.main", "run", "--kubeconfig", str(plane.kubeconfig)),
+        *("-f", str(job), "--timeout", "90"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out = (await asyncio.wait_for(proc.communicate(), 120))[0].decode()
+    assert proc.returncode == 0, out
+    assert "TrainJob default/by-trainer-run: Complete" in out, out
+    assert re.search(r"^by-trainer-run-node-0-0-\w+ \| trained$", out, re.MULTILINE), out
 
 
 def sdk_view(kubeconfig: Path, job: str) -> tuple[list[str], str]:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -17,196 +15,23 @@ from trainer.api.load import Document
 from trainer.cli.catalog import with_namespace
 from trainer.cli.checks import check_documents, print_outcomes
 from trainer.cli.dashboard import DashboardOptions, DashboardPortError, beside_plane
-from trainer.cli.failures import DeletedPods, failed_containers
 from trainer.cli.files import read_documents
-from trainer.cli.localplane import LocalPlane, start_local_plane
-from trainer.cli.pending import Pending, pending
+from trainer.cli.follow import PLURALS, Printer, apply_all, follow
+from trainer.cli.localplane import start_local_plane
+from trainer.cli.logfollow import LogFollower
 from trainer.cli.signals import stop_on_signals
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
 from trainer.controller.config import parse_feature_gates
-from trainer.kube import resources as r
-from trainer.kube.informer import Informer
-from trainer.kube.rest import APIError
+from trainer.kube.client import KubeconfigError, new_api_client
+from trainer.kube.rest import APIError, Kube
 from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.executor.nodeconfig import NodeConfig, NodeConfigError, load_node_config
 from trainer.local.executor.simulation import Simulation, load_simulation
-from trainer.local.executor.waiting import not_ready
 from trainer.machinery.safeload import InputError
 from trainer.observability.logging import setup_logging
 
 DEFAULT_READY_TIMEOUT = 120.0
 """``trainer run --ready-timeout``: sshd starts in well under a second locally."""
-
-PLURALS = {
-    c.KIND_TRAINJOB: r.TRAINJOBS,
-    c.KIND_TRAINING_RUNTIME: r.TRAINING_RUNTIMES,
-    c.KIND_CLUSTER_TRAINING_RUNTIME: r.CLUSTER_TRAINING_RUNTIMES,
-}
-
-
-class Printer:
-    """Progress and pod logs, one line each, flushed at once."""
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-
-    def line(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.started:6.1f}s] {text}", flush=True)
-
-    def log(self, pod: str, container: str, text: str) -> None:
-        print(f"{pod} | {text}", end="" if text.endswith("\n") else "\n", flush=True)
-
-
-def _state(job: dict[str, Any]) -> str:
-    return str((job.get("status") or {}).get("state") or "Created")
-
-
-def _jobs_summary(job: dict[str, Any]) -> str:
-    parts = []
-    for js in (job.get("status") or {}).get("jobsStatus") or []:
-        parts.append(
-            f"{js['name']}: active {js['active']} ready {js['ready']} "
-            f"succeeded {js['succeeded']} failed {js['failed']}"
-        )
-    return "; ".join(parts)
-
-
-def _progress(job: dict[str, Any]) -> str:
-    """``status.trainerStatus`` in one line (TrainJobStatus gate), or ""."""
-    ts = (job.get("status") or {}).get("trainerStatus") or {}
-    parts = []
-    if ts.get("progressPercentage") is not None:
-        parts.append(f"progress {ts['progressPercentage']}%")
-    if ts.get("estimatedRemainingSeconds") is not None:
-        parts.append(f"ETA {ts['estimatedRemainingSeconds']}s")
-    parts += [f"{m.get('name')}={m.get('value')}" for m in ts.get("metrics") or []]
-    return ", ".join(parts)
-
-
-async def _apply_all(plane: LocalPlane, docs: list[Any], namespace: str) -> list[tuple[str, str]]:
-    """Create the runtimes first, then the TrainJobs; returns the TrainJobs' (ns, name)."""
-    jobs: list[tuple[str, str]] = []
-    ordered = sorted(docs, key=lambda d: d.data.get("kind") == c.KIND_TRAINJOB)
-    for doc in ordered:
-        obj = dict(doc.data)
-        kind = obj.get("kind")
-        gvr = PLURALS[str(kind)]  # checked by _preflight
-        meta = dict(obj.get("metadata") or {})
-        if gvr.namespaced:
-            meta.setdefault("namespace", namespace)
-        obj["metadata"] = meta
-        await plane.kube.create(obj, gvr=gvr)
-        if kind == c.KIND_TRAINJOB:
-            jobs.append((meta["namespace"], meta["name"]))
-    return jobs
-
-
-async def _follow(
-    plane: LocalPlane, jobs: list[tuple[str, str]], printer: Printer, timeout: float | None
-) -> int:
-    """Print progress until every TrainJob finished; 0 when all completed, 1 otherwise.
-
-    It reads the plane through its API with watch caches, as ``kubectl get -w`` would, not
-    from the API server's memory (docs/design.md, "Processes: how the pieces are wired")."""
-    changed = asyncio.Event()
-    trainjobs = Informer(plane.kube, r.TRAINJOBS)
-    pods = Informer(plane.kube, r.PODS)
-    watched = Watched(
-        trainjobs, pods, Informer(plane.kube, r.JOBSETS), Informer(plane.kube, r.NODES)
-    )
-    for informer in watched:
-        informer.add_handler(lambda _type, _obj, _old: changed.set())
-    deleted = DeletedPods()
-    pods.add_handler(deleted)
-    try:
-        await asyncio.gather(*(informer.start() for informer in watched))
-        return await _report(watched, changed, jobs, printer, timeout, deleted)
-    finally:
-        await asyncio.gather(*(informer.stop() for informer in watched))
-
-
-class Watched(NamedTuple):
-    """What ``trainer run`` follows, through watch caches."""
-
-    trainjobs: Informer
-    pods: Informer
-    jobsets: Informer
-    nodes: Informer
-
-
-def _waiting(watched: Watched, ns: str, name: str) -> Pending | None:
-    """Why the TrainJob's pods wait for the node, if they do (its JobSet has its name)."""
-    return pending(
-        name, ns, watched.jobsets.get(ns, name), watched.pods.list(ns), watched.nodes.list()
-    )
-
-
-async def _report(
-    watched: Watched,
-    changed: asyncio.Event,
-    jobs: list[tuple[str, str]],
-    printer: Printer,
-    timeout: float | None,
-    deleted: DeletedPods,
-) -> int:
-    trainjobs, pods = watched.trainjobs, watched.pods
-    last: dict[tuple[str, str], str] = {}
-    deadline = time.monotonic() + timeout if timeout else None
-    while True:
-        changed.clear()
-        finished: dict[tuple[str, str], str] = {}
-        for ns, name in jobs:
-            job = trainjobs.get(ns, name) or {}
-            state = _state(job)
-            summary = f"TrainJob {ns}/{name}: {state}" + (
-                f" ({_jobs_summary(job)})" if _jobs_summary(job) else ""
-            )
-            if last.get((ns, name)) != summary:
-                printer.line(summary)
-                last[(ns, name)] = summary
-            progress = _progress(job)
-            if progress and last.get(("progress", ns + "/" + name)) != progress:
-                printer.line(f"TrainJob {ns}/{name} reports {progress}")
-                last[("progress", ns + "/" + name)] = progress
-            if state not in (c.COND_COMPLETE, c.COND_FAILED):
-                waits = _waiting(watched, ns, name)
-                line = waits.line() if waits is not None else ""
-                if line and last.get(("waiting", ns + "/" + name)) != line:
-                    printer.line(f"TrainJob {ns}/{name} {line}")
-                last[("waiting", ns + "/" + name)] = line
-                if waits is not None and waits.never:
-                    printer.line(
-                        f"TrainJob {ns}/{name} can never run on this node: its pods need more "
-                        "than a node has or may use, even with nothing else running (see "
-                        "`kubectl describe nodes`; --node-config declares the local node)"
-                    )
-                    return 2
-            if state in (c.COND_COMPLETE, c.COND_FAILED):
-                finished[(ns, name)] = state
-                if state == c.COND_FAILED:
-                    cond = next(
-                        x for x in job["status"]["conditions"] if x["type"] == c.COND_FAILED
-                    )
-                    if last.get(("failed", name)) is None:
-                        printer.line(
-                            f"TrainJob {ns}/{name} failed: {cond['reason']}: {cond['message']}"
-                        )
-                        seen = [*pods.list(ns), *deleted.list(ns)]
-                        for why in failed_containers(seen, name):
-                            printer.line(f"TrainJob {ns}/{name} failed: {why}")
-                        last[("failed", name)] = "1"
-        if len(finished) == len(jobs):
-            return 0 if all(s == c.COND_COMPLETE for s in finished.values()) else 1
-        wait = None if deadline is None else deadline - time.monotonic()
-        if wait is not None and wait <= 0:
-            printer.line(f"timed out after {timeout:g}s")
-            for ns, name in jobs:
-                if (ns, name) not in finished:
-                    for line in not_ready(pods.list(ns), name):
-                        printer.line(f"TrainJob {ns}/{name} waits on {line}")
-            return 2
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), wait)
 
 
 def _preflight(docs: list[Document], files: list[str], strict_fields: bool) -> int:
@@ -278,21 +103,69 @@ async def _run(
         if dashboard is not None:
             plane.tasks.append(await beside_plane(plane.kube, plane.stop, dashboard, printer.line))
         try:
-            jobs = await _apply_all(plane, docs, namespace)
+            jobs = await apply_all(plane.kube, docs, namespace)
         except APIError as exc:
             printer.line(f"rejected: {exc.message}")
             return 1
-        follow = asyncio.create_task(_follow(plane, jobs, printer, timeout))
+        following = asyncio.create_task(follow(plane.kube, jobs, printer, timeout))
         stopper = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({follow, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if follow in done:
+        done, _ = await asyncio.wait({following, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if following in done:
             stopper.cancel()
-            return follow.result()
-        follow.cancel()
+            return following.result()
+        following.cancel()
         printer.line("interrupted; stopping")
         return 130
     finally:
         await plane.close()
+
+
+def _cluster_run(
+    kubeconfig: Path, files: list[str], runtimes: list[str], namespace: str, timeout: float | None
+) -> int:
+    """Read and check the files as a local run does, then :func:`_run_on_cluster`."""
+    try:
+        docs = read_documents(runtimes) + read_documents(files)
+    except InputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    docs = with_namespace(docs, namespace)
+    refused = _preflight(docs, files, strict_fields=True)
+    return refused or asyncio.run(_run_on_cluster(kubeconfig, docs, namespace, timeout))
+
+
+async def _run_on_cluster(
+    kubeconfig: Path, docs: list[Document], namespace: str, timeout: float | None
+) -> int:
+    """``trainer run --kubeconfig``: the same objects and progress on the cluster the
+    kubeconfig names (a plane of ``trainer up``, or any cluster with Trainer installed), pod
+    logs followed through the API. The TrainJobs stay there when it exits."""
+    printer = Printer()
+    try:
+        api = await new_api_client(str(kubeconfig))
+    except KubeconfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    kube = Kube(api)
+    try:
+        printer.line(f"cluster: {api.configuration.host}")
+        try:
+            jobs = await apply_all(kube, docs, namespace)
+        except APIError as exc:
+            printer.line(f"rejected: {exc.message}")
+            return 1
+        logs = LogFollower(kube, jobs, printer.log)
+        following = asyncio.create_task(follow(kube, jobs, printer, timeout, logs))
+        stopper = asyncio.create_task(stop_on_signals().wait())
+        done, _ = await asyncio.wait({following, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if following in done:
+            stopper.cancel()
+            return following.result()
+        following.cancel()
+        printer.line("interrupted; the TrainJobs stay on the cluster")
+        return 130
+    finally:
+        await api.close()
 
 
 AllowExposedPortsOption = Annotated[
@@ -414,6 +287,15 @@ def run(
     dashboard_port: Annotated[
         int, typer.Option(help="The dashboard's port on 127.0.0.1 (0: any).")
     ] = 0,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            help="Run on the cluster this kubeconfig names (a `trainer up` plane, or any "
+            "cluster with Trainer installed) instead of starting a local plane: the objects "
+            "are created there, progress and pod logs followed through its API, and they stay "
+            "there afterwards.",
+        ),
+    ] = None,
 ) -> None:
     """Run TrainJobs end to end on a local control plane and exit with their result.
 
@@ -430,6 +312,24 @@ def run(
     simulation = _simulation(simulate)
     setup_logging("DEBUG" if verbose else "WARNING", "text")
     board = DashboardOptions(port=dashboard_port) if dashboard else None
+    if kubeconfig is not None:
+        local_only = {
+            "--feature-gates": feature_gates is not None,
+            "--node-config": node_config is not None,
+            "--simulate": simulate is not None,
+            "--allow-exposed-ports": allow_exposed_ports,
+            "--dashboard": dashboard,
+            "--ready-timeout": ready_timeout != DEFAULT_READY_TIMEOUT,
+        }
+        for option, given in local_only.items():
+            if given:
+                typer.echo(
+                    f"error: {option} configures the local plane; with --kubeconfig the "
+                    "cluster's own configuration applies",
+                    err=True,
+                )
+                raise typer.Exit(2)
+        raise typer.Exit(_cluster_run(kubeconfig, files, runtimes or [], namespace, timeout))
     try:
         code = asyncio.run(
             _run(
