@@ -283,7 +283,8 @@ async def fail_over(plane: Plane) -> None:
     await plane.wait_complete("first", *names)
     jobsets = await plane.get("jobsets", "-n", "default")
     owners = [js["metadata"]["ownerReferences"][0]["name"] for js in jobsets["items"]]
-    assert sorted(owners) == sorted(["first", *names])  # one JobSet each, none twice
+    # One JobSet each, none twice.
+    assert sorted(owners) == sorted(["first", "by-trainer-run", *names])
 
     async def replaced() -> bool:
         deployment = await plane.get("deployment", "-n", NS, DEPLOYMENT)

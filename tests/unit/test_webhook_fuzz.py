@@ -8,8 +8,9 @@ AdmissionReview (apiVersion, kind, ``response.uid`` echoed, ``response.allowed``
 denial code that is not the last-resort 500, a JSONPatch that applies to the object) or a 4xx
 JSON error. Each generated case is sent to every route it is meaningful for (a random body to
 all four, a TrainJob to the validating and the mutating route...); each test asserts how many
-requests it sent: 8,750 in all, from 2,650 generated cases (new ones every run). The random bytes and the
-AdmissionReview envelopes are in test_webhook_fuzz_envelope.py (another xdist worker), with the
+requests it sent: 8,750 in all, from 2,650 generated cases (new ones every run). The random
+bytes and the AdmissionReview envelopes are in test_webhook_fuzz_envelope.py (another xdist
+worker), with the
 strategies and checks of this module.
 """
 

@@ -22,6 +22,7 @@ from trainer.cli.logfollow import LogFollower
 from trainer.cli.signals import stop_on_signals
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
 from trainer.controller.config import parse_feature_gates
+from trainer.kube import resources as r
 from trainer.kube.client import KubeconfigError, new_api_client
 from trainer.kube.rest import APIError, Kube
 from trainer.local.apiserver.statefile import StateFileError
@@ -34,11 +35,26 @@ DEFAULT_READY_TIMEOUT = 120.0
 """``trainer run --ready-timeout``: sshd starts in well under a second locally."""
 
 
-def _preflight(docs: list[Document], files: list[str], strict_fields: bool) -> int:
+def _preflight(
+    docs: list[Document],
+    files: list[str],
+    strict_fields: bool,
+    cluster_runtimes: list[Document] | None = None,
+) -> int:
     """``trainer validate``'s checks on every object before anything starts: 1 (with
     validate's report) when any object is invalid, 2 when one is not a TrainJob or a runtime
-    or no TrainJob is given, else 0."""
-    outcomes = check_documents(docs, [], strict_fields=strict_fields)
+    or no TrainJob is given, else 0. TrainJobs are checked against the built-in runtimes, or
+    ``cluster_runtimes`` (those of the cluster a run goes to)."""
+    if cluster_runtimes is None:
+        outcomes = check_documents(docs, [], strict_fields=strict_fields)
+    else:
+        outcomes = check_documents(
+            docs,
+            cluster_runtimes,
+            strict_fields=strict_fields,
+            with_builtins=False,
+            catalog_source="on the cluster or given with -f",
+        )
     failed = [o for o in outcomes if not o.ok]
     if failed:
         print_outcomes(outcomes, only_invalid=True)
@@ -130,12 +146,23 @@ def _cluster_run(
         typer.echo(f"error: {exc}", err=True)
         return 2
     docs = with_namespace(docs, namespace)
-    refused = _preflight(docs, files, strict_fields=True)
-    return refused or asyncio.run(_run_on_cluster(kubeconfig, docs, namespace, timeout))
+    return asyncio.run(_run_on_cluster(kubeconfig, docs, files, namespace, timeout))
+
+
+async def _cluster_runtimes(kube: Kube, namespace: str) -> list[Document]:
+    """The runtimes a TrainJob in ``namespace`` of the cluster may name."""
+    found: list[Document] = []
+    for gvr, ns in ((r.CLUSTER_TRAINING_RUNTIMES, None), (r.TRAINING_RUNTIMES, namespace)):
+        items, _ = await kube.list(gvr, ns)
+        for item in items:
+            item.setdefault("apiVersion", c.API_VERSION)
+            item.setdefault("kind", gvr.kind)
+            found.append(Document(f"cluster {gvr.kind}/{item['metadata']['name']}", 0, item))
+    return found
 
 
 async def _run_on_cluster(
-    kubeconfig: Path, docs: list[Document], namespace: str, timeout: float | None
+    kubeconfig: Path, docs: list[Document], files: list[str], namespace: str, timeout: float | None
 ) -> int:
     """``trainer run --kubeconfig``: the same objects and progress on the cluster the
     kubeconfig names (a plane of ``trainer up``, or any cluster with Trainer installed), pod
@@ -148,6 +175,14 @@ async def _run_on_cluster(
         return 2
     kube = Kube(api)
     try:
+        try:
+            runtimes = await _cluster_runtimes(kube, namespace)
+        except (APIError, OSError) as exc:
+            typer.echo(f"error: cannot list the cluster's runtimes: {exc}", err=True)
+            return 2
+        refused = _preflight(docs, files, strict_fields=True, cluster_runtimes=runtimes)
+        if refused:
+            return refused
         printer.line(f"cluster: {api.configuration.host}")
         try:
             jobs = await apply_all(kube, docs, namespace)
