@@ -1,7 +1,9 @@
 """The local plane's JobSet CRD and built-in JobSet webhook, as JobSet v0.12.0 has them: the
 CRD's defaults are applied on create, and the limits JobSet checks in its validating webhook
-rather than in its CRD (rule names, job failure reasons, managedBy, groupName) are refused
-with 403 and JobSet's own messages."""
+rather than in its CRD (rule names, job failure reasons, managedBy, groupName, the subdomain,
+success-policy targets, the coordinator, replicas times parallelism) are refused with 403 and
+JobSet's own messages. A replicated job may depend on one listed after it: Trainer's MPI
+runtimes put the launcher, which waits for the nodes, first."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from trainer.admission.jobset_rules import GROUP_NAME_TOO_LONG
+from trainer.admission.jobset_rules import GROUP_NAME_TOO_LONG, SUBDOMAIN_TOO_LONG
 from trainer.api import crds
 from trainer.local.apiserver import APIServer
+from trainer.machinery.names import is_dns1035_label, is_dns1123_subdomain
 
 URL = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
 DENIED = 'admission webhook "vjobset.kb.io" denied the request: '
@@ -170,6 +173,71 @@ REFUSED = [
         ["rule names are not unique, rules with indices [0 2] all have the same name 'same'"],
     ),
 ]
+
+
+def rj(name: str, **extra: Any) -> dict[str, Any]:
+    """A replicated job; ``job`` updates its Job template's spec."""
+    spec = {"template": POD, **extra.pop("job", {})}
+    return {"name": name, "template": {"spec": spec}, **extra}
+
+
+REFUSED += [
+    (
+        {"network": {"subdomain": "Bad_Sub"}},
+        [*is_dns1123_subdomain("Bad_Sub"), *is_dns1035_label("Bad_Sub")],
+    ),
+    ({"network": {"subdomain": "s" * 64}}, [SUBDOMAIN_TOO_LONG]),
+    (
+        {"successPolicy": {"operator": "All", "targetReplicatedJobs": ["node", "ghost"]}},
+        ["invalid replicatedJob name 'ghost' does not appear in .spec.ReplicatedJobs"],
+    ),
+    (
+        {"replicatedJobs": [rj("node", replicas=65536, job={"parallelism": 65536})]},
+        [
+            "the product of replicas and parallelism must not exceed 2147483647 for "
+            "replicatedJob 'node'"
+        ],
+    ),
+    (
+        {"coordinator": {"replicatedJob": "ghost"}},
+        ["coordinator replicatedJob ghost does not exist"],
+    ),
+    (
+        {"coordinator": {"replicatedJob": "node", "jobIndex": 1}},
+        ["coordinator job index 1 is invalid for replicatedJob node"],
+    ),
+    (
+        {
+            "replicatedJobs": [rj("node", job={"completionMode": "NonIndexed"})],
+            "coordinator": {"replicatedJob": "node"},
+        },
+        ["job for coordinator pod must be indexed completion mode"],
+    ),
+    (
+        {
+            "replicatedJobs": [rj("node", job={"completions": 2, "parallelism": 2})],
+            "coordinator": {"replicatedJob": "node", "podIndex": 2},
+        },
+        ["coordinator pod index 2 is invalid for replicatedJob node job index 0"],
+    ),
+]
+
+
+async def test_dependencies_subdomain_success_targets_and_coordinator_pass_when_valid(
+    post: Any,
+) -> None:
+    status, stored = await post(
+        {
+            "replicatedJobs": [
+                rj("launcher", dependsOn=[{"name": "node", "status": "Ready"}]),
+                rj("node", replicas=2, job={"completions": 3, "parallelism": 3}),
+            ],
+            "network": {"subdomain": "workers"},
+            "successPolicy": {"operator": "Any", "targetReplicatedJobs": ["node"]},
+            "coordinator": {"replicatedJob": "node", "jobIndex": 1, "podIndex": 2},
+        }
+    )
+    assert status == 201, stored
 
 
 @pytest.mark.parametrize(("spec", "messages"), REFUSED)

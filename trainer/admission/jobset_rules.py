@@ -4,7 +4,11 @@ https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/webhooks/jobset_webho
 ``managedBy`` is a domain-prefixed path of at most 63 bytes, each ``groupName`` a DNS-1035
 label, and each failure-policy rule has a unique name of 1 to 128 characters matching
 ``^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$``, known job failure reasons and target replicated
-jobs of the JobSet.
+jobs of the JobSet; a given ``network.subdomain`` a DNS-1123 subdomain and a DNS-1035 label
+(it names the Service); success-policy targets among the replicated jobs; the coordinator's
+replicated job, Job index, Indexed completion and pod index; replicas times parallelism within
+an int32. (``dependsOn`` may name a replicated job listed later: Trainer's MPI runtimes put
+the launcher, which waits for the nodes, first.)
 
 Two users: the local plane's built-in JobSet webhook refuses a JobSet with these errors, and
 runtime admission warns about a runtime whose JobSet template breaks them (upstream's runtime
@@ -19,12 +23,14 @@ from trainer.admission.patches import domain_prefixed_path_errors
 from trainer.api.jobset import JobSetSpec
 from trainer.api.jobset_contract import JOB_FAILURE_REASONS
 from trainer.machinery.errors import INVALID, TOO_LONG, FieldError
-from trainer.machinery.names import is_dns1035_label
+from trainer.machinery.names import is_dns1035_label, is_dns1123_subdomain
 
 MAX_MANAGED_BY = 63
 RULE_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 MIN_RULE_NAME, MAX_RULE_NAME = 1, 128
 GROUP_NAME_TOO_LONG = ".spec.replicatedJob[].groupName is too long, must be less than 63 characters"
+SUBDOMAIN_TOO_LONG = ".spec.network.subdomain is too long, must be less than 63 characters"
+MAX_INT32 = 2**31 - 1
 
 
 class Message(FieldError):
@@ -111,6 +117,69 @@ def failure_policy_errors(spec: JobSetSpec) -> list[FieldError]:
     return errors
 
 
+def structure_errors(spec: JobSetSpec) -> list[FieldError]:
+    """JobSet's create checks of the subdomain, sizes, the success policy's targets and the
+    coordinator, message for message."""
+    jobs = spec.replicated_jobs or []
+    errors: list[FieldError] = []
+    subdomain = spec.network.subdomain if spec.network is not None else None
+    if subdomain:
+        errors += [_message(text) for text in is_dns1123_subdomain(subdomain)]
+        errors += [
+            _message(SUBDOMAIN_TOO_LONG if "must be no more than 63" in text else text)
+            for text in is_dns1035_label(subdomain)
+        ]
+    seen: set[str] = set()
+    for job in jobs:
+        parallelism = 1 if job.template.spec is None else job.template.spec.parallelism
+        if (1 if parallelism is None else parallelism) * job.replicas > MAX_INT32:
+            errors.append(
+                _message(
+                    f"the product of replicas and parallelism must not exceed {MAX_INT32} for "
+                    f"replicatedJob '{job.name}'"
+                )
+            )
+        seen.add(job.name)
+    targets = spec.success_policy.target_replicated_jobs if spec.success_policy else None
+    errors += [
+        _message(f"invalid replicatedJob name '{target}' does not appear in .spec.ReplicatedJobs")
+        for target in targets or []
+        if target not in seen
+    ]
+    problem = coordinator_problem(spec)
+    return errors + ([_message(problem)] if problem else [])
+
+
+def coordinator_problem(spec: JobSetSpec) -> str:
+    """Why the coordinator cannot be the pod it names ("" when it can, or none is set). Unset
+    ``completionMode`` counts as Indexed and unset ``completions`` as the Job's default
+    (``parallelism``, else 1), as JobSet's defaulting webhook and the Job API set them first."""
+    coordinator = spec.coordinator
+    if coordinator is None:
+        return ""
+    job = next(
+        (j for j in spec.replicated_jobs or [] if j.name == coordinator.replicated_job), None
+    )
+    if job is None:
+        return f"coordinator replicatedJob {coordinator.replicated_job} does not exist"
+    job_index, pod_index = coordinator.job_index or 0, coordinator.pod_index or 0
+    if not 0 <= job_index < job.replicas:
+        return f"coordinator job index {job_index} is invalid for replicatedJob {job.name}"
+    template = job.template.spec
+    mode = template.completion_mode if template is not None else None
+    if mode not in (None, "Indexed"):
+        return "job for coordinator pod must be indexed completion mode"
+    completions = template.completions if template is not None else None
+    if completions is None:
+        completions = template.parallelism if template is not None else None
+    if not 0 <= pod_index < (1 if completions is None else completions):
+        return (
+            f"coordinator pod index {pod_index} is invalid for replicatedJob "
+            f"{coordinator.replicated_job} job index {job_index}"
+        )
+    return ""
+
+
 def template_warnings(spec: JobSetSpec | None) -> list[str]:
     """Runtime admission's warnings for a runtime's JobSet template."""
     if spec is None:
@@ -119,5 +188,5 @@ def template_warnings(spec: JobSetSpec | None) -> list[str]:
     return [
         f"spec.template.spec: JobSet's webhook will refuse every JobSet built from this runtime: "
         f"{error}"
-        for error in errors + failure_policy_errors(spec)
+        for error in errors + failure_policy_errors(spec) + structure_errors(spec)
     ]

@@ -5,7 +5,8 @@ https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/webhooks/jobset_webho
 * on create: every generated name (Job, pod with the 5-character suffix, hostname,
   subdomain) is a DNS-1035 label of at most 63 characters; and the limits JobSet checks here
   rather than in its CRD (``managedBy``, ``groupName``, failure-policy rules), with JobSet's
-  messages, from :mod:`trainer.admission.jobset_rules`;
+  messages, from :mod:`trainer.admission.jobset_rules`, and its checks of the subdomain, the
+  success policy's targets and the coordinator;
 * on update: ``spec.replicatedJobs`` is immutable except, while the old or the new object is
   suspended, each pod template's labels, annotations, nodeSelector, tolerations and
   schedulingGates; ``managedBy`` never changes.
@@ -20,6 +21,7 @@ from trainer.admission.jobset_rules import (
     failure_policy_errors,
     group_name_errors,
     managed_by_errors,
+    structure_errors,
 )
 from trainer.api.jobset import JobSetSpec
 from trainer.api.jobset_contract import mask_pod_templates
@@ -36,9 +38,10 @@ def validate_create(obj: dict[str, Any]) -> list[FieldError]:
     except Exception:  # the CRD schema reports malformed specs
         return []
     errors = managed_by_errors(spec.managed_by) + group_name_errors(spec)
+    explicit_subdomain = bool(spec.network and spec.network.subdomain)
     for gen in naming.generated_names(name, spec):
-        if gen.kind == "PersistentVolumeClaim":
-            continue
+        if gen.kind == "PersistentVolumeClaim" or (gen.kind == "subdomain" and explicit_subdomain):
+            continue  # a given subdomain is checked with JobSet's messages (structure_errors)
         if len(gen.name) > naming.MAX_NAME or not DNS1035.match(gen.name):
             where = (
                 f"spec.replicatedJobs[{gen.replicated_job}]"
@@ -54,7 +57,7 @@ def validate_create(obj: dict[str, Any]) -> list[FieldError]:
                     name,
                 )
             )
-    return errors + failure_policy_errors(spec)
+    return errors + failure_policy_errors(spec) + structure_errors(spec)
 
 
 def validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
