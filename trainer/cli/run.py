@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -123,17 +123,27 @@ async def _run(
         except APIError as exc:
             printer.line(f"rejected: {exc.message}")
             return 1
-        following = asyncio.create_task(follow(plane.kube, jobs, printer, timeout))
-        stopper = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({following, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if following in done:
-            stopper.cancel()
-            return following.result()
-        following.cancel()
-        printer.line("interrupted; stopping")
-        return 130
+        return await _follow_or_interrupt(
+            follow(plane.kube, jobs, printer, timeout), stop, printer, "interrupted; stopping"
+        )
     finally:
         await plane.close()
+
+
+async def _follow_or_interrupt(
+    following: Coroutine[Any, Any, int], stop: asyncio.Event, printer: Printer, interrupted: str
+) -> int:
+    """The exit code ``following`` ends with, or 130 (saying ``interrupted``) once ``stop`` is
+    set by SIGINT/SIGTERM first."""
+    task = asyncio.create_task(following)
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        stopper.cancel()
+        return task.result()
+    task.cancel()
+    printer.line(interrupted)
+    return 130
 
 
 def _cluster_run(
@@ -190,15 +200,12 @@ async def _run_on_cluster(
             printer.line(f"rejected: {exc.message}")
             return 1
         logs = LogFollower(kube, jobs, printer.log)
-        following = asyncio.create_task(follow(kube, jobs, printer, timeout, logs))
-        stopper = asyncio.create_task(stop_on_signals().wait())
-        done, _ = await asyncio.wait({following, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if following in done:
-            stopper.cancel()
-            return following.result()
-        following.cancel()
-        printer.line("interrupted; the TrainJobs stay on the cluster")
-        return 130
+        return await _follow_or_interrupt(
+            follow(kube, jobs, printer, timeout, logs),
+            stop_on_signals(),
+            printer,
+            "interrupted; the TrainJobs stay on the cluster",
+        )
     finally:
         await api.close()
 
