@@ -56,6 +56,18 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("TrainJob", "status.state", "property"): (
         "additive status.state (Pending/Running/Suspended/Complete/Failed), shown as STATE"
     ),
+    ("TrainJob", "spec.ttlSecondsAfterFinished", "property"): (
+        "additive TTL after finish as upstream plans it (kubeflow/trainer#4052): int32, min 0, "
+        "mutable; the TrainJob is deleted that long after Complete/Failed (docs/lifecycle.md)"
+    ),
+    ("TrainJob", "status.startTime", "property"): (
+        "additive start time as upstream plans it (kubeflow/trainer#4052): created unsuspended "
+        "or last resumed, as a Job's; the active deadline counts from it"
+    ),
+    ("TrainJob", "status.completionTime", "property"): (
+        "additive completion time as upstream plans it (kubeflow/trainer#4052): when it turned "
+        "Complete or Failed; the TTL counts from it"
+    ),
     ("TrainJob", "", "additionalPrinterColumns"): (
         "STATE, RUNTIME, NODES and AGE columns for `kubectl get trainjobs`"
     ),
@@ -67,6 +79,10 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ),
     # --- TrainingRuntime and ClusterTrainingRuntime ---
     ("runtimes", "", "additionalPrinterColumns"): "an AGE column for `kubectl get`",
+    ("runtimes", "spec.runPolicy", "property"): (
+        "additive runPolicy as upstream plans it (kubeflow/trainer#4052): activeDeadlineSeconds "
+        "and ttlSecondsAfterFinished defaults that a TrainJob's own fields override"
+    ),
     ("runtimes", "spec.mlPolicy.tensorflow", "property"): "additive TensorFlow (TF_CONFIG) policy",
     ("runtimes", "spec.mlPolicy.paddle", "property"): "additive PaddlePaddle policy",
     ("runtimes", "spec.mlPolicy.torch.elasticPolicy", "property"): (

@@ -1,21 +1,26 @@
 """End to end: the ``trainer up`` command as a user runs it. It writes a kubeconfig, kubectl
 applies a TrainJob and waits for it to complete, SIGTERM stops it cleanly, and a second
-``trainer up`` on the same ``--state-file`` still has the TrainJob."""
+``trainer up`` on the same ``--state-file`` still has the TrainJob, and deletes the one whose
+TTL after finishing expires across the restart."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.e2e.test_run_flows import KUBECTL, kubectl
+from trainer.machinery.times import parse_time
 
 PY = sys.executable
 READY = "local control plane ready"
+TTL = 5  # seconds: longer than stopping the plane takes, so the TTL expires across the restart
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed"),
@@ -57,37 +62,68 @@ async def stop_up(proc: asyncio.subprocess.Process) -> str:
     return out.decode()
 
 
-async def test_trainer_up_serves_kubectl_stops_cleanly_and_keeps_state(tmp_path: Path) -> None:
-    kubeconfig, state = tmp_path / "kubeconfig", tmp_path / "state.db"
-    job = {
+def train_job(name: str, **spec: Any) -> dict[str, Any]:
+    return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
-        "metadata": {"name": "upjob", "namespace": "default"},
+        "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "runtimeRef": {"name": "torch-local-cpu"},
             "trainer": {"command": [PY, "-c", "print('trained')"]},
+            **spec,
         },
     }
+
+
+async def test_trainer_up_serves_kubectl_stops_cleanly_and_keeps_state(tmp_path: Path) -> None:
+    """Also the TTL after finishing across a restart (docs/lifecycle.md): ``ttljob`` finishes,
+    the whole plane stops before its TTL expires, and the restarted plane deletes it."""
+    kubeconfig, state = tmp_path / "kubeconfig", tmp_path / "state.db"
+    jobs = [train_job("upjob"), train_job("ttljob", ttlSecondsAfterFinished=TTL)]
     proc = await start_up(tmp_path, kubeconfig, state)
     try:
         assert kubeconfig.exists()
         runtimes = await kubectl(kubeconfig, "get", "clustertrainingruntimes", "-o", "name")
         assert "clustertrainingruntime.trainer.kubeflow.org/torch-local-cpu" in runtimes.split()
-        applied = await kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(job))
-        assert applied.strip() == "trainjob.trainer.kubeflow.org/upjob created"
+        applied = await kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all(jobs))
+        assert applied.split("\n")[0] == "trainjob.trainer.kubeflow.org/upjob created"
         waited = await kubectl(
-            kubeconfig, "wait", "--for=condition=Complete", "trainjob/upjob", "--timeout=45s"
+            kubeconfig,
+            "wait",
+            "--for=condition=Complete",
+            "trainjob/upjob",
+            "trainjob/ttljob",
+            "--timeout=45s",
         )
-        assert waited.strip() == "trainjob.trainer.kubeflow.org/upjob condition met"
+        assert waited.split("\n")[0] == "trainjob.trainer.kubeflow.org/upjob condition met"
+        times = await kubectl(
+            kubeconfig,
+            "get",
+            "trainjob",
+            "ttljob",
+            "-o",
+            "jsonpath={.status.startTime} {.status.completionTime}",
+        )
+        started, finished = (parse_time(t) for t in times.split())
+        assert started is not None and finished is not None and started <= finished
     except BaseException:
         proc.kill()
         await proc.wait()
         raise
     assert "stopping" in await stop_up(proc)
+    left = (finished + dt.timedelta(seconds=TTL) - dt.datetime.now(dt.UTC)).total_seconds()
 
     proc = await start_up(tmp_path, kubeconfig, state)
     try:
         row = await kubectl(kubeconfig, "get", "trainjob", "upjob", "--no-headers")
         assert row.split()[:2] == ["upjob", "Complete"], row
+        # Finished before the stop, TTL not yet expired then: the new controller deletes it
+        # once it expires (at once if it expired while the plane was down).
+        assert left > 0, f"the plane took over {TTL}s to stop; raise TTL"
+        await kubectl(kubeconfig, "wait", "--for=delete", "trainjob/ttljob", "--timeout=60s")
+        gone = dt.datetime.now(dt.UTC)
+        assert gone >= finished + dt.timedelta(seconds=TTL), (gone, finished)
+        jobsets = await kubectl(kubeconfig, "get", "jobsets", "-o", "name")
+        assert jobsets.split() == ["jobset.jobset.x-k8s.io/upjob"], jobsets
     finally:
         await stop_up(proc)

@@ -5,8 +5,9 @@ certificates, reconcilers) runs against the embedded API server through its own 
 User-Agent marks its requests in the server's request log. A representative set of flows
 touches every kind it manages: a torch TrainJob, an MPI TrainJob (Secret and hostfile
 ConfigMap), coscheduling and Volcano PodGroups (the Volcano validator lists PriorityClasses),
-a deadline that deletes a JobSet, an update the webhook checks against the live JobSet, and
-TrainJobs naming missing runtimes (the webhook's live reads). Then, in both directions:
+a deadline that deletes a JobSet, a TTL that deletes a TrainJob, an update the webhook checks
+against the live JobSet, and TrainJobs naming missing runtimes (the webhook's live reads).
+Then, in both directions:
 
 - every request the controller made is allowed by the installed ClusterRole and Role (an RBAC
   evaluator: ClusterRole rules in every namespace, Role rules only in the install namespace,
@@ -195,10 +196,15 @@ async def run_flows(plane: Plane) -> None:
     await kube.create(trainjob("volcano", "gang-volcano"))
     await kube.create(trainjob("deadline", "torch-distributed", activeDeadlineSeconds=1))
     await kube.create(trainjob("held", "torch-distributed", suspend=True))
+    # Failed by its deadline, then deleted by its TTL after finishing.
+    expiring = trainjob("ttl", "torch-distributed", activeDeadlineSeconds=1)
+    expiring["spec"]["ttlSecondsAfterFinished"] = 0
+    await kube.create(expiring)
     for name in ("torch", "mpi", "cosched", "volcano", "held"):
         await plane.until(functools.partial(plane.jobset, "default", name), what=f"JobSet {name}")
     await plane.until(lambda: condition("deadline", "Failed"), timeout=20, what="deadline")
     await plane.until(lambda: plane.jobset("default", "deadline") is None, what="JobSet deleted")
+    await plane.until(lambda: plane.trainjob("default", "ttl") is None, timeout=20, what="TTL")
     # An update: the webhook reads the live JobSet to check runtimePatches.
     await kube.patch(r.TRAINJOBS, "default", "held", {"spec": {"suspend": False}})
     await plane.until(lambda: condition("held", "Suspended") is None, what="resumed")

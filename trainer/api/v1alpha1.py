@@ -261,6 +261,11 @@ class TrainJobSpec(K8sModel):
     """Suspend the TrainJob: its pods are stopped and not created."""
     active_deadline_seconds: Annotated[Int64 | None, Schema(minimum=1, rules=(IMMUTABLE,))] = None
     """Fail the TrainJob once it has run this long (the clock restarts on resume)."""
+    ttl_seconds_after_finished: Annotated[Int32 | None, Schema(minimum=0)] = None
+    """Beyond upstream v2.3, in the shape upstream plans (kubeflow/trainer#4052):
+    delete the TrainJob, and so everything it owns, this many seconds after it
+    finished (Complete or Failed); 0 deletes it at once. Mutable. Unset: the runtime's
+    ``runPolicy.ttlSecondsAfterFinished``, else never (docs/lifecycle.md)."""
     managed_by: Annotated[
         str,
         Schema(
@@ -325,6 +330,13 @@ class TrainJobStatus(K8sModel):
         Schema(list_type="map", list_map_keys=("name",), max_items=100),
     ] = None
     trainer_status: TrainerStatus | None = None
+    start_time: Annotated[str | None, Schema(format="date-time")] = None
+    """Beyond upstream v2.3 (planned upstream): when the TrainJob started, that is when it was
+    created unsuspended or last resumed (unset while it has never run unsuspended), as a
+    Job's ``startTime``; the active deadline counts from it (docs/lifecycle.md)."""
+    completion_time: Annotated[str | None, Schema(format="date-time")] = None
+    """Beyond upstream v2.3 (planned upstream): when the TrainJob finished, Complete or Failed
+    (its terminal condition's time); ``ttlSecondsAfterFinished`` counts from it."""
     state: Annotated[
         str | None,
         Schema(enum=("Pending", "Running", "Suspended", "Complete", "Failed")),
@@ -516,6 +528,17 @@ class JobSetTemplateSpec(K8sModel):
     spec: JobSetSpec | None = None
 
 
+class RunPolicy(K8sModel):
+    """Beyond upstream v2.3, in the shape upstream plans (kubeflow/trainer#4052):
+    lifecycle defaults for the TrainJobs on a runtime; a TrainJob's own field
+    overrides each (docs/lifecycle.md)."""
+
+    active_deadline_seconds: Annotated[Int64 | None, Schema(minimum=1)] = None
+    """The default of TrainJob ``spec.activeDeadlineSeconds``."""
+    ttl_seconds_after_finished: Annotated[Int32 | None, Schema(minimum=0)] = None
+    """The default of TrainJob ``spec.ttlSecondsAfterFinished``."""
+
+
 class TrainingRuntimeSpec(K8sModel):
     """A runtime blueprint: ML policy, gang scheduling and the JobSet template."""
 
@@ -523,6 +546,8 @@ class TrainingRuntimeSpec(K8sModel):
 
     ml_policy: MLPolicy | None = None
     pod_group_policy: PodGroupPolicy | None = None
+    run_policy: RunPolicy | None = None
+    """Beyond upstream v2.3: lifecycle defaults for its TrainJobs."""
     template: JobSetTemplateSpec = Field(default_factory=JobSetTemplateSpec)
     """The JobSet template (optional, as upstream: a runtime without one builds a JobSet with
     no replicated jobs)."""

@@ -122,6 +122,7 @@ async def run_controller(
         concurrency=concurrency,
         queue_metrics=metrics.queue("trainjob"),
         reconcile_metrics=metrics.reconciler("trainjob"),
+        on_ttl_deletion=metrics.observe_ttl_deletion,
         feature_gates={**config.feature_gates, c.FEATURE_TRAINJOB_STATUS: status_gate},
         status_server_url=options.status_server_url
         or f"https://{certs.webhook_service_name}.{namespace}.svc:{config.status_server.port}",

@@ -68,6 +68,7 @@ class Controller:
         status_server_url: str | None = None,
         status_server_secret: tuple[str, str] | None = None,
         framework: Framework | None = None,
+        on_ttl_deletion: Callable[[float], None] | None = None,
     ) -> None:
         """With the TrainJobStatus gate on, ``status_server_secret`` (namespace, name) is the
         webhook certificate Secret whose ``ca.crt`` each TrainJob's ``<job>-tls-config``
@@ -92,7 +93,14 @@ class Controller:
             cluster_runtimes=Informer(kube, r.CLUSTER_TRAINING_RUNTIMES),
             runtimes=Informer(kube, r.TRAINING_RUNTIMES),
         )
-        self.reconciler = Reconciler(kube, self.caches, ctx=ctx, framework=framework, now=now)
+        self.reconciler = Reconciler(
+            kube,
+            self.caches,
+            ctx=ctx,
+            framework=framework,
+            now=now,
+            on_ttl_deletion=on_ttl_deletion,
+        )
         self._watch(self.reconciler.watches)
         self._wire()
         self._workers: asyncio.Task[None] | None = None

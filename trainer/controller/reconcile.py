@@ -27,12 +27,8 @@ from trainer.api.jobset import JobSet
 from trainer.api.load import ObjectError, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob, TrainJobStatus
 from trainer.controller import events as ev
-from trainer.controller.status import (
-    BuildFailure,
-    deadline_remaining,
-    desired_status,
-    is_finished,
-)
+from trainer.controller.lifecycle import deadline_remaining, is_finished, run_policy, ttl_remaining
+from trainer.controller.status import BuildFailure, desired_status
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError, Kube
@@ -244,9 +240,13 @@ class Reconciler:
         ctx: BuildContext,
         framework: Framework | None = None,
         now: Callable[[], dt.datetime] | None = None,
+        on_ttl_deletion: Callable[[float], None] | None = None,
     ) -> None:
         """``framework``: the plugins (default: the registry's for the context's feature
-        gates); ``caches.watched`` holds a cache for each watch they declare."""
+        gates); ``caches.watched`` holds a cache for each watch they declare.
+        ``on_ttl_deletion``: called with how late (seconds after expiry) each TrainJob whose
+        TTL after finishing expired was deleted (the metrics hook)."""
+        self.on_ttl_deletion = on_ttl_deletion
         self.kube = kube
         self.caches = caches
         self.now = now or (lambda: dt.datetime.now(dt.UTC))
@@ -328,7 +328,12 @@ class Reconciler:
         deadline_exceeded = False
         written: list[dict[str, Any]] = []
 
-        if not is_finished(job):
+        runtime: Runtime | None = None
+        if is_finished(job):
+            # Nothing is built for it any more; its runtime only for a TTL it does not set.
+            if job.spec.ttl_seconds_after_finished is None:
+                runtime, _, _ = self._runtime(job)
+        else:
             runtime, unsupported, failure = self._runtime(job)
             if runtime is not None:
                 try:
@@ -343,7 +348,8 @@ class Reconciler:
                     error = exc
             elif failure is not None and failure.reason == "RuntimeNotFound":
                 requeue = RUNTIME_RETRY_SECONDS
-            remaining = deadline_remaining(job, now)
+            deadline = run_policy(job, runtime).active_deadline_seconds
+            remaining = deadline_remaining(job, deadline, now)
             if remaining is not None and remaining <= 0:
                 deadline_exceeded = True
                 await self._delete_jobset(namespace, name)
@@ -376,7 +382,44 @@ class Reconciler:
             )
         if error is not None:
             return Result(error=error)
+        policy = run_policy(job, runtime)
+        ttl = ttl_remaining(
+            job.model_copy(update={"status": status}), policy.ttl_seconds_after_finished, now
+        )
+        if ttl is not None and job.metadata.deletion_timestamp is None:
+            if ttl <= 0:
+                return await self._delete_expired(namespace, name, -ttl)
+            requeue = ttl if requeue is None else min(requeue, ttl)
         return Result(requeue_after=requeue)
+
+    async def _delete_expired(self, namespace: str, name: str, late: float) -> Result:
+        """Delete a TrainJob whose TTL after finishing expired ``late`` seconds ago, as
+        Kubernetes' TTL-after-finished controller deletes a Job: foreground (its JobSet, pods
+        and side objects go first), and only the very object judged (UID and resourceVersion
+        preconditions: a TTL raised meanwhile wins, the update's event brings it back)."""
+        live = self.caches.trainjobs.get(namespace, name) or {}
+        meta = live.get("metadata") or {}
+        preconditions = {
+            "uid": str(meta.get("uid")),
+            "resourceVersion": str(meta.get("resourceVersion")),
+        }
+        try:
+            await self.kube.delete(
+                r.TRAINJOBS, namespace, name, propagation="Foreground", preconditions=preconditions
+            )
+        except APIError as exc:
+            if exc.is_conflict:
+                return Result(requeue_after=RECREATE_RETRY_SECONDS)
+            return Result(error=exc)
+        log.info(
+            "deleted TrainJob %s/%s: ttlSecondsAfterFinished expired %.1fs ago",
+            namespace,
+            name,
+            late,
+        )
+        if self.on_ttl_deletion is not None:
+            self.on_ttl_deletion(late)
+        return Result()
 
     async def _apply_objects(
         self,

@@ -8,7 +8,8 @@ the current time (docs/design.md, "One reconcile"), plus what this project adds 
   conditions and ``jobsStatus`` (trainer#2713), shown as STATE by ``kubectl get trainjobs``
   also after a resume (trainer#3666). It is a field, not conditions, so clients that read the
   conditions (the Kubeflow SDK infers Running only when there are none) see upstream's set;
-* a fixed condition order (terminal first, then BuildFailed and Suspended).
+* a fixed condition order (terminal first, then BuildFailed and Suspended);
+* ``status.startTime`` and ``status.completionTime`` (:mod:`trainer.controller.lifecycle`).
 
 What the JobSet says (terminal conditions, ``jobsStatus``) comes from the plugins' Status
 phase (:meth:`trainer.runtime.framework.Framework.status`); everything here is the
@@ -21,12 +22,13 @@ import datetime as dt
 from dataclasses import dataclass
 
 from trainer.api import constants as c
-from trainer.api.conditions import find_condition, is_true, set_condition
+from trainer.api.conditions import is_true, set_condition
 from trainer.api.core import Condition
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
+from trainer.controller.lifecycle import times
 from trainer.machinery.messages import truncate
-from trainer.machinery.times import format_time, parse_time
+from trainer.machinery.times import format_time
 from trainer.plugins.registry import default_framework
 from trainer.runtime.framework import Framework
 
@@ -47,11 +49,6 @@ class BuildFailure:
     message: str
 
 
-def is_finished(trainjob: TrainJob) -> bool:
-    conds = trainjob.status.conditions if trainjob.status else None
-    return is_true(conds, c.COND_COMPLETE) or is_true(conds, c.COND_FAILED)
-
-
 def _cond(type_: str, status: bool, reason: str, message: str, now: str) -> Condition:
     return Condition(
         type=type_,
@@ -60,27 +57,6 @@ def _cond(type_: str, status: bool, reason: str, message: str, now: str) -> Cond
         message=truncate(message, MAX_MESSAGE),
         last_transition_time=now,
     )
-
-
-def deadline_start(trainjob: TrainJob) -> dt.datetime | None:
-    """When the active deadline clock started: creation, or the last resume."""
-    conds = trainjob.status.conditions if trainjob.status else None
-    resumed = find_condition(conds, c.COND_SUSPENDED)
-    if resumed is not None and resumed.status == "False":
-        return parse_time(resumed.last_transition_time)
-    return parse_time(trainjob.metadata.creation_timestamp if trainjob.metadata else None)
-
-
-def deadline_remaining(trainjob: TrainJob, now: dt.datetime) -> float | None:
-    """Seconds until ``activeDeadlineSeconds`` passes (<= 0: passed); None when it does not
-    apply (unset, finished or suspended)."""
-    spec = trainjob.spec
-    if spec is None or not spec.active_deadline_seconds or spec.suspend or is_finished(trainjob):
-        return None
-    start = deadline_start(trainjob)
-    if start is None:
-        return None
-    return (start - now).total_seconds() + spec.active_deadline_seconds
 
 
 def desired_status(
@@ -146,6 +122,18 @@ def desired_status(
             ),
         )
 
+    start, completion = times(
+        conds,
+        trainjob.metadata.creation_timestamp if trainjob.metadata else None,
+        suspended,
+        status.start_time,
+        status.completion_time,
+    )
+    # Assigned only when they change: a field set to None would be sent as null.
+    if start != status.start_time:
+        status.start_time = start
+    if completion != status.completion_time:
+        status.completion_time = completion
     previous = trainjob.status.state if trainjob.status else None
     status.state = current_state(conds, status.jobs_status or [], suspended, previous)
     if conds:

@@ -20,6 +20,9 @@ trainer_workqueue_retries_total              counter    name
 trainer_api_requests_total                   counter    verb, resource, code
 trainer_api_request_duration_seconds         histogram  verb
 trainer_trainjobs                            gauge      state
+trainer_trainjob_ttl_deletion_delay_seconds  histogram  (time from a finished TrainJob's TTL
+                                                        expiry to its deletion; _count: the
+                                                        TrainJobs deleted after their TTL)
 trainer_leader                               gauge      (1 while this replica leads)
 trainer_build_info                           gauge      version, python_version (always 1)
 ===========================================  =========  ===================================
@@ -191,6 +194,12 @@ class Metrics:
             ["state"],
             registry=reg,
         )
+        self.ttl_deletion_delay = Histogram(
+            "trainer_trainjob_ttl_deletion_delay_seconds",
+            "Time from a finished TrainJob's TTL expiry to its deletion by the controller.",
+            buckets=RECONCILE_BUCKETS,
+            registry=reg,
+        )
         self.leader = Gauge(
             "trainer_leader",
             "1 while this replica holds the leader-election lease, else 0.",
@@ -221,6 +230,11 @@ class Metrics:
         label = str(code) if code else "<error>"
         self.api_requests.labels(verb=verb, resource=resource, code=label).inc()
         self.api_request_duration.labels(verb=verb).observe(max(seconds, 0.0))
+
+    def observe_ttl_deletion(self, late: float) -> None:
+        """Count one TrainJob deleted ``late`` seconds after its TTL after finishing expired
+        (the ``on_ttl_deletion`` hook of the TrainJob controller)."""
+        self.ttl_deletion_delay.observe(max(late, 0.0))
 
     def set_leader(self, leading: bool) -> None:
         """Set ``trainer_leader`` (the ``on_leader_change`` hook of the leader elector)."""
