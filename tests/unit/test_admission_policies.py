@@ -135,7 +135,9 @@ def env_injection(targets: list[dict[str, Any]]) -> ClusterTrainingRuntime:
     return ClusterTrainingRuntime.from_wire(data)
 
 
-def mpi_runtime(jobs: tuple[str, ...], run_launcher_as_node: bool) -> ClusterTrainingRuntime:
+def mpi_runtime(
+    jobs: tuple[str, ...], run_launcher_as_node: bool, implementation: str = "OpenMPI"
+) -> ClusterTrainingRuntime:
     """An MPI runtime with the given jobs; the first one is the trainer step."""
     replicated = [
         b.replicated_job(
@@ -149,13 +151,18 @@ def mpi_runtime(jobs: tuple[str, ...], run_launcher_as_node: bool) -> ClusterTra
         "rt",
         ml_policy={
             "numNodes": 1,
-            "mpi": {"numProcPerNode": 1, "runLauncherAsNode": run_launcher_as_node},
+            "mpi": {
+                "numProcPerNode": 1,
+                "runLauncherAsNode": run_launcher_as_node,
+                "mpiImplementation": implementation,
+            },
         },
         replicated_jobs=replicated,
     )
 
 
 MPI = mpi_runtime(("launcher", "node"), run_launcher_as_node=False)
+MPICH = mpi_runtime(("launcher", "node"), run_launcher_as_node=False, implementation="MPICH")
 
 
 # --- Torch: reserved env -------------------------------------------------------------------------
@@ -467,6 +474,31 @@ def test_mpi_reserved_env(names: tuple[str, ...], want: list[Err]) -> None:
     assert errors(trainjob(trainer={"env": env(*names)}), MPI) == want
 
 
+@pytest.mark.parametrize("runtime", [MPI, MPICH], ids=["openmpi", "mpich"])
+@pytest.mark.parametrize(
+    ("names", "want"),
+    [
+        pytest.param(("FOO", "MPI4PY_LIBMPI"), [], id="ordinary-env"),
+        pytest.param(
+            ("HYDRA_LAUNCHER_EXTRA_ARGS", "HYDRA_CONFIG_FILE", "HYDRA_HOST_FILE"),
+            [reserved("HYDRA_CONFIG_FILE HYDRA_HOST_FILE HYDRA_LAUNCHER_EXTRA_ARGS")],
+            id="hydra",
+        ),
+        pytest.param(
+            ("OMPI_MCA_plm_rsh_args", "PRTE_MCA_prte_default_hostfile"),
+            [reserved("OMPI_MCA_plm_rsh_args PRTE_MCA_prte_default_hostfile")],
+            id="openmpi",
+        ),
+    ],
+)
+def test_mpich_runtimes_reserve_the_same_env_as_openmpi_ones(
+    runtime: ClusterTrainingRuntime, names: tuple[str, ...], want: list[Err]
+) -> None:
+    """A TrainJob is judged the same way on every MPI runtime: the launcher env of every
+    implementation is reserved, Hydra's three names included."""
+    assert errors(trainjob(trainer={"env": env(*names)}), runtime) == want
+
+
 LAUNCHER_AS_NODE = (
     "spec.trainer.numNodes",
     INVALID,
@@ -486,11 +518,17 @@ LAUNCHER_AS_NODE = (
         pytest.param(("launcher", "worker"), True, 2, [LAUNCHER_AS_NODE], id="no-node"),
     ],
 )
+@pytest.mark.parametrize("implementation", ["OpenMPI", "MPICH"])
 def test_mpi_run_launcher_as_node(
-    jobs: tuple[str, ...], as_node: bool, num_nodes: int | None, want: list[Err]
+    jobs: tuple[str, ...],
+    as_node: bool,
+    num_nodes: int | None,
+    want: list[Err],
+    implementation: str,
 ) -> None:
     trainer = {"numNodes": num_nodes} if num_nodes is not None else {"image": "x"}
-    assert errors(trainjob(trainer=trainer), mpi_runtime(jobs, as_node)) == want
+    runtime = mpi_runtime(jobs, as_node, implementation)
+    assert errors(trainjob(trainer=trainer), runtime) == want
 
 
 def test_mpi_rules_need_spec_trainer() -> None:

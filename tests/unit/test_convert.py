@@ -522,18 +522,31 @@ def test_the_replica_restart_policy_or_v1_default_overrides_the_template() -> No
     assert {pod["pod"]["restartPolicy"] for pod in got.values()} == {"OnFailure"}
 
 
-@pytest.mark.parametrize("impl", ["Intel", "MPICH"])
-def test_intel_and_mpich_mpijobs_are_an_error_naming_the_field_and_accepted_value(
-    impl: str,
-) -> None:
+def test_intel_mpijobs_are_an_error_naming_the_field_and_accepted_values() -> None:
     data = v1("mpijob-v2beta1")
-    data["spec"]["mpiImplementation"] = impl
+    data["spec"]["mpiImplementation"] = "Intel"
     with pytest.raises(ConvertError) as info:
         convert(data, "in.yaml")
     message = str(info.value)
-    assert message.startswith(f"in.yaml: MPIJob/pi: spec.mpiImplementation: '{impl}' cannot")
-    assert 'mlPolicy.mpi.mpiImplementation accepts only "OpenMPI"' in message
-    assert "set spec.mpiImplementation: OpenMPI" in message
+    assert message.startswith("in.yaml: MPIJob/pi: spec.mpiImplementation: 'Intel' cannot")
+    assert 'accepts only "OpenMPI" and "MPICH" (Intel MPI is not supported' in message
+    assert "Build the image with OpenMPI or MPICH" in message
+
+
+def test_mpich_mpijobs_convert_to_the_mpich_policy_with_a_warning() -> None:
+    data = v1("mpijob-v2beta1")
+    data["spec"]["mpiImplementation"] = "MPICH"
+    result = convert(data)
+    runtime, trainjob = result.objects
+    assert runtime["spec"]["mlPolicy"]["mpi"]["mpiImplementation"] == "MPICH"
+    warning = next(w for w in result.warnings if w.field == "spec.mpiImplementation")
+    assert "only this project's CRDs admit" in warning.message
+    assert check_object(runtime).ok and check_object(trainjob).ok
+    jobset = converted_jobset(data)
+    launcher = pods(jobset)[("launcher", 0)]
+    env = launcher["env"]
+    assert env["HYDRA_HOST_FILE"] == "/etc/mpi/hostfile"
+    assert "OMPI_MCA_orte_default_hostfile" not in env
 
 
 @pytest.mark.parametrize(

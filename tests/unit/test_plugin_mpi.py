@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_private_key, load_ssh_public_key
 
 from tests import builders as b
+from trainer.api.load import check_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
 from trainer.plugins.jobset import JobSetPlugin
 from trainer.plugins.mpi import MPIPlugin
@@ -435,7 +436,9 @@ def test_launcher_env_follows_trainjob_env() -> None:
             "alpha-node-0-0.alpha:4\nalpha-node-0-1.alpha:4\n",
             {
                 "HYDRA_HOST_FILE": "/etc/mpi/hostfile",
+                "HYDRA_LAUNCHER_EXTRA_ARGS": "-o ConnectionAttempts=10",
                 "HYDRA_LAUNCH_EXTRA_ARGS": "-o ConnectionAttempts=10",
+                "HYDRA_CONFIG_FILE": "/etc/mpi/hydra.conf",
             },
         ),
         (
@@ -462,6 +465,38 @@ def test_launcher_as_node_hostfile_for_mpich() -> None:
     assert hostfile_of(objects) == (
         "alpha-node-0-0.alpha:2\nalpha-node-0-1.alpha:2\nalpha-launcher-0-0.alpha:2\n"
     )
+    # The launcher's -localhost is its own hostfile line, so Hydra starts its ranks there
+    # without ssh.
+    data = objects[("ConfigMap", "alpha-mpi-hostfile")]["data"]
+    assert data["hydra.conf"] == "-localhost alpha-launcher-0-0.alpha\n"
+
+
+def test_mpich_names_the_launcher_to_hydra_by_its_subdomain_name() -> None:
+    """Hydra's proxies connect back to the name ``-localhost`` gives; the launcher's short
+    hostname does not resolve from the node pods, ``<pod>.<subdomain>`` does."""
+    rt = runtime(PLAIN, mpiImplementation="MPICH", numProcPerNode=2)
+    objects = build(trainjob(trainer={"numNodes": 2}), rt)
+    data = objects[("ConfigMap", "alpha-mpi-hostfile")]["data"]
+    assert data == {
+        "hostfile": "alpha-node-0-0.alpha:2\nalpha-node-0-1.alpha:2\n",
+        "hydra.conf": "-localhost alpha-launcher-0-0.alpha\n",
+    }
+    launcher = jobs(objects, "alpha")["launcher"]
+    volume = next(v for v in pod_spec(launcher)["volumes"] if v["name"] == "mpi-hostfile")
+    assert volume["configMap"]["items"] == [
+        {"key": "hostfile", "path": "hostfile", "mode": 0o444},
+        {"key": "hydra.conf", "path": "hydra.conf", "mode": 0o444},
+    ]
+    mounts = {m["name"]: m["mountPath"] for m in node_container(launcher)["volumeMounts"]}
+    assert mounts["mpi-hostfile"] == "/etc/mpi"
+
+
+def test_openmpi_gets_no_hydra_options_file() -> None:
+    objects = build(trainjob(trainer={"numNodes": 2}), runtime(PLAIN))
+    assert list(objects[("ConfigMap", "alpha-mpi-hostfile")]["data"]) == ["hostfile"]
+    launcher = jobs(objects, "alpha")["launcher"]
+    volume = next(v for v in pod_spec(launcher)["volumes"] if v["name"] == "mpi-hostfile")
+    assert [item["key"] for item in volume["configMap"]["items"]] == ["hostfile"]
 
 
 def test_unsupported_implementation_is_rejected() -> None:
@@ -587,3 +622,23 @@ def test_a_spec_only_build_fails_as_the_full_build_does() -> None:
     info = new_info(trainjob(trainer={"numProcPerNode": "auto"}), runtime(PLAIN))
     with pytest.raises(BuildError, match=r"spec\.trainer\.numProcPerNode.*integer"):
         FRAMEWORK.run(info, BuildContext(ssh_keygen=fake_keygen, objects=False))
+
+
+# --- The implementations the CRD admits ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("impl", ["OpenMPI", "MPICH", ""])
+def test_the_crd_admits_openmpi_and_mpich(impl: str) -> None:
+    data = yaml.safe_load(PLAIN)
+    data["spec"]["mlPolicy"]["mpi"]["mpiImplementation"] = impl
+    assert check_object(data).ok
+
+
+def test_the_crd_refuses_intel_naming_the_field_and_the_values() -> None:
+    data = yaml.safe_load(PLAIN)
+    data["spec"]["mlPolicy"]["mpi"]["mpiImplementation"] = "Intel"
+    errors = [str(e) for e in check_object(data).errors]
+    assert errors[0] == (
+        'spec.mlPolicy.mpi.mpiImplementation: Unsupported value: "Intel": '
+        'supported values: "OpenMPI", "MPICH", ""'
+    )

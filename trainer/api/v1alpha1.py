@@ -427,15 +427,16 @@ class TorchMLPolicySource(K8sModel):
 
 
 class MPIMLPolicySource(K8sModel):
-    """MPI (OpenMPI): SSH keys, a hostfile and launcher env."""
+    """MPI (OpenMPI, or MPICH beyond upstream): SSH keys, a hostfile and launcher env."""
 
     num_proc_per_node: Annotated[
         Int32,
         Schema(rules=(Rule("self >= 1", "NumProcPerNode in mpiPolicy must be >= 1"),)),
     ] = 1
     """Slots per node in the hostfile."""
-    mpi_implementation: Annotated[str, Schema(enum=("OpenMPI", ""))] = "OpenMPI"
-    """MPI implementation; only OpenMPI is supported."""
+    mpi_implementation: Annotated[str, Schema(enum=("OpenMPI", "MPICH", ""))] = "OpenMPI"
+    """MPI implementation: OpenMPI ("" means OpenMPI too) or MPICH (beyond upstream, whose CRD
+    admits only OpenMPI). Intel MPI is not admitted."""
     ssh_auth_mount_path: Annotated[str, Schema(max_length=4096)] = "/root/.ssh"
     """Where the SSH keys are mounted."""
     run_launcher_as_node: bool = False

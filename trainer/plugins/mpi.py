@@ -20,12 +20,30 @@ Build
     upstream): one line per pod of the ``node`` job (and of ``launcher`` with
     runLauncherAsNode), in runtime template order, addressed through ``network.subdomain``.
 
-Beyond upstream (kubeflow/trainer#3712): upstream writes OpenMPI only and its CRD
-enum rejects ``MPICH`` and ``Intel``. The CRD enum here stays upstream's, so no TrainJob can
-reach the MPICH and Intel branches today; the plugin keeps mpi-operator's hostfile format
-``<host>:<slots>`` and launcher env for them so that a later CRD extension has one place to
-turn on (no command reaches them now: docs/local-plane.md, "MPI on the local plane"). ``""``
-means OpenMPI. Anything else is a :class:`BuildError`.
+Beyond upstream, MPICH (kubeflow/trainer#3712): upstream's CRD enum admits only OpenMPI; ours
+also admits ``MPICH``. ``""`` means OpenMPI. For MPICH the hostfile has MPICH's format
+``<host>:<slots>`` (mpi-operator's too) and the launcher gets what Hydra, MPICH's ``mpiexec``,
+reads (checked against MPICH's "Using the Hydra Process Manager" and the ``mpich`` 5.0 wheel's
+``mpiexec.hydra``, whose ``--help`` names no environment variable; its binary reads the ones
+below, and real runs: docs/local-plane.md, "MPICH"):
+
+  - ``HYDRA_HOST_FILE``: the hostfile, used when ``mpiexec`` has no ``-f``; with no ``-n`` it
+    starts as many ranks as the hostfile has slots;
+  - ``HYDRA_LAUNCHER_EXTRA_ARGS``: ssh's retry (``-o ConnectionAttempts=10``) while the node
+    pods come up. mpi-operator sets ``HYDRA_LAUNCH_EXTRA_ARGS``, the name MPICH 3's Hydra read;
+    current Hydra reads only ``HYDRA_LAUNCHER_EXTRA_ARGS`` (and ignores the old name), so both
+    are set;
+  - ``HYDRA_CONFIG_FILE``: ``/etc/mpi/hydra.conf`` (a second key of the hostfile ConfigMap),
+    holding ``-localhost <launcher pod>.<subdomain>``. Hydra's proxies on the node pods
+    connect back to ``mpiexec`` by the name it gives them, by default its short hostname,
+    which cluster DNS does not resolve from another pod (mpi-operator creates a Service named
+    after the launcher for this); the JobSet's headless Service resolves
+    ``<pod>.<subdomain>``.
+
+Intel MPI is not admitted: its Hydra reads other names (``I_MPI_HYDRA_HOST_FILE``,
+``I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS``, ``I_MPI_PERHOST``, mpi-operator's). The plugin keeps
+that branch, reachable by no TrainJob, until an Intel MPI run proves it (README, "Status and
+parity with upstream"). Anything else is a :class:`BuildError`.
 
 Beyond upstream, OpenMPI 5: upstream's launcher env uses OpenMPI 4's ORTE names
 (``OMPI_MCA_orte_default_hostfile`` ...), which OpenMPI 5's launcher (PRRTE) ignores: an
@@ -44,7 +62,7 @@ plugin does so unconditionally (only the Torch, JAX and XGBoost env is gated on
 Admission (Validate phase)
   - reserved: the launcher env names (OpenMPI's, and the MPICH and Intel names this plugin
     injects, whatever the runtime's implementation, so a TrainJob is judged the same way on
-    every MPI runtime);
+    every MPI runtime and cannot unset what points Hydra at the hostfile);
   - with runLauncherAsNode, ``numNodes >= 2`` needs both a ``launcher`` and a ``node`` job;
     a runtime with runLauncherAsNode but without them is admitted with a warning saying so.
 
@@ -84,6 +102,8 @@ VOLUME_HOSTFILE = "mpi-hostfile"
 HOSTFILE_DIR = "/etc/mpi"
 HOSTFILE_KEY = "hostfile"
 HOSTFILE_PATH = f"{HOSTFILE_DIR}/{HOSTFILE_KEY}"
+HYDRA_CONFIG_KEY = "hydra.conf"
+HYDRA_CONFIG_PATH = f"{HOSTFILE_DIR}/{HYDRA_CONFIG_KEY}"
 
 SECRET_TYPE_SSH_AUTH = "kubernetes.io/ssh-auth"
 SSH_PRIVATE_KEY = "ssh-privatekey"  # corev1.SSHAuthPrivateKey
@@ -113,14 +133,18 @@ PRTE_ENVS = (ENV_PRTE_HOSTFILE, ENV_PRTE_DEFAULT_SLOTS, ENV_PRTE_SSH_ARGS)
 """Beyond upstream: OpenMPI 5 (PRRTE) names of three of upstream's OpenMPI 4 settings."""
 
 ENV_HYDRA_HOST_FILE = "HYDRA_HOST_FILE"
+ENV_HYDRA_LAUNCHER_EXTRA_ARGS = "HYDRA_LAUNCHER_EXTRA_ARGS"
 ENV_HYDRA_LAUNCH_EXTRA_ARGS = "HYDRA_LAUNCH_EXTRA_ARGS"
+ENV_HYDRA_CONFIG_FILE = "HYDRA_CONFIG_FILE"
 ENV_I_MPI_HYDRA_HOST_FILE = "I_MPI_HYDRA_HOST_FILE"
 ENV_I_MPI_BOOTSTRAP_EXTRA_ARGS = "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS"
 ENV_I_MPI_PERHOST = "I_MPI_PERHOST"
 EXTRA_RESERVED_ENVS = (
     *PRTE_ENVS,
     ENV_HYDRA_HOST_FILE,
+    ENV_HYDRA_LAUNCHER_EXTRA_ARGS,
     ENV_HYDRA_LAUNCH_EXTRA_ARGS,
+    ENV_HYDRA_CONFIG_FILE,
     ENV_I_MPI_HYDRA_HOST_FILE,
     ENV_I_MPI_BOOTSTRAP_EXTRA_ARGS,
     ENV_I_MPI_PERHOST,
@@ -196,13 +220,13 @@ def _ssh_auth_volume(info: Info) -> Volume:
     )
 
 
-def _hostfile_volume(info: Info) -> Volume:
+def _hostfile_volume(info: Info, impl: str) -> Volume:
+    items = [KeyToPath(key=HOSTFILE_KEY, path=HOSTFILE_KEY, mode=HOSTFILE_MODE)]
+    if impl == MPICH:
+        items.append(KeyToPath(key=HYDRA_CONFIG_KEY, path=HYDRA_CONFIG_KEY, mode=HOSTFILE_MODE))
     return Volume(
         name=VOLUME_HOSTFILE,
-        config_map=ConfigMapVolumeSource(
-            name=hostfile_config_map_name(info.name),
-            items=[KeyToPath(key=HOSTFILE_KEY, path=HOSTFILE_KEY, mode=HOSTFILE_MODE)],
-        ),
+        config_map=ConfigMapVolumeSource(name=hostfile_config_map_name(info.name), items=items),
     )
 
 
@@ -213,7 +237,9 @@ def launcher_env(impl: str, n_slots: int) -> list[EnvVar]:
     if impl == MPICH:
         return [
             apply.env(ENV_HYDRA_HOST_FILE, HOSTFILE_PATH),
+            apply.env(ENV_HYDRA_LAUNCHER_EXTRA_ARGS, RSH_ARGS),
             apply.env(ENV_HYDRA_LAUNCH_EXTRA_ARGS, RSH_ARGS),
+            apply.env(ENV_HYDRA_CONFIG_FILE, HYDRA_CONFIG_PATH),
         ]
     if impl == INTEL:
         return [
@@ -250,6 +276,17 @@ def hosts(info: Info, ps: PodSet) -> list[str]:
     depend on whether this plugin builds before or after the JobSet plugin."""
     endpoints = ps.endpoints(info.name, info.subdomain)
     return endpoints[: ps.count * built_replicas(ps)]  # replica-major: replica 0 comes first
+
+
+def hydra_config(info: Info) -> str:
+    """MPICH's Hydra options file: ``-localhost`` names the launcher pod by
+    ``<pod>.<subdomain>``. Hydra's proxies on the node pods connect back to the launcher by the
+    name it gives, by default its short hostname, which cluster DNS does not resolve from
+    another pod; the JobSet's headless Service resolves ``<pod>.<subdomain>``, the form the
+    hostfile uses too."""
+    launcher = info.pod_set(c.JOB_LAUNCHER)
+    names = hosts(info, launcher) if launcher is not None else []
+    return f"-localhost {names[0]}\n" if names else ""
 
 
 def hostfile(info: Info, policy: MPIMLPolicySource) -> str:
@@ -354,7 +391,7 @@ class MPIPlugin:
             launcher = ps.name == c.JOB_LAUNCHER
             apply.upsert_volume(ps.pod_spec, _ssh_auth_volume(info))
             if launcher:
-                apply.upsert_volume(ps.pod_spec, _hostfile_volume(info))
+                apply.upsert_volume(ps.pod_spec, _hostfile_volume(info, impl))
             ctr = _node_container(ps)
             if ctr is None:
                 continue
@@ -379,12 +416,15 @@ class MPIPlugin:
         secret_name = ssh_auth_secret_name(info.name)
         if secret_name not in info.observed.secrets:
             objects.append(self._ssh_auth_secret(info, ctx))
+        data = {HOSTFILE_KEY: hostfile(info, policy)}
+        if implementation(policy) == MPICH:
+            data[HYDRA_CONFIG_KEY] = hydra_config(info)
         objects.append(
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": object_meta(info.trainjob, hostfile_config_map_name(info.name)),
-                "data": {HOSTFILE_KEY: hostfile(info, policy)},
+                "data": data,
             }
         )
         return objects

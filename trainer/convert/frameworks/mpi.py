@@ -1,7 +1,8 @@
 """MPIJob (v1 and v2beta1) -> ``launcher`` and ``node`` under ``mlPolicy.mpi``
 (``slotsPerWorker`` -> ``numProcPerNode``, ``runLauncherAsWorker``, ``sshAuthMountPath``,
-``launcherCreationPolicy: WaitForWorkersReady`` -> a JobSet ``dependsOn``). Only OpenMPI
-converts: Trainer v2.3's MPI policy supports no other implementation."""
+``launcherCreationPolicy: WaitForWorkersReady`` -> a JobSet ``dependsOn``). OpenMPI and MPICH
+convert (``mpiImplementation: MPICH`` is beyond upstream: it needs this project's CRDs, so the
+conversion warns); Intel MPI does not (docs/convert.md, "Intel MPI and MPICH")."""
 
 from __future__ import annotations
 
@@ -22,15 +23,24 @@ def convert_mpi(job: V1Job) -> Plan:
     if slots is not None:
         policy["numProcPerNode"] = require_int(slots, "spec.slotsPerWorker")
     impl = spec.get("mpiImplementation")
-    if impl not in (None, "OpenMPI"):
+    if impl == "MPICH":
+        policy["mpiImplementation"] = "MPICH"
+        job.warn(
+            "spec.mpiImplementation",
+            "MPICH converts to mlPolicy.mpi.mpiImplementation: MPICH, which only this project's "
+            'CRDs admit (Trainer v2.3\'s accept only "OpenMPI"); the launcher gets the hostfile '
+            "and Hydra's env from the MPI plugin",
+        )
+    elif impl not in (None, "OpenMPI"):
         raise job.error(
             "spec.mpiImplementation",
             f"{impl!r} cannot be converted: the runtime field mlPolicy.mpi.mpiImplementation "
-            'accepts only "OpenMPI" in Trainer v2.3\'s CRD (Intel and MPICH are not in its '
-            "enum), and without mlPolicy.mpi nothing would write the hostfile, the SSH keys and "
-            "the I_MPI_HYDRA_* / HYDRA_* env that v1's MPI operator gave the launcher, so its "
-            "mpirun could not reach the workers. Build the image with OpenMPI and set "
-            "spec.mpiImplementation: OpenMPI (or remove it), then convert again",
+            'accepts only "OpenMPI" and "MPICH" (Intel MPI is not supported: its launcher '
+            "reads the I_MPI_HYDRA_* env that v1's MPI operator gave it, which no MPI policy "
+            "writes, and without mlPolicy.mpi nothing would write the hostfile and the SSH keys "
+            "either, so its mpirun could not reach the workers). Build the image with OpenMPI "
+            "or MPICH, set spec.mpiImplementation to it (or remove it for OpenMPI), then "
+            "convert again",
         )
     if spec.get("sshAuthMountPath") is not None:
         policy["sshAuthMountPath"] = spec["sshAuthMountPath"]

@@ -29,9 +29,9 @@ import signal
 from typing import Any
 
 from trainer.kube.events import NORMAL, WARNING
-from trainer.local.executor import cgroups, incluster, podenv, uts
+from trainer.local.executor import cgroups, incluster, podenv, ssh, uts
 from trainer.local.executor.logsink import OutputPipe
-from trainer.local.executor.podfields import pod_hostname
+from trainer.local.executor.podfields import LOOPBACK, pod_hostname
 from trainer.local.executor.podhost import (
     BACKOFF_CAP,
     BACKOFF_START,
@@ -169,15 +169,39 @@ async def cannot_run(pod: RunningPod, c: Container, message: str) -> None:
     await pod.sync_status()
 
 
+def _mpi_peers(pod: RunningPod) -> list[tuple[str, list[str]]]:
+    """For a pod that runs sshd (an MPI node pod), the other pods of its JobSet by their
+    ``<host>.<subdomain>`` DNS names at 127.0.0.1, as the JobSet's headless Service makes
+    them resolve on a cluster: MPICH's ``hydra_pmi_proxy`` connects back to the launcher by
+    that name (docs/local-plane.md, "MPICH"). Only node pods: a launcher's MPI (Hydra, PRRTE)
+    takes a host at a loopback address for itself and would start its ranks there instead of
+    over ssh. The short hostnames stay unresolvable, as on a cluster."""
+    spec = pod.pod.get("spec") or {}
+    subdomain = str(spec.get("subdomain") or "")
+    parsed = ssh.parse(pod.pod)
+    if not subdomain or parsed is None:
+        return []
+    if not any(ssh.is_sshd(ctr) for ctr in spec.get("containers") or []):
+        return []
+    own = pod_hostname(pod.pod)
+    names = [
+        name
+        for peer in sorted(parsed[1])
+        if peer != own
+        for name in host_names(peer, subdomain, pod.namespace)[1:]
+    ]
+    return [(LOOPBACK, names)] if names else []
+
+
 async def _hosts_file(pod: RunningPod) -> str | None:
     """The pod's ``/etc/hosts`` (this host's plus the pod's own names at 127.0.0.1, as the
-    kubelet writes a pod's, and the Services it can reach by name from its sandbox:
-    :mod:`~trainer.local.executor.servicedns`), written into the pod's directory; None when
-    it cannot be."""
+    kubelet writes a pod's, an MPI node pod's peers (:func:`_mpi_peers`) and the Services it
+    can reach by name from its sandbox: :mod:`~trainer.local.executor.servicedns`), written
+    into the pod's directory; None when it cannot be."""
     spec = pod.pod.get("spec") or {}
     names = host_names(pod_hostname(pod.pod), str(spec.get("subdomain") or ""), pod.namespace)
     path = pod_dir(pod.host.state_dir, pod.pod) / "etc-hosts"
-    services = await _reachable_services(pod)
+    services = _mpi_peers(pod) + await _reachable_services(pod)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         uts.write_hosts(str(path), names, extra=services)

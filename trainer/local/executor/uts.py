@@ -203,7 +203,7 @@ def write_hosts(
     text += "# the pod's own names (trainer's local kubelet)\n127.0.0.1\t" + " ".join(names) + "\n"
     lines = [f"{address}\t{' '.join(aliases)}\n" for address, aliases in extra]
     if lines:
-        text += "# Services (trainer's local kubelet)\n" + "".join(lines)
+        text += "# peers and Services (trainer's local kubelet)\n" + "".join(lines)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
 
