@@ -199,6 +199,28 @@ REFUSED += [
         ],
     ),
     (
+        # Trainer's launcher waits for its nodes: they must be listed before it.
+        {
+            "replicatedJobs": [
+                rj("launcher", dependsOn=[{"name": "node", "status": "Ready"}]),
+                rj("node"),
+            ]
+        },
+        [
+            "DependsOn can't be set for the first ReplicatedJob",
+            "replicatedJob: launcher cannot depend on replicatedJob: node",
+        ],
+    ),
+    (
+        {
+            "replicatedJobs": [
+                rj("init"),
+                rj("node", dependsOn=[{"name": "ghost", "status": "Complete"}]),
+            ]
+        },
+        ["replicatedJob: node cannot depend on replicatedJob: ghost"],
+    ),
+    (
         {"coordinator": {"replicatedJob": "ghost"}},
         ["coordinator replicatedJob ghost does not exist"],
     ),
@@ -229,8 +251,8 @@ async def test_dependencies_subdomain_success_targets_and_coordinator_pass_when_
     status, stored = await post(
         {
             "replicatedJobs": [
-                rj("launcher", dependsOn=[{"name": "node", "status": "Ready"}]),
                 rj("node", replicas=2, job={"completions": 3, "parallelism": 3}),
+                rj("launcher", dependsOn=[{"name": "node", "status": "Ready"}]),
             ],
             "network": {"subdomain": "workers"},
             "successPolicy": {"operator": "Any", "targetReplicatedJobs": ["node"]},

@@ -389,4 +389,8 @@ def test_numeric_limits_are_in_the_generated_crds() -> None:
     assert spec["properties"]["runtimePatches"]["maxItems"] == 16
     assert spec["properties"]["activeDeadlineSeconds"]["minimum"] == 1
     mpi = _node(crds.schema_for_kind("ClusterTrainingRuntime"), "spec.mlPolicy.mpi")
-    assert mpi["properties"]["mpiImplementation"]["enum"] == ["OpenMPI", ""]
+    assert mpi["properties"]["mpiImplementation"]["enum"] == ["OpenMPI", "MPICH", ""]
+    assert spec["properties"]["ttlSecondsAfterFinished"]["minimum"] == 0
+    run_policy = _node(crds.schema_for_kind("TrainingRuntime"), "spec.runPolicy")["properties"]
+    assert run_policy["activeDeadlineSeconds"]["minimum"] == 1
+    assert run_policy["ttlSecondsAfterFinished"]["minimum"] == 0

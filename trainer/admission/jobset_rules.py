@@ -7,8 +7,9 @@ label, and each failure-policy rule has a unique name of 1 to 128 characters mat
 jobs of the JobSet; a given ``network.subdomain`` a DNS-1123 subdomain and a DNS-1035 label
 (it names the Service); success-policy targets among the replicated jobs; the coordinator's
 replicated job, Job index, Indexed completion and pod index; replicas times parallelism within
-an int32. (``dependsOn`` may name a replicated job listed later: Trainer's MPI runtimes put
-the launcher, which waits for the nodes, first.)
+an int32; the first replicated job without ``dependsOn``, and every other depending only on
+jobs listed before it (upstream Trainer's runtimes list ``node`` before the ``launcher`` that
+waits for it).
 
 Two users: the local plane's built-in JobSet webhook refuses a JobSet with these errors, and
 runtime admission warns about a runtime whose JobSet template breaks them (upstream's runtime
@@ -118,10 +119,12 @@ def failure_policy_errors(spec: JobSetSpec) -> list[FieldError]:
 
 
 def structure_errors(spec: JobSetSpec) -> list[FieldError]:
-    """JobSet's create checks of the subdomain, sizes, the success policy's targets and the
-    coordinator, message for message."""
+    """JobSet's create checks of ``dependsOn``, the subdomain, sizes, the success policy's
+    targets and the coordinator, message for message."""
     jobs = spec.replicated_jobs or []
     errors: list[FieldError] = []
+    if jobs and jobs[0].depends_on is not None:
+        errors.append(_message("DependsOn can't be set for the first ReplicatedJob"))
     subdomain = spec.network.subdomain if spec.network is not None else None
     if subdomain:
         errors += [_message(text) for text in is_dns1123_subdomain(subdomain)]
@@ -131,6 +134,7 @@ def structure_errors(spec: JobSetSpec) -> list[FieldError]:
         ]
     seen: set[str] = set()
     for job in jobs:
+        seen.add(job.name)
         parallelism = 1 if job.template.spec is None else job.template.spec.parallelism
         if (1 if parallelism is None else parallelism) * job.replicas > MAX_INT32:
             errors.append(
@@ -139,7 +143,12 @@ def structure_errors(spec: JobSetSpec) -> list[FieldError]:
                     f"replicatedJob '{job.name}'"
                 )
             )
-        seen.add(job.name)
+        # A job waits only for jobs listed before it (or itself, which JobSet lets pass).
+        errors += [
+            _message(f"replicatedJob: {job.name} cannot depend on replicatedJob: {dep.name}")
+            for dep in job.depends_on or []
+            if dep.name not in seen
+        ]
     targets = spec.success_policy.target_replicated_jobs if spec.success_policy else None
     errors += [
         _message(f"invalid replicatedJob name '{target}' does not appear in .spec.ReplicatedJobs")

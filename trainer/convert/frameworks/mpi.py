@@ -61,4 +61,7 @@ def convert_mpi(job: V1Job) -> Plan:
     )
     if spec.get("launcherCreationPolicy") == "WaitForWorkersReady" and worker is not None:
         plan.depends_on[c.JOB_LAUNCHER] = [{"name": c.JOB_NODE, "status": "Ready"}]
+        # JobSet refuses a dependsOn on the first replicated job, or on one listed later
+        # (docs/crd-parity.md): the nodes go first, as in Trainer's deepspeed runtime.
+        jobs.reverse()
     return plan
