@@ -19,6 +19,8 @@ from typer._click.core import Context
 from typer._click.exceptions import ClickException
 from typer.core import TyperGroup
 
+from trainer.cli.helptext import ReflowingContext, reflowing_help
+
 INTERNAL_ERROR_EXIT = 1
 
 
@@ -30,7 +32,15 @@ def _verbose(ctx: Context) -> bool:
 
 
 class GuardedGroup(TyperGroup):
-    """A Typer group whose commands never end in a Python traceback."""
+    """A Typer group whose commands never end in a Python traceback (and whose help, and its
+    commands', is reflowed to the terminal: :mod:`trainer.cli.helptext`)."""
+
+    context_class = ReflowingContext
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for command in self.commands.values():
+            reflowing_help(command)
 
     def invoke(self, ctx: Context) -> Any:
         try:

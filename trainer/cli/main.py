@@ -12,6 +12,7 @@ import typer
 
 from trainer import __version__
 from trainer.cli.guard import GuardedGroup
+from trainer.cli.helptext import HELP_MARKUP
 from trainer.cli.lazy import LazyCommands
 
 # name -> (module, attribute): a command function, or a Typer app for a command group.
@@ -45,6 +46,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=HELP_MARKUP,
     cls=TrainerGroup,
 )
 
