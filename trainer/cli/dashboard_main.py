@@ -19,10 +19,18 @@ def main() -> None:
 
     from trainer.cli import dashboard as dashboard_cmd  # noqa: PLC0415
     from trainer.cli.guard import GuardedGroup  # noqa: PLC0415
+    from trainer.cli.helptext import HELP_MARKUP  # noqa: PLC0415
+    from trainer.cli.pipes import closed_pipe_ends_quietly  # noqa: PLC0415
 
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, cls=GuardedGroup)
+    app = typer.Typer(
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=HELP_MARKUP,
+        cls=GuardedGroup,
+    )
     app.command(name="dashboard")(dashboard_cmd.dashboard)
-    app(prog_name="trainer dashboard")
+    with closed_pipe_ends_quietly():
+        app(prog_name="trainer dashboard")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+from trainer.cli.helptext import HELP_MARKUP
 from trainer.datacache import auth, deps
 from trainer.datacache import config as cfg
 
@@ -24,6 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=HELP_MARKUP,
 )
 
 

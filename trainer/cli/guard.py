@@ -4,7 +4,9 @@ Every verb reports the errors it expects in one ``error: ...`` line with its doc
 code. Anything else that escapes a command (a bug) is turned into one line naming the
 exception and exit code 1 here; the traceback is printed only with ``-v``/``--verbose`` or
 ``TRAINER_DEBUG=1``. ``RecursionError`` and ``MemoryError`` are reported the same way, with
-a hint that the input is too deeply nested or too large.
+a hint that the input is too deeply nested or too large. A ``BrokenPipeError`` because stdout's
+or stderr's reader is gone is no bug: the command ends quietly with status 141
+(:mod:`trainer.cli.pipes`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from typer._click.core import Context
 from typer._click.exceptions import ClickException
 from typer.core import TyperGroup
 
+from trainer.cli.helptext import ReflowingContext, reflowing_help
+from trainer.cli.pipes import on_broken_pipe
+
 INTERNAL_ERROR_EXIT = 1
 
 
@@ -30,13 +35,34 @@ def _verbose(ctx: Context) -> bool:
 
 
 class GuardedGroup(TyperGroup):
-    """A Typer group whose commands never end in a Python traceback."""
+    """A Typer group whose commands never end in a Python traceback (and whose help, and its
+    commands', is reflowed to the terminal: :mod:`trainer.cli.helptext`)."""
+
+    context_class = ReflowingContext
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for command in self.commands.values():
+            reflowing_help(command)
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any
+    ) -> Context:
+        # The group's own ``--help`` is printed while its arguments are parsed, here.
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except BrokenPipeError:
+            on_broken_pipe()
+            raise
 
     def invoke(self, ctx: Context) -> Any:
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, ClickException):
             raise
+        except BrokenPipeError as exc:
+            on_broken_pipe()  # stdout's or stderr's reader is gone: exit quietly
+            self._report(ctx, exc, "")
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
             raise typer.Exit(130) from None

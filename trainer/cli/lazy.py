@@ -21,11 +21,15 @@ from collections.abc import Iterator, MutableMapping
 import typer
 from typer._click.core import Command
 
+from trainer.cli.helptext import HELP_MARKUP, reflowing_help
+
 
 def load_command(name: str, module: str, attribute: str) -> Command:
     """The click command ``name`` built from ``module.attribute`` (a function or a Typer)."""
     target = getattr(importlib.import_module(module), attribute)
-    holder = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    holder = typer.Typer(
+        add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=HELP_MARKUP
+    )
     if isinstance(target, typer.Typer):
         holder.add_typer(target, name=name)
         group = typer.main.get_command(holder)
@@ -35,7 +39,7 @@ def load_command(name: str, module: str, attribute: str) -> Command:
         holder.command(name=name)(target)
         command = typer.main.get_command(holder)
     command.name = name
-    return command
+    return reflowing_help(command)
 
 
 class LazyCommands(MutableMapping[str, Command]):

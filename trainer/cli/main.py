@@ -12,7 +12,9 @@ import typer
 
 from trainer import __version__
 from trainer.cli.guard import GuardedGroup
+from trainer.cli.helptext import HELP_MARKUP
 from trainer.cli.lazy import LazyCommands
+from trainer.cli.pipes import closed_pipe_ends_quietly
 
 # name -> (module, attribute): a command function, or a Typer app for a command group.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -45,6 +47,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=HELP_MARKUP,
     cls=TrainerGroup,
 )
 
@@ -75,7 +78,8 @@ def main() -> None:
 
         tune_for_serving()
     try:
-        app()
+        with closed_pipe_ends_quietly():
+            app()
     finally:
         # The command is over and has closed what it opened (``trainer run``: every process
         # ended, sockets closed, files written). What is left is CPython's teardown, whose

@@ -54,9 +54,14 @@ def webhook(
 ) -> None:
     """Serve the validating and mutating admission webhook over HTTPS until SIGTERM.
 
-    Paths are upstream's (/validate-trainer-kubeflow-org-v1alpha1-{trainjob,trainingruntime,
-    clustertrainingruntime}, /mutate-trainer-kubeflow-org-v1alpha1-trainjob), plus /healthz
-    and /readyz. Exits 2 with one line for an unusable kubeconfig.
+    Exits 2 with one line for an unusable kubeconfig. It serves /healthz, /readyz and
+    upstream's webhook paths:
+
+    \b
+      /mutate-trainer-kubeflow-org-v1alpha1-trainjob
+      /validate-trainer-kubeflow-org-v1alpha1-trainjob
+      /validate-trainer-kubeflow-org-v1alpha1-trainingruntime
+      /validate-trainer-kubeflow-org-v1alpha1-clustertrainingruntime
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     options = WebhookOptions(

@@ -13,7 +13,10 @@ Secret material never reaches the output: fields whose *name* looks secret (toke
 secret, private key, ...) are replaced by ``[REDACTED]``, PEM private-key blocks and bearer
 tokens are cut out of every string (message, field values, tracebacks), and the ``data`` /
 ``stringData`` of anything that looks like a Secret object is dropped. Newlines in messages and
-tracebacks are escaped, so one event is always one line.
+tracebacks are escaped, so one event is always one line. Terminal escape sequences (colours,
+cursor movement) are removed from every string, and uvicorn's ``color_message`` field (its
+message again, coloured for a terminal) is dropped: structured output is read by programs and
+log stores, where escapes are noise.
 
 Repeated warnings and errors are rate-limited (:class:`RepeatFilter`, on the handler
 :func:`setup_logging` installs): the same record (logger, level, message, exception) is written
@@ -58,6 +61,16 @@ _PEM_PRIVATE = re.compile(
     re.DOTALL,
 )
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]+")
+# ECMA-48 escape sequences: CSI (colours, cursor), OSC (titles, links; ended by BEL or ST), and
+# the two-character ones; then any ESC left over, so none reaches the output.
+_ANSI = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x1b"
+    r"|\x9b[0-?]*[ -/]*[@-~]|\x9b"
+)
+# Extra fields that only repeat the message for a terminal: uvicorn adds ``color_message``, its
+# message with ANSI colours (uvicorn/server.py and uvicorn/config.py, for uvicorn's own
+# ColourizedFormatter).
+_TERMINAL_ONLY_FIELDS = frozenset({"color_message"})
 _SAFE_BARE = re.compile(r"^[A-Za-z0-9_./:@%+,()\[\]{}<>*#!?&|^~$-]+$")
 
 _LEVEL_NAMES = {
@@ -95,7 +108,10 @@ def parse_level(level: str | int) -> int:
 
 
 def redact_text(text: str) -> str:
-    """``text`` with PEM private-key blocks and bearer tokens replaced by ``[REDACTED]``."""
+    """``text`` without terminal escape sequences, and with PEM private-key blocks and bearer
+    tokens replaced by ``[REDACTED]`` (escapes go first: one inside a token would hide it)."""
+    if "\x1b" in text or "\x9b" in text:
+        text = _ANSI.sub("", text)
     if "PRIVATE KEY" in text:
         text = _PEM_PRIVATE.sub(REDACTED, text)
     if "earer" in text or "EARER" in text:
@@ -137,6 +153,8 @@ def record_fields(record: logging.LogRecord) -> dict[str, Any]:
     }
     for name, value in vars(record).items():
         if name in _STANDARD_ATTRS or name.startswith("_") or name in fields:
+            continue
+        if name in _TERMINAL_ONLY_FIELDS:
             continue
         fields[name] = redact(value, name)
     if record.exc_info and record.exc_info[1] is not None:
