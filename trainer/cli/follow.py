@@ -13,6 +13,7 @@ from trainer.api import constants as c
 from trainer.cli.failures import DeletedPods, failed_containers
 from trainer.cli.logfollow import LogFollower
 from trainer.cli.pending import Pending, pending
+from trainer.controller.failures import CAUSE_MARK
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import Kube
@@ -175,12 +176,14 @@ async def _report(
                         x for x in job["status"]["conditions"] if x["type"] == c.COND_FAILED
                     )
                     if last.get(("failed", name)) is None:
-                        printer.line(
-                            f"TrainJob {ns}/{name} failed: {cond['reason']}: {cond['message']}"
-                        )
-                        seen = [*pods.list(ns), *deleted.list(ns)]
-                        for why in failed_containers(seen, name):
-                            printer.line(f"TrainJob {ns}/{name} failed: {why}")
+                        first, *rest = str(cond["message"]).splitlines() or [""]
+                        printer.line(f"TrainJob {ns}/{name} failed: {cond['reason']}: {first}")
+                        for line in rest:  # the failed container's last output
+                            printer.line(f"    {line}")
+                        if CAUSE_MARK not in first:  # a controller that does not say why
+                            seen = [*pods.list(ns), *deleted.list(ns)]
+                            for why in failed_containers(seen, name):
+                                printer.line(f"TrainJob {ns}/{name} failed: {why}")
                         last[("failed", name)] = "1"
         if len(finished) == len(jobs):
             return 0 if all(s == c.COND_COMPLETE for s in finished.values()) else 1

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api import jobset_contract as jsc
+from trainer.controller.failures import FailedPods, slim_pod
 from trainer.controller.handlers import (
     enqueue_owner,
     enqueue_runtime_users,
@@ -92,7 +94,10 @@ class Controller:
             secrets=Informer(kube, r.SECRETS, label_selector=OWNED_SELECTOR),
             cluster_runtimes=Informer(kube, r.CLUSTER_TRAINING_RUNTIMES),
             runtimes=Informer(kube, r.TRAINING_RUNTIMES),
+            # Why a TrainJob failed (trainer/controller/failures.py): JobSets' pods, slimmed.
+            pods=Informer(kube, r.PODS, label_selector=jsc.LABEL_JOBSET_NAME, transform=slim_pod),
         )
+        self.failed_pods = FailedPods()
         self.reconciler = Reconciler(
             kube,
             self.caches,
@@ -100,6 +105,7 @@ class Controller:
             framework=framework,
             now=now,
             on_ttl_deletion=on_ttl_deletion,
+            failed_pods=self.failed_pods,
         )
         self._watch(self.reconciler.watches)
         self._wire()
@@ -152,6 +158,15 @@ class Controller:
         owner = enqueue_owner(self.queue.add)
         for informer in (cs.jobsets, cs.config_maps, cs.secrets):
             informer.add_handler(owner)
+        if cs.pods is not None:
+            failed = self.failed_pods
+
+            def on_pod(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+                concerned = failed(kind, obj, old)
+                if concerned is not None:  # the JobSet, and so the TrainJob, has its name
+                    self.queue.add(f"{concerned[0]}/{concerned[1]}")
+
+            cs.pods.add_handler(on_pod)
         users = enqueue_runtime_users(self.queue.add, cs.trainjobs)
         cs.cluster_runtimes.add_handler(users)
         cs.runtimes.add_handler(users)

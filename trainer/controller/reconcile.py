@@ -27,6 +27,13 @@ from trainer.api.jobset import JobSet
 from trainer.api.load import ObjectError, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob, TrainJobStatus
 from trainer.controller import events as ev
+from trainer.controller.failures import (
+    ContainerFailure,
+    FailedPods,
+    describe,
+    event_message,
+    jobset_failures,
+)
 from trainer.controller.lifecycle import deadline_remaining, is_finished, run_policy, ttl_remaining
 from trainer.controller.status import BuildFailure, desired_status
 from trainer.kube import resources as r
@@ -47,6 +54,9 @@ log = logging.getLogger(__name__)
 FIELD_MANAGER = c.FIELD_MANAGER
 RUNTIME_RETRY_SECONDS = 60.0
 RECREATE_RETRY_SECONDS = 1.0
+EVENT_CONTAINER_FAILED = "ContainerFailed"
+"""Beyond upstream (Training Operator v1 said ``ExitedWithCode``): one Warning Event per failed
+container termination of a TrainJob's pods (docs/troubleshooting.md)."""
 
 
 @dataclass
@@ -64,6 +74,7 @@ class Caches:
     secrets: Informer
     cluster_runtimes: Informer
     runtimes: Informer
+    pods: Informer | None = None
     watched: dict[str, Informer] = field(default_factory=dict)
 
     def informers(self) -> list[Informer]:
@@ -75,6 +86,7 @@ class Caches:
             self.secrets,
             self.cluster_runtimes,
             self.runtimes,
+            *([self.pods] if self.pods is not None else []),
         ]
         for informer in self.watched.values():
             if not any(informer is known for known in out):
@@ -241,12 +253,15 @@ class Reconciler:
         framework: Framework | None = None,
         now: Callable[[], dt.datetime] | None = None,
         on_ttl_deletion: Callable[[float], None] | None = None,
+        failed_pods: FailedPods | None = None,
     ) -> None:
         """``framework``: the plugins (default: the registry's for the context's feature
         gates); ``caches.watched`` holds a cache for each watch they declare.
         ``on_ttl_deletion``: called with how late (seconds after expiry) each TrainJob whose
         TTL after finishing expired was deleted (the metrics hook)."""
         self.on_ttl_deletion = on_ttl_deletion
+        self.failed_pods = failed_pods
+        self._announced: set[tuple[str, str, str]] = set()
         self.kube = kube
         self.caches = caches
         self.now = now or (lambda: dt.datetime.now(dt.UTC))
@@ -308,6 +323,8 @@ class Reconciler:
         namespace, _, name = key.partition("/")
         data = self.caches.trainjobs.get(namespace, name)
         if data is None:
+            if self.failed_pods is not None:
+                self.failed_pods.forget(namespace, name)
             return Result()  # deleted: garbage collection removes what it owned
         try:
             job = TrainJob.from_wire(data)
@@ -358,6 +375,7 @@ class Reconciler:
                     max(1.0, remaining) if requeue is None else min(requeue, max(1.0, remaining))
                 )
 
+        failures = self._failures(namespace, name, jobset)
         status = desired_status(
             job,
             JobSet.from_wire(jobset) if jobset is not None else None,
@@ -366,6 +384,7 @@ class Reconciler:
             deadline_exceeded=deadline_exceeded,
             runtime_missing=unsupported,
             framework=self.framework,
+            failure_cause=describe(failures[0]) if failures else None,
         )
         if not await self._write_status(job, data, status.to_wire()):
             # Deleted while this reconcile ran: what it applied may postdate the deletion, and
@@ -380,6 +399,7 @@ class Reconciler:
                 c.EVENT_ACTION_RECONCILING,
                 "TrainJob resources reconciliation failed: " + truncate(failure.message, 950),
             )
+        await self._announce(data, failures)
         if error is not None:
             return Result(error=error)
         policy = run_policy(job, runtime)
@@ -391,6 +411,27 @@ class Reconciler:
                 return await self._delete_expired(namespace, name, -ttl)
             requeue = ttl if requeue is None else min(requeue, ttl)
         return Result(requeue_after=requeue)
+
+    def _failures(
+        self, namespace: str, name: str, jobset: dict[str, Any] | None
+    ) -> list[ContainerFailure]:
+        """The failed containers of the TrainJob's JobSet (this incarnation of it), earliest
+        first (trainer/controller/failures.py)."""
+        if self.failed_pods is None:
+            return []
+        uid = (jobset or {}).get("metadata", {}).get("uid")
+        return jobset_failures(self.failed_pods.pods(namespace, name), uid)
+
+    async def _announce(self, data: dict[str, Any], failures: list[ContainerFailure]) -> None:
+        """A Warning Event ``ContainerFailed`` on the TrainJob for each failed container
+        termination, once per controller process."""
+        for failed in failures:
+            if failed.key in self._announced:
+                continue
+            self._announced.add(failed.key)
+            await self.events.record(
+                data, ev.WARNING, EVENT_CONTAINER_FAILED, "Reconciling", event_message(failed)
+            )
 
     async def _delete_expired(self, namespace: str, name: str, late: float) -> Result:
         """Delete a TrainJob whose TTL after finishing expired ``late`` seconds ago, as

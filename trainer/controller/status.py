@@ -22,10 +22,11 @@ import datetime as dt
 from dataclasses import dataclass
 
 from trainer.api import constants as c
-from trainer.api.conditions import is_true, set_condition
+from trainer.api.conditions import find_condition, is_true, set_condition
 from trainer.api.core import Condition
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
+from trainer.controller.failures import CAUSE_MARK
 from trainer.controller.lifecycle import times
 from trainer.machinery.messages import truncate
 from trainer.machinery.times import format_time
@@ -39,6 +40,8 @@ ORDER = (
     c.COND_SUSPENDED,
 )
 MAX_MESSAGE = 1024
+OWN_REASONS = (c.REASON_DEADLINE_EXCEEDED, c.REASON_RUNTIME_NOT_SUPPORTED)
+"""Failures the controller itself declares: their cause is their message."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,12 @@ def desired_status(
     deadline_exceeded: bool = False,
     runtime_missing: str | None = None,
     framework: Framework | None = None,
+    failure_cause: str | None = None,
 ) -> TrainJobStatus:
     """The status to write (the caller compares it with the current one). ``framework``: the
-    plugins whose Status phase reads the JobSet (default: every registered plugin)."""
+    plugins whose Status phase reads the JobSet (default: every registered plugin).
+    ``failure_cause``: the first failed container, appended to the message of a ``Failed``
+    condition that JobSet's failure brought (its reason stays JobSet's)."""
     stamp = format_time(now)
     status = trainjob.status.model_copy(deep=True) if trainjob.status else TrainJobStatus()
     conds = status.conditions
@@ -93,6 +99,7 @@ def desired_status(
         if from_plugins is not None:
             status = from_plugins
             conds = status.conditions
+        conds = _with_cause(conds, trainjob, failure_cause)
 
     if runtime_missing is not None:
         conds = set_condition(
@@ -141,6 +148,23 @@ def desired_status(
             conds, key=lambda x: ORDER.index(x.type) if x.type in ORDER else len(ORDER)
         )
     return status
+
+
+def _with_cause(
+    conds: list[Condition] | None, trainjob: TrainJob, cause: str | None
+) -> list[Condition] | None:
+    """A terminal ``Failed`` stays as first written, but gets the cause once it is known: the
+    JobSet's watch may deliver its failure before the pod watch delivers the pod's. The cause
+    goes after JobSet's message, so tools matching that message still find it."""
+    before = trainjob.status.conditions if trainjob.status else None
+    failed = find_condition(before, c.COND_FAILED)
+    if failed is None or failed.status != "True":
+        failed = find_condition(conds, c.COND_FAILED)
+        if failed is None or failed.status != "True":
+            return conds
+    if cause and CAUSE_MARK not in (failed.message or "") and failed.reason not in OWN_REASONS:
+        failed = failed.model_copy(update={"message": f"{failed.message}; {cause}"})
+    return set_condition(conds, failed)
 
 
 def current_state(

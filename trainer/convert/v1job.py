@@ -253,6 +253,10 @@ class V1Job:
             )
             policy = "OnFailure"
         pod["restartPolicy"] = policy
+        # As the built-in runtimes: a failed container's last output becomes its termination
+        # message, which the TrainJob's Failed condition quotes (docs/troubleshooting.md).
+        for ctr in [*containers, *pod.get("initContainers", [])]:
+            ctr.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
         return tmpl
 
     def default_restart_policy(self, role: Role) -> str:

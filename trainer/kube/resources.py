@@ -33,7 +33,7 @@ VOLCANO_PODGROUPS = GVR("scheduling.volcano.sh", "v1beta1", "podgroups", True, c
 PRIORITY_CLASSES = GVR("scheduling.k8s.io", "v1", "priorityclasses", False, "PriorityClass")
 LIMIT_RANGES = GVR("", "v1", "limitranges", True, "LimitRange")
 RUNTIME_CLASSES = GVR("node.k8s.io", "v1", "runtimeclasses", False, "RuntimeClass")
-PODS = GVR("", "v1", "pods", True, "Pod")  # read by the dashboard; the controller never does
+PODS = GVR("", "v1", "pods", True, "Pod")  # the controller watches them for failure causes
 JOBS = GVR("batch", "v1", "jobs", True, "Job")
 # The local plane's executor (its Job controller, JobSet controller and kubelet) also writes:
 SERVICES = GVR("", "v1", "services", True, "Service")
@@ -65,6 +65,7 @@ ALL: tuple[GVR, ...] = (
     CONFIGMAPS,
     SECRETS,
     EVENTS,
+    PODS,
     LEASES,
     COSCHEDULING_PODGROUPS,
     VOLCANO_PODGROUPS,
