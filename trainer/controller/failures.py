@@ -12,15 +12,19 @@ first failure from there: :func:`first_failure`, :func:`describe`.
 "The first failure" is the container that terminated with a non-zero exit code earliest
 (``finishedAt``), among the pods of the JobSet's latest restart attempt (a JobSet that
 restarted failed for the last attempt's reasons, not the first's). A container that restarted
-in place (``restartPolicy: OnFailure``) counts by its ``lastState``.
+in place (``restartPolicy: OnFailure``) counts by its ``lastState``. A container killed (137,
+143) once its pod was being deleted comes last: the Job controller stops the other pods of a
+Job that failed, and ``finishedAt`` counts whole seconds, so it often ties with the cause.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
 from trainer.api import jobset_contract as jsc
+from trainer.machinery.times import format_time, parse_time
 
 Obj = dict[str, Any]
 
@@ -72,7 +76,14 @@ def slim_pod(pod: Obj) -> Obj:
     status = pod.get("status") or {}
     slim_meta = {
         key: meta[key]
-        for key in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+        for key in (
+            "name",
+            "namespace",
+            "uid",
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        )
         if key in meta
     }
     slim_meta["labels"] = {k: labels[k] for k in _KEPT_LABELS if k in labels}
@@ -103,6 +114,9 @@ class ContainerFailure:
     reason: str
     finished_at: str
     output: str
+    stopped: bool = False
+    """Killed by a signal after its pod was being deleted (the Job controller deleting the
+    pods of a failed Job, a JobSet restart): a consequence of a failure, not its cause."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -147,11 +161,25 @@ def _int(value: Any) -> int:
         return 0
 
 
+KILLED_CODES = (128 + 9, 128 + 15)
+
+
+def _deleting_since(meta: Obj) -> str | None:
+    """When the pod's deletion began (``deletionTimestamp`` is when it must be gone: the
+    deletion's time plus its grace period), as RFC 3339; None when it is not being deleted."""
+    end = parse_time(meta.get("deletionTimestamp"))
+    if end is None:
+        return None
+    grace = _int(meta.get("deletionGracePeriodSeconds"))
+    return format_time(end - dt.timedelta(seconds=grace))
+
+
 def failures_of(pod: Obj) -> list[ContainerFailure]:
     """Every failed termination a pod records (its current and last state per container)."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     status = pod.get("status") or {}
+    deleting = _deleting_since(meta)
     out = []
     for field, init in (("initContainerStatuses", True), ("containerStatuses", False)):
         for cs in status.get(field) or []:
@@ -175,6 +203,10 @@ def failures_of(pod: Obj) -> list[ContainerFailure]:
                         reason=str(terminated.get("reason") or status.get("reason") or ""),
                         finished_at=str(terminated.get("finishedAt") or ""),
                         output=last_output(str(terminated.get("message") or "")),
+                        stopped=deleting is not None
+                        and code in KILLED_CODES
+                        and terminated.get("reason") in (None, "", "Error")
+                        and str(terminated.get("finishedAt") or "") >= deleting,
                     )
                 )
     return out
@@ -194,7 +226,7 @@ def jobset_failures(pods: list[Obj], jobset_uid: str | None) -> list[ContainerFa
         return []
     latest = max(f.restart_attempt for f in failures)
     current = [f for f in failures if f.restart_attempt == latest]
-    return sorted(current, key=lambda f: (f.finished_at, f.pod, f.container))
+    return sorted(current, key=lambda f: (f.stopped, f.finished_at, f.pod, f.container))
 
 
 def first_failure(pods: list[Obj], jobset_uid: str | None) -> ContainerFailure | None:
