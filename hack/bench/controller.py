@@ -37,6 +37,10 @@ C. memory: more TrainJobs are created until ``--rss-jobs`` (10,000) TrainJobs, a
    VmRSS is read. Target: <= 300 MB. When the remaining ``--budget`` cannot fit that many (from
    phase A's rate), or with ``--scale`` < 1, fewer are created and the report gives the measured
    figure and, labelled as such, a linear extrapolation to ``--rss-jobs``.
+C2. the pod watch: ``--rss-pods`` (10,000) pods as JobSet makes them (two per cached
+   TrainJob, a tenth with a failed container and a termination message), with their status;
+   VmRSS once the controller is idle again, before and after. The controller keeps JobSets'
+   pods slimmed (trainer/controller/failures.py), so the figure stays within the target.
 
 ``--profile`` runs the controller under cProfile during phase A (SIGUSR1 / SIGUSR2 to the
 controller process) and puts the top functions in the report; the phase-A figures of such a
@@ -79,7 +83,15 @@ from benchlib import (
     source_state,
     wait_file,
 )
-from controller_phases import Env, bare_run, burst, cache_footprint, memory_phase, warm_up
+from controller_phases import (
+    Env,
+    bare_run,
+    burst,
+    cache_footprint,
+    memory_phase,
+    pods_phase,
+    warm_up,
+)
 from controller_report import (
     TARGET_RATIO,
     TARGET_RSS_MB,
@@ -276,6 +288,19 @@ async def memory(
     )
     report["memory"]["managed_fields_mb_estimate"] = round(managed / 1e6, 1)
     print(f"   {memory_summary(report['memory'])}", flush=True)
+    if args.rss_pods:
+        # The pod watch (why a TrainJob failed): JobSet pods, two per TrainJob cached.
+        print(f"C2. controller memory with {args.rss_pods} JobSet pods too ...", flush=True)
+        names = job_names("tj", 0, max(1, stored["trainjobs_cached"] - WARM_JOBS))
+        report["memory_with_pods"] = p = await pods_phase(
+            session, metrics, controller, names, args.rss_pods, failed_every=10
+        )
+        print(
+            f"   {p['pods']} pods ({p['pods_with_a_failed_container']} with a failed container)"
+            f": VmRSS {p['rss_mb_before_pods']} -> {p['rss_mb_with_pods']} MB "
+            f"(+{p['rss_mb_delta']} MB), peak {p['peak_rss_mb']} MB",
+            flush=True,
+        )
 
 
 def main() -> int:
@@ -291,6 +316,12 @@ def main() -> int:
         type=float,
         default=1.0,
         help="measure memory at rss-jobs * scale TrainJobs and extrapolate linearly",
+    )
+    parser.add_argument(
+        "--rss-pods",
+        type=int,
+        default=10_000,
+        help="JobSet pods created after the memory figure, for the pod watch's (0: none)",
     )
     parser.add_argument("--concurrency", type=int, default=16, help="creates in flight")
     parser.add_argument(

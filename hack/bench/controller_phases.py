@@ -324,3 +324,125 @@ async def memory_phase(
         "handled_s": round(done_at - t0, 3) if done_at else None,
         "rss_samples_mb": samples,
     }
+
+
+def jobset_pod(trainjob: str, index: int, failed: bool) -> dict[str, Any]:
+    """A pod as JobSet's Job of ``trainjob``'s node job makes it (labels, a torch container
+    with the env the plugins inject), Running, or with its container terminated by exit 1 and
+    a termination message of the log tail's size, as a failed rank leaves it."""
+    name = f"{trainjob}-node-0-{index}"
+    env = [{"name": f"PET_VAR_{i}", "value": f"value-{i}-" + "x" * 24} for i in range(12)]
+    state: dict[str, Any] = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    last: dict[str, Any] = {}
+    if failed:
+        last = {
+            "terminated": {
+                "exitCode": 1,
+                "reason": "Error",
+                "message": "Traceback (most recent call last):\n" + "  line\n" * 200,
+                "startedAt": "2026-01-01T00:00:00Z",
+                "finishedAt": "2026-01-01T00:01:00Z",
+            }
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-abcde",
+            "labels": {
+                "jobset.sigs.k8s.io/jobset-name": trainjob,
+                "jobset.sigs.k8s.io/jobset-uid": f"uid-{trainjob}",
+                "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                "jobset.sigs.k8s.io/job-index": "0",
+                "jobset.sigs.k8s.io/restart-attempt": "0",
+                "batch.kubernetes.io/job-completion-index": str(index),
+                "batch.kubernetes.io/job-name": f"{trainjob}-node-0",
+                "job-name": f"{trainjob}-node-0",
+            },
+        },
+        "spec": {
+            "hostname": name,
+            "subdomain": trainjob,
+            "restartPolicy": "OnFailure",
+            "containers": [
+                {
+                    "name": "node",
+                    "image": "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
+                    "command": ["torchrun", "/workspace/train.py"],
+                    "env": env,
+                    "resources": {"limits": {"cpu": "1", "memory": "2Gi"}},
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                }
+            ],
+        },
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "node",
+                    "image": "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
+                    "ready": True,
+                    "restartCount": 1 if failed else 0,
+                    "state": state,
+                    **({"lastState": last} if last else {}),
+                }
+            ],
+        },
+    }
+
+
+async def pods_phase(
+    session: aiohttp.ClientSession,
+    metrics: aiohttp.ClientSession,
+    controller: ControllerProcess,
+    trainjobs: list[str],
+    count: int,
+    failed_every: int,
+) -> dict[str, Any]:
+    """Create ``count`` JobSet pods (two per TrainJob, every ``failed_every``-th with a failed
+    container) and their status, wait until the controller is idle, read VmRSS: what its pod
+    watch (trainer/controller/failures.py) costs."""
+    before = controller.rss_mb()["VmRSS_mb"]
+    pods = [
+        jobset_pod(trainjobs[(i // 2) % len(trainjobs)], i % 2, i % failed_every == 0)
+        for i in range(count)
+    ]
+    t0 = time.monotonic()
+    sem = asyncio.Semaphore(16)
+    errors: dict[str, int] = {}
+
+    async def create(pod: dict[str, Any]) -> None:
+        status = pod.pop("status")
+        name = pod["metadata"]["name"]
+        async with sem:
+            async with session.post(
+                f"/api/v1/namespaces/{NAMESPACE}/pods", data=json.dumps(pod), headers=JSON_HEADERS
+            ) as resp:
+                await resp.read()
+                if resp.status != 201:
+                    errors[str(resp.status)] = errors.get(str(resp.status), 0) + 1
+                    return
+            async with session.patch(
+                f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/status",
+                data=json.dumps({"status": status}),
+                headers={"Content-Type": "application/merge-patch+json"},
+            ) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    errors[f"status {resp.status}"] = errors.get(f"status {resp.status}", 0) + 1
+
+    await asyncio.gather(*(create(p) for p in pods))
+    created_s = time.monotonic() - t0
+    await controller.wait_idle(metrics)
+    await asyncio.sleep(2.0)
+    after = controller.rss_mb()
+    return {
+        "pods": count,
+        "pods_with_a_failed_container": len(range(0, count, failed_every)),
+        "errors": errors,
+        "created_s": round(created_s, 1),
+        "rss_mb_before_pods": before,
+        "rss_mb_with_pods": after["VmRSS_mb"],
+        "rss_mb_delta": round(after["VmRSS_mb"] - before, 1),
+        "peak_rss_mb": after["VmHWM_mb"],
+    }
