@@ -135,12 +135,16 @@ def test_a_missing_or_unreadable_dataset_fails_the_cache_and_the_trainjob_at_onc
         assert re.search(
             rf"TrainJob default/{name} failed: FailedJobs: .*{name}-cache-initializer-0", out
         ), out
-        # trainer run names the reason, not only the failed Job.
+        # trainer run names the reason, not only the failed Job: the TrainJob's Failed message
+        # names the container, and its last output follows, indented.
         assert re.search(
-            rf"TrainJob default/{name} failed: pod {name}-cache-initializer-0-0-\w+ "
-            rf"container cache-initializer exited 1: error: data-cache: cannot load table .*"
-            rf"{re.escape(message)}",
+            rf"TrainJob default/{name} failed: FailedJobs: .*; first failure: replicated job "
+            rf"cache-initializer, .*pod {name}-cache-initializer-0-0-\w+, container "
+            rf"cache-initializer exited with code 1 \(Error\); last output:",
             out,
+        ), out
+        assert re.search(
+            rf"\]     error: data-cache: cannot load table .*{re.escape(message)}", out
         ), out
         assert f"{name}-node-" not in out  # the nodes never started
 

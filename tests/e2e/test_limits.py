@@ -1,9 +1,9 @@
 """End to end: a container's memory and CPU limits hold on the local plane where this host
 allows cgroups (docs/local-plane.md, "Limits"): a process over its memory limit is killed by
-the kernel and its container ends ``OOMKilled`` with exit code 137, through the API and in
-``trainer run``'s output; a CPU limit is the CFS quota of the container's own cgroup; and no
-cgroup is left behind. Skipped, with the reason, where the plane cannot make cgroups (not
-root, no memory or cpu controller)."""
+the kernel and its container ends ``OOMKilled`` with exit code 137, through the API, in the
+TrainJob's ``Failed`` message and in ``trainer run``'s output; a CPU limit is the CFS quota of
+the container's own cgroup; and no cgroup is left behind. Skipped, with the reason, where the
+plane cannot make cgroups (not root, no memory or cpu controller)."""
 
 from __future__ import annotations
 
@@ -92,6 +92,16 @@ async def test_a_container_over_its_memory_limit_ends_oomkilled(plane: LocalPlan
     assert terminations, "the container never terminated"
     uid, terminated = terminations[0]
     assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137), terminated
+    # Why it failed, on the TrainJob (docs/troubleshooting.md, "Why a TrainJob failed"); the
+    # cause may follow JobSet's failure by a moment (the pod watch is another stream).
+    failed = await until(
+        plane,
+        lambda: (
+            "first failure" in str(condition(plane, "oom", "Failed"))
+            and condition(plane, "oom", "Failed")
+        ),
+    )
+    assert "container node exited with code 137 (OOMKilled)" in failed["message"], failed
     # The pod, deleted by the Job controller, has its process killed and its cgroup removed;
     # neither is an API event: check a bounded number of times.
     for _ in range(100):
@@ -152,7 +162,8 @@ def test_trainer_run_names_the_oomkilled_container(tmp_path: Path) -> None:
     assert "allocated" not in done.stdout
     assert "TrainJob default/oom-run: Failed" in done.stdout
     assert re.search(
-        r"TrainJob default/oom-run failed: pod oom-run-node-0-0-\w+ container node exited 137 "
+        r"TrainJob default/oom-run failed: FailedJobs: .*; first failure: replicated job node, "
+        r"node index 0, pod oom-run-node-0-0-\w+, container node exited with code 137 "
         r"\(OOMKilled\)",
         done.stdout,
     ), done.stdout

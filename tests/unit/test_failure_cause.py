@@ -52,6 +52,8 @@ def test_a_container_killed_by_its_pods_deletion_is_not_the_cause_even_in_the_sa
     pods = [pod("job-node-0-0", 143, deleting=True), pod("job-node-0-1", 3, deleting=True)]
     first = first_failure(pods, "js-1")
     assert first is not None and (first.node_index, first.exit_code) == ("1", 3)
+    # Only killed ones (JobSet failed for a reason of its own): no cause at all.
+    assert first_failure([pod("job-node-0-0", 143, deleting=True)], "js-1") is None
     # Over its memory limit while being deleted: still a cause.
     oom = [pod("job-node-0-0", 137, reason="OOMKilled", deleting=True), pod("job-node-0-1", 3)]
     first = first_failure(oom, "js-1")

@@ -13,8 +13,9 @@ first failure from there: :func:`first_failure`, :func:`describe`.
 (``finishedAt``), among the pods of the JobSet's latest restart attempt (a JobSet that
 restarted failed for the last attempt's reasons, not the first's). A container that restarted
 in place (``restartPolicy: OnFailure``) counts by its ``lastState``. A container killed (137,
-143) once its pod was being deleted comes last: the Job controller stops the other pods of a
-Job that failed, and ``finishedAt`` counts whole seconds, so it often ties with the cause.
+143) once its pod was being deleted is left out: the Job controller stops the other pods of a
+Job that failed, JobSet those of a JobSet that failed or restarts; that is a consequence, and
+``finishedAt`` counts whole seconds, so it would often tie with the cause.
 """
 
 from __future__ import annotations
@@ -221,12 +222,12 @@ def jobset_failures(pods: list[Obj], jobset_uid: str | None) -> list[ContainerFa
         if jobset_uid is None
         or ((p.get("metadata") or {}).get("labels") or {}).get(jsc.LABEL_JOBSET_UID) == jobset_uid
     ]
-    failures = [f for p in mine for f in failures_of(p)]
+    failures = [f for p in mine for f in failures_of(p) if not f.stopped]
     if not failures:
         return []
     latest = max(f.restart_attempt for f in failures)
     current = [f for f in failures if f.restart_attempt == latest]
-    return sorted(current, key=lambda f: (f.stopped, f.finished_at, f.pod, f.container))
+    return sorted(current, key=lambda f: (f.finished_at, f.pod, f.container))
 
 
 def first_failure(pods: list[Obj], jobset_uid: str | None) -> ContainerFailure | None:
