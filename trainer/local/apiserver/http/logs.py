@@ -59,6 +59,8 @@ class PodLogs:
         self.chunks: dict[Key, list[str]] = {}
         self.previous: dict[Key, list[str]] = {}
         self.runs: dict[Key, int] = {}
+        self.containers: dict[tuple[str, str], set[str]] = {}
+        """The containers each pod has a log of (a pod's deletion finds them at once)."""
         self.kept: dict[tuple[str, str], KeptPod] = {}
         """Deleted pods whose logs are kept, by namespace and name."""
         self._waiters: dict[Key, asyncio.Event] = {}
@@ -81,7 +83,7 @@ class PodLogs:
                     del self.kept[key]
 
     def _pod_deleted(self, namespace: str, name: str, pod: dict[str, Any]) -> None:
-        keys = [k for k in {*self.chunks, *self.previous} if k[:2] == (namespace, name)]
+        keys = [(namespace, name, c) for c in self.containers.pop((namespace, name), ())]
         chunks = {k[2]: self.chunks.pop(k) for k in keys if k in self.chunks}
         previous = {k[2]: self.previous.pop(k) for k in keys if k in self.previous}
         for k in keys:
@@ -101,6 +103,7 @@ class PodLogs:
         self, namespace: str, pod: str, container: str, text: str, run: int | None = None
     ) -> None:
         key = (namespace, pod, container)
+        self.containers.setdefault((namespace, pod), set()).add(container)
         if run is not None:
             if key in self.runs and run > self.runs[key]:
                 self.previous[key] = self.chunks.pop(key, [])
