@@ -298,9 +298,18 @@ def test_a_failing_job_shows_its_reason_and_a_queued_one_its_queue(
     shot(page, "dashboard-trainjobs.png")
     broken.locator("a").click()
     expect(page.locator("#state-detail")).to_contain_text("first failed job: broken-node-0")
-    # The failed Job's pods are gone by now; their story is in the merged events.
+    expect(page.locator("#state-detail")).to_have_class(re.compile(r"\bfailure\b"))
+    # The failed Job's pods are gone by now; their story is in the merged events ...
     expect(page.locator("#events")).to_contain_text("BackoffLimitExceeded")
     expect(page.locator("#conditions")).to_contain_text("FailedJobs")
+    # ... and in the pods the Job controller deleted, still listed with their last state and
+    # the log the local plane kept of them.
+    gone = page.locator("#pods tbody tr", has=page.locator(".badge-deleted")).first
+    expect(gone.locator(".badge-deleted")).to_have_text("deleted")
+    expect(gone.locator(".reasons")).to_contain_text("Error (exit code 3)")
+    gone.get_by_role("button", name="node", exact=True).click()
+    expect(page.locator("#log")).to_have_text("oops\n")
+    expect(page.locator("#log-target")).to_contain_text("deleted pod")
 
 
 def test_suspend_and_resume_from_the_buttons(plane: Plane, page: Page) -> None:

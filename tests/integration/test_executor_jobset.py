@@ -311,3 +311,69 @@ async def test_jobset_webhook_rules_are_enforced(env: tuple[Plane, Executor]) ->
         await plane.kube.patch(r.JOBSETS, "default", "frozen", patch_bad)
     assert immutable.value.status == 403
     assert "field is immutable" in immutable.value.message
+
+
+def job_status(plane: Plane, name: str) -> dict[str, Any]:
+    return (plane.get("batch/v1", "jobs", "default", name) or {}).get("status") or {}
+
+
+async def test_backoff_limit_with_on_failure_counts_the_deleted_pods_as_failed(
+    env: tuple[Plane, Executor],
+) -> None:
+    """restartPolicy OnFailure: the kubelet restarts containers in place; once their restarts
+    reach backoffLimit the Job controller deletes the pods and counts them as failed, and that
+    count stays once they are gone (``kubectl get job`` must not say 0 failed)."""
+    from trainer.kube import resources as r  # noqa: PLC0415
+
+    plane, _ = env
+    template = rjob("node")
+    template["template"]["spec"]["backoffLimit"] = 2
+    template["template"]["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    await create_jobset(plane, "crash", [template])
+    pods = await plane.until(lambda: pods_of(plane, "crash-node-0"), what="pod")
+    name = pods[0]["metadata"]["name"]
+    restarted = {"containerStatuses": [{"name": "c", "restartCount": 1, "ready": False}]}
+    await plane.kube.patch_status(
+        r.PODS, "default", name, {"status": {"phase": "Running", **restarted}}
+    )
+    assert job_status(plane, "crash-node-0").get("failed", 0) == 0  # one restart: below 2
+    restarted["containerStatuses"][0]["restartCount"] = 2
+    await plane.kube.patch_status(r.PODS, "default", name, {"status": restarted})
+    status = await plane.until(
+        lambda: (s := job_status(plane, "crash-node-0")).get("conditions") and s, what="Failed"
+    )
+    assert [(c["type"], c["reason"], c["message"]) for c in status["conditions"]] == [
+        ("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+    ]
+    assert (status["failed"], status["active"], status["succeeded"]) == (1, 0, 0)
+    await plane.until(lambda: not pods_of(plane, "crash-node-0"), what="the pod deleted")
+    await plane.until(lambda: jobset_status(plane, "crash").get("terminalState"), what="JobSet")
+    assert job_status(plane, "crash-node-0")["failed"] == 1
+
+
+async def test_backoff_limit_with_never_counts_each_failed_pod(
+    env: tuple[Plane, Executor],
+) -> None:
+    plane, _ = env
+    template = rjob("node")
+    template["template"]["spec"]["backoffLimit"] = 1
+    await create_jobset(plane, "never", [template])
+    from trainer.kube import resources as r  # noqa: PLC0415
+
+    for attempt in (1, 2):
+
+        def created(n: int = attempt) -> bool:
+            return len(pods_of(plane, "never-node-0")) == n
+
+        await plane.until(created, what=f"pod {attempt}")
+        for pod in pods_of(plane, "never-node-0"):
+            if (pod.get("status") or {}).get("phase") != "Failed":
+                await plane.kube.patch_status(
+                    r.PODS, "default", pod["metadata"]["name"], {"status": {"phase": "Failed"}}
+                )
+    status = await plane.until(
+        lambda: (s := job_status(plane, "never-node-0")).get("conditions") and s, what="Failed"
+    )
+    assert status["conditions"][0]["reason"] == "BackoffLimitExceeded"
+    assert (status["failed"], status["active"]) == (2, 0)
+    assert len(pods_of(plane, "never-node-0")) == 2  # failed pods are kept, as on a cluster

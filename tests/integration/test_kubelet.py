@@ -265,7 +265,8 @@ async def test_failing_command_fails_the_pod_with_its_exit_code(env: Env) -> Non
     terminated = status_of(p)["state"]["terminated"]
     assert terminated["exitCode"] == 3
     assert terminated["reason"] == "Error"
-    assert terminated["message"] == "about to fail"
+    # The log's tail as the kubelet reads it: each line with its newline.
+    assert terminated["message"] == "about to fail\n"
     assert await env.log("bad") == "about to fail\n"
 
 

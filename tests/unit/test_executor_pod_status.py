@@ -159,9 +159,9 @@ def test_should_restart(code: int, policy: str, init: bool, sidecar: bool, resta
     assert should_restart(code=code, policy=policy, init=init, sidecar=sidecar) is restart
 
 
-def test_terminated_state_of_signal_and_fallback_message() -> None:
+def test_terminated_state_of_signal_and_message() -> None:
     killed = terminated_state(
-        -9, started_at=T0, finished_at=T1, container_id="local://1", fallback_message="oom"
+        -9, started_at=T0, finished_at=T1, container_id="local://1", message="oom"
     )
     assert killed == {
         "exitCode": 137,
@@ -172,10 +172,11 @@ def test_terminated_state_of_signal_and_fallback_message() -> None:
         "signal": 9,
         "message": "oom",
     }
-    ok = terminated_state(
-        0, started_at=T0, finished_at=T1, container_id="local://2", fallback_message="x"
-    )
-    assert ok["reason"] == "Completed" and "message" not in ok and "signal" not in ok
+    # A message the container wrote itself is kept on success too; none is left out.
+    ok = terminated_state(0, started_at=T0, finished_at=T1, container_id="local://2", message="x")
+    assert ok["reason"] == "Completed" and ok["message"] == "x" and "signal" not in ok
+    empty = terminated_state(0, started_at=T0, finished_at=T1, container_id="local://3")
+    assert "message" not in empty
 
 
 def test_probe_timing_is_bounded_for_a_local_run() -> None:

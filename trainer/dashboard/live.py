@@ -135,6 +135,9 @@ async def pod_log(request: Request) -> Response:
     ctx = ctx_of(request)
     namespace, name = request.path_params["namespace"], request.path_params["pod"]
     pod = ctx.cache.pod(namespace, name)
+    # A pod its Job controller deleted: the log the local plane kept of it (a cluster keeps
+    # none and answers 404), read with the same credentials as any log.
+    deleted = pod is None and (pod := ctx.cache.deleted_pod(namespace, name)) is not None
     if pod is None:
         return JSONResponse(
             {"error": f"pod {namespace}/{name} is not a pod of a watched TrainJob"},
@@ -156,9 +159,10 @@ async def pod_log(request: Request) -> Response:
         namespace,
         name,
         container,
-        follow=follow and not previous,
+        follow=follow and not previous and not deleted,
         previous=previous,
         limit_bytes=None if follow else LOG_TAIL_BYTES,
+        deleted_pod=deleted,
     )
     try:
         first = await anext(chunks, b"")

@@ -214,11 +214,15 @@ def pod(p: Obj) -> Obj:
         "reasons": reasons,
         "containers": containers,
         "restarted": restarted,
+        "deleted": False,
     }
 
 
-def pods(items: list[Obj]) -> list[Obj]:
-    return sorted((pod(p) for p in items), key=lambda x: (x["step"], x["name"]))
+def pods(items: list[Obj], deleted: list[Obj] | None = None) -> list[Obj]:
+    """The pods' rows, and those of ``deleted`` pods (deleted by their Job controller while
+    their JobSet stays) marked ``deleted``, as they last were."""
+    rows = [pod(p) for p in items] + [{**pod(p), "deleted": True} for p in deleted or []]
+    return sorted(rows, key=lambda x: (x["step"], x["name"]))
 
 
 def event(e: Obj) -> Obj:

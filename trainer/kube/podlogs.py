@@ -5,7 +5,10 @@ end (``follow=true`` holds the stream open until the container stops), so this r
 answer chunk by chunk as it arrives. ``previous=true`` asks for the log of the container's
 previous run (after a restart), as ``kubectl logs --previous``. A non-2xx answer is the same
 :class:`~trainer.kube.rest.APIError` every other call raises (400 for a container that has no
-previous run, 404 for a pod that does not exist).
+previous run, 404 for a pod that does not exist). ``deleted_pod`` asks the local plane's API
+server for the log it kept of a deleted pod (``deletedPod=true``, its extension:
+docs/local-plane.md, "Logs of deleted pods"); a cluster ignores the parameter and answers 404
+for a pod that is gone.
 """
 
 from __future__ import annotations
@@ -30,9 +33,12 @@ async def stream_log(
     tail_lines: int | None = None,
     limit_bytes: int | None = None,
     connect_timeout: float = 30.0,
+    deleted_pod: bool = False,
 ) -> AsyncGenerator[bytes, None]:
     """The log's bytes as they arrive. Use as ``async with contextlib.aclosing(...)``."""
     query = [("container", container)]
+    if deleted_pod:
+        query.append(("deletedPod", "true"))
     if follow:
         query.append(("follow", "true"))
     if previous:

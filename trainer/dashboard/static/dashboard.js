@@ -117,6 +117,14 @@ function el(tag, props, ...children) {
   return node;
 }
 
+const SHORT_DETAIL = 160;
+function shorten(text) {
+  const first = text.split("\n")[0];
+  const more = first.length < text.length;
+  if (first.length <= SHORT_DETAIL) return more ? `${first} …` : first;
+  return `${first.slice(0, SHORT_DETAIL - 1)}…`;
+}
+
 function svg(tag, attrs) {
   const node = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
@@ -200,7 +208,9 @@ function listPage() {
   function draw(row) {
     const link = el("a", { href: `/trainjobs/${encodeURIComponent(row.namespace)}/${encodeURIComponent(row.name)}`, text: row.name });
     const state = el("td", { class: "state-cell" }, stateBadge(row));
-    if (row.detail) state.append(el("div", { class: "detail", text: row.detail }));
+    // The list shows the reason's first line, cut short; the whole of it is the tooltip and
+    // the top of the TrainJob's page.
+    if (row.detail) state.append(el("div", { class: "detail", text: shorten(row.detail), title: row.detail }));
     const tr = el("tr", {},
       el("td", { text: row.namespace }),
       el("td", { class: "name" }, link),
@@ -388,6 +398,7 @@ async function detailPage() {
     const row = d.row;
     $("state").replaceChildren(stateBadge(row));
     $("state-detail").textContent = row.detail;
+    $("state-detail").classList.toggle("failure", row.state === "Failed");
     $("runtime").textContent = `${row.runtimeKind}/${row.runtime}`;
     $("nodes").textContent = row.nodes === null ? "" : String(row.nodes);
     $("age").textContent = age(row);
@@ -402,14 +413,18 @@ async function detailPage() {
     fillTable("pods", d.pods, (p) => {
       const logs = el("td", { class: "log-links" });
       for (const c of p.containers) {
-        logs.append(el("button", { class: "link", text: c, onclick: () => openLog(p.name, c, false) }));
+        logs.append(el("button", { class: "link", text: c, onclick: () => openLog(p.name, c, false, p.deleted) }));
         if (p.restarted.includes(c)) {
-          logs.append(el("button", { class: "link", text: `${c} (previous)`, onclick: () => openLog(p.name, c, true) }));
+          logs.append(el("button", { class: "link", text: `${c} (previous)`, onclick: () => openLog(p.name, c, true, p.deleted) }));
         }
       }
       const reasons = el("td", { class: "reasons" });
       for (const r of p.reasons) reasons.append(el("div", { text: r }));
-      return [p.name, p.step, p.phase, String(p.restarts), p.node, reasons, logs];
+      // A pod its Job controller deleted: its last state and the log the local plane kept.
+      const podName = p.deleted
+        ? el("td", { class: "pod-deleted" }, p.name, " ", el("span", { class: "badge-deleted", text: "deleted" }))
+        : p.name;
+      return [podName, p.step, p.phase, String(p.restarts), p.node, reasons, logs];
     });
     fillTable("events", d.events, (e) => [when(e.time), e.type, e.reason, e.object, e.message + (e.count > 1 ? ` (×${e.count})` : "")]);
     const charts = [];
@@ -427,15 +442,16 @@ async function detailPage() {
     if (resumeBtn) resumeBtn.disabled = !row.suspended || finished;
   }
 
-  async function openLog(pod, container, previous) {
+  async function openLog(pod, container, previous, deleted) {
     if (logAbort) logAbort.abort();
     logAbort = new AbortController();
     const signal = logAbort.signal;
     const out = $("log");
     out.replaceChildren();
-    $("log-target").textContent = `${pod} / ${container}${previous ? " (previous)" : ""}`;
+    $("log-target").textContent = `${pod} / ${container}${previous ? " (previous)" : ""}${deleted ? " (deleted pod: its last log)" : ""}`;
     $("log-target").dataset.pod = pod;
     $("log-target").dataset.container = container;
+    $("log-target").dataset.deleted = deleted ? "1" : "";
     $("log-previous").checked = previous;
     const follow = $("log-follow").checked && !previous;
     const q = new URLSearchParams({ container, follow: follow ? "1" : "0", previous: previous ? "1" : "0" });
@@ -462,7 +478,7 @@ async function detailPage() {
   }
   $("log-previous").addEventListener("change", () => {
     const target = $("log-target").dataset;
-    if (target.pod) openLog(target.pod, target.container, $("log-previous").checked);
+    if (target.pod) openLog(target.pod, target.container, $("log-previous").checked, target.deleted === "1");
   });
 
   for (const button of document.querySelectorAll(".actions button")) {

@@ -73,6 +73,10 @@ class Subscription:
         return self.take()
 
 
+def _text_label(obj: Obj, label: str) -> str:
+    return str((summary.meta(obj).get("labels") or {}).get(label) or "")
+
+
 def _owner(obj: Obj, kind: str) -> str | None:
     ref = jsc.controller_of(obj, kind)
     return str(ref.get("name") or "") if ref is not None else None
@@ -130,9 +134,13 @@ class ClusterCache:
         self._subs: set[Subscription] = set()
         self._node_subs: set[Subscription] = set()
         self.trainjobs.add_handler(self._on_trainjob)
-        self.jobsets.add_handler(lambda _t, o, _old: self._notify(self._of_jobset(o)))
+        self.jobsets.add_handler(self._on_jobset)
         self.jobs.add_handler(lambda _t, o, _old: self._notify(self._of_labelled(o)))
-        self.pods.add_handler(lambda _t, o, _old: self._notify(self._of_labelled(o)))
+        self.pods.add_handler(self._on_pod)
+        self.deleted_pods: dict[Key, Obj] = {}
+        """Pods of a JobSet deleted while their JobSet stays (the Job controller deletes the
+        pods of a Job that reached its backoff limit), as last seen: listed, marked deleted,
+        with the log the local plane keeps of them, until their JobSet goes."""
         self.events.add_handler(lambda _t, o, _old: self._notify(self._of_event(o)))
         for runtimes in (self.cluster_runtimes, self.runtimes):
             runtimes.add_handler(lambda _t, _o, _old: self._notify(None, runtimes=True))
@@ -218,6 +226,24 @@ class ClusterCache:
             self.history.record(key, summary.trainer_status(obj), seen=time.time())
         self._notify(key)
 
+    def _on_pod(self, kind: str, obj: Obj, _old: Obj | None) -> None:
+        key = key_of(obj)
+        self.deleted_pods.pop(key, None)  # a new pod of that name is its own
+        jobset = _text_label(obj, jsc.LABEL_JOBSET_NAME)
+        if kind == "DELETED" and jobset:
+            owner = self.jobsets.get(key[0], jobset)
+            if owner is not None and not summary.meta(owner).get("deletionTimestamp"):
+                self.deleted_pods[key] = obj
+        self._notify(self._of_labelled(obj))
+
+    def _on_jobset(self, kind: str, obj: Obj, _old: Obj | None) -> None:
+        if kind == "DELETED":
+            namespace, name = key_of(obj)
+            for key in [k for k in self.deleted_pods if k[0] == namespace]:
+                if _text_label(self.deleted_pods[key], jsc.LABEL_JOBSET_NAME) == name:
+                    del self.deleted_pods[key]
+        self._notify(self._of_jobset(obj))
+
     def _of_jobset(self, obj: Obj) -> Key | None:
         owner = _owner(obj, c.KIND_TRAINJOB)
         return (key_of(obj)[0], owner) if owner else None
@@ -283,7 +309,8 @@ class ClusterCache:
         if jobset is not None:
             involved.add((jsc.KIND, name))
         involved |= {("Job", str(summary.meta(j).get("name"))) for j in jobs}
-        involved |= {("Pod", str(summary.meta(p).get("name"))) for p in pods}
+        gone = self.deleted_of(namespace, name) if jobset is not None else []
+        involved |= {("Pod", str(summary.meta(p).get("name"))) for p in [*pods, *gone]}
         events = [
             e
             for e in self.events.list(namespace)
@@ -297,7 +324,7 @@ class ClusterCache:
             "row": summary.row(job, self.runtime_of(job)),
             "conditions": summary.conditions(job),
             "steps": summary.steps(job, jobs),
-            "pods": summary.pods(pods),
+            "pods": summary.pods(pods, deleted=gone),
             "events": summary.events(events),
             "charts": self.history.charts((namespace, name)),
             "trainjobYaml": to_yaml(job),
@@ -308,8 +335,20 @@ class ClusterCache:
         items = self.cluster_runtimes.list() + self.runtimes.list()
         return [runtime_row(x) for x in items]
 
+    def deleted_of(self, namespace: str, jobset: str) -> list[Obj]:
+        """The deleted pods of a JobSet that are still listed (:attr:`deleted_pods`)."""
+        return [
+            p
+            for (ns, _), p in self.deleted_pods.items()
+            if ns == namespace and _text_label(p, jsc.LABEL_JOBSET_NAME) == jobset
+        ]
+
     def pod(self, namespace: str, name: str) -> Obj | None:
         return self.pods.get(namespace, name)
+
+    def deleted_pod(self, namespace: str, name: str) -> Obj | None:
+        """A deleted pod still listed, unless a live pod has its name."""
+        return None if self.pods.get(namespace, name) else self.deleted_pods.get((namespace, name))
 
     def nodes_view(self) -> Obj:
         """The Nodes page (:func:`trainer.dashboard.nodes.view`); allocation is unknown

@@ -29,7 +29,7 @@ import signal
 from typing import Any
 
 from trainer.kube.events import NORMAL, WARNING
-from trainer.local.executor import cgroups, incluster, podenv, ssh, uts
+from trainer.local.executor import cgroups, incluster, podenv, ssh, termination, uts
 from trainer.local.executor.logsink import OutputPipe
 from trainer.local.executor.podfields import LOOPBACK, pod_hostname
 from trainer.local.executor.podhost import (
@@ -76,12 +76,13 @@ def terminated_state(
     started_at: str,
     finished_at: str,
     container_id: str,
-    fallback_message: str = "",
+    message: str = "",
     oom_killed: bool = False,
 ) -> dict[str, Any]:
     """The ``terminated`` state of a process that exited with ``returncode`` (negative: killed
-    by that signal, reported as exit code 128+N). ``fallback_message`` (the log's tail, for
-    ``FallbackToLogsOnError``) is the message of a failure. ``oom_killed``: the kernel killed a
+    by that signal, reported as exit code 128+N). ``message``: its termination message
+    (:func:`trainer.local.executor.termination.message`), left out when empty, as the kubelet
+    leaves it out. ``oom_killed``: the kernel killed a
     process of the container for going over its memory limit during the run; the reason is then
     ``OOMKilled`` whatever the exit code (137 when the killed process was the main one), as the
     container runtime reports it."""
@@ -96,8 +97,8 @@ def terminated_state(
     }
     if returncode < 0:
         terminated["signal"] = -returncode
-    if code != 0 and fallback_message:
-        terminated["message"] = fallback_message
+    if message:
+        terminated["message"] = message
     return terminated
 
 
@@ -300,6 +301,11 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
             f"those of {image}: install it here or change the command",
         )
         return None
+    message_file = termination.host_file(host.state_dir, pod.pod, c.name)
+    try:
+        await asyncio.to_thread(termination.prepare, message_file)
+    except OSError as exc:
+        log.warning("pod %s: container %s: no termination message file: %s", pod.key, c.name, exc)
     for mounted in plan.rewriter.mounts.values():
         if not os.path.exists(mounted) and host.owns(mounted):
             with contextlib.suppress(OSError):
@@ -364,6 +370,7 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
         pod.phase = "Running"
     loop = asyncio.get_running_loop()
     sink = pod.sinks[c.name]
+    sink.new_run()
     reader = loop.create_task(output.read_into(sink))
     probed = has_startup or c.spec.get("readinessProbe") or c.spec.get("livenessProbe")
     probes = loop.create_task(run_probes(pod, c, loop.time())) if probed else None
@@ -386,13 +393,19 @@ async def exec_once(pod: RunningPod, c: Container) -> int | None:
         reader.cancel()
     output.close()
     c.proc = None
-    fallback = c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+    finished_at = now()
+    code = returncode if returncode >= 0 else 128 - returncode
     terminated = terminated_state(
         returncode,
         started_at=started_at,
-        finished_at=now(),
+        finished_at=finished_at,
         container_id=c.container_id,
-        fallback_message=sink.termination_message() if fallback and returncode != 0 else "",
+        message=termination.message(
+            c.spec,
+            exit_code=code,
+            file_text=await asyncio.to_thread(termination.read_file, message_file),
+            log_tail=sink.termination_message(),
+        ),
         oom_killed=oom_killed,
     )
     c.state = {"terminated": terminated}

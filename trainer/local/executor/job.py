@@ -84,6 +84,15 @@ class JobController:
         job = self.jobs.get(namespace, name)
         if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
             return
+        if job_finished(job):
+            # A finished Job's status is final, as the Job controller leaves it: its counts
+            # must not drop when the pods it deleted (or anyone else deletes) are gone.
+            for pod in self.pods.by_owner_uid(job["metadata"]["uid"]):
+                if pod_phase(pod) not in ("Succeeded", "Failed") and not (
+                    (pod.get("metadata") or {}).get("deletionTimestamp")
+                ):
+                    await self._delete_pod(job, pod)
+            return
         spec = job.get("spec") or {}
         status = dict(job.get("status") or {})
         pods = self.pods.by_owner_uid(job["metadata"]["uid"])
@@ -99,23 +108,18 @@ class JobController:
             and not (p.get("metadata") or {}).get("deletionTimestamp")
         ]
         succeeded_idx = sorted({pod_index(p) for p in pods if pod_phase(p) == "Succeeded"})
-        # Like the Job controller: failed pods, plus container restarts of pods restarted in
-        # place (restartPolicy OnFailure), count toward backoffLimit.
         failed = sum(1 for p in pods if pod_phase(p) == "Failed")
-        restarts = sum(
-            int(cs.get("restartCount") or 0)
-            for p in pods
-            for cs in (p.get("status") or {}).get("containerStatuses") or []
-        )
-        finished = job_finished(job)
 
-        if suspended or finished:
+        if suspended:
             for pod in live:
                 await self._delete_pod(job, pod)
             live = []
-        elif failed + restarts > backoff_limit:
+        elif past_backoff_limit(job, pods, failed, backoff_limit):
             for pod in live:
                 await self._delete_pod(job, pod)
+            # The Job controller counts the active pods it deletes on failure as failed: with
+            # restartPolicy OnFailure those are the pods whose restarts reached the limit.
+            failed += len(live)
             live = []
             self.events.emit(
                 job, WARNING, "BackoffLimitExceeded", "Job has reached the specified backoff limit"
@@ -130,7 +134,6 @@ class JobController:
                     "lastTransitionTime": now(),
                 },
             ]
-            finished = True
         elif len(succeeded_idx) >= completions:
             status["conditions"] = [
                 *(status.get("conditions") or []),
@@ -143,7 +146,6 @@ class JobController:
                 },
             ]
             status["completionTime"] = now()
-            finished = True
             self.events.emit(job, NORMAL, "Completed", "Job completed")
         else:
             running_idx = {pod_index(p) for p in live}
@@ -170,7 +172,7 @@ class JobController:
         if succeeded_idx:
             status["completedIndexes"] = ",".join(str(i) for i in succeeded_idx)
         status.setdefault("startTime", now())
-        if not finished and suspended:
+        if suspended:
             status["active"] = 0
         if status != (job.get("status") or {}):
             try:
@@ -185,3 +187,26 @@ class JobController:
         meta = pod["metadata"]
         await self.kube.delete(PODS, meta["namespace"], meta["name"])
         self.events.emit(job, NORMAL, "SuccessfulDelete", f"Deleted pod: {meta['name']}")
+
+
+def past_backoff_limit(
+    job: dict[str, Any], pods: list[dict[str, Any]], failed: int, backoff_limit: int
+) -> bool:
+    """Whether the Job has failed for its ``backoffLimit``, as the Job controller decides it
+    (https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-backoff-failure-policy):
+    more failed pods than the limit; or, with ``restartPolicy: OnFailure``, the container
+    restarts (init containers too) of its pods still Pending or Running reaching the limit
+    (any restart when the limit is 0)."""
+    if failed > backoff_limit:
+        return True
+    template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    if template.get("restartPolicy") != "OnFailure":
+        return False
+    restarts = sum(
+        int(cs.get("restartCount") or 0)
+        for p in pods
+        if pod_phase(p) in ("Pending", "Running")
+        for group in ("initContainerStatuses", "containerStatuses")
+        for cs in (p.get("status") or {}).get(group) or []
+    )
+    return restarts > 0 if backoff_limit == 0 else restarts >= backoff_limit

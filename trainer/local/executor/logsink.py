@@ -5,8 +5,8 @@ API server's ``pods/log`` in batches; read from a pipe of the kubelet's own
 Held apart from the pod it belongs to because batching has its own timing rules (a batch goes
 out 0.2 s after its first line or once it holds 64 KiB, in order, never two at once) and its
 own failure rule (an append that fails is logged and dropped: a pod must not stop because its
-log could not be written). The sink keeps the last lines for
-``terminationMessagePolicy: FallbackToLogsOnError``.
+log could not be written). The sink keeps the current run's last lines for
+``terminationMessagePolicy: FallbackToLogsOnError`` (:meth:`LogSink.termination_message`).
 
 What it writes to and whom it tells are passed in (``append`` and ``on_log``), so the sink
 knows nothing of the kubelet or the client.
@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 LOG_FLUSH_SECONDS = 0.2
 LOG_FLUSH_BYTES = 64 * 1024
 TERMINATION_LOG_LINES = 80
+"""How many of the log's last lines ``FallbackToLogsOnError`` reads, and at most how many bytes
+of them it keeps (the kubelet's ``MaxContainerTerminationMessageLogLines`` and
+``...LogLength``; docs/local-plane.md, "Termination messages")."""
 TERMINATION_LOG_BYTES = 2048
 
 LogCallback = Callable[[str, str, str], None]
@@ -106,10 +109,17 @@ class LogSink:
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
 
+    def new_run(self) -> None:
+        """A new run of the container starts: its termination message reads only its own
+        output, as the kubelet reads the log of the container that exited."""
+        self.tail.clear()
+
     def termination_message(self) -> str:
-        """The last lines, for ``terminationMessagePolicy: FallbackToLogsOnError``."""
-        text = "\n".join(self.tail)
-        return text[-TERMINATION_LOG_BYTES:]
+        """The run's last 80 lines, each with its newline as the log holds it, cut to their
+        last 2048 bytes (``terminationMessagePolicy: FallbackToLogsOnError``); a character
+        cut in two is replaced."""
+        data = "".join(f"{line}\n" for line in self.tail).encode()
+        return data[-TERMINATION_LOG_BYTES:].decode(errors="replace")
 
 
 async def read_lines(stream: asyncio.StreamReader, sink: LogSink) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 from trainer.kube.events import NORMAL, WARNING
 from trainer.kube.resources import CONFIGMAPS, PODS, SECRETS, SERVICE_ACCOUNTS
 from trainer.kube.rest import APIError
-from trainer.local.executor import incluster, podenv, podfields, sandbox, sshpod
+from trainer.local.executor import incluster, podenv, podfields, sandbox, sshpod, termination
 from trainer.local.executor.api import TRANSIENT, append_log, request_token
 from trainer.local.executor.containers import run_container
 from trainer.local.executor.devices import AllocationError, device_env
@@ -382,6 +382,9 @@ class LocalPod:
                         volumes=paths,
                         workdir=self.host.workdir,
                         node=self.host.node,
+                        termination_file=str(
+                            termination.host_file(self.host.state_dir, self.pod, c.name)
+                        ),
                     )
                     for name, value in self.host.service_env.items():
                         c.plan.env.setdefault(name, value)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.local.executor.podfields import LOOPBACK
+from trainer.local.executor.termination import limit_pod_messages
 
 OWN_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
 """The conditions this kubelet writes; any other condition type belongs to another writer."""
@@ -191,6 +192,7 @@ def pod_status(
     }
     if init:
         status["initContainerStatuses"] = [c.status for c in init]
+    limit_pod_messages([*status.get("initContainerStatuses", []), *status["containerStatuses"]])
     if state.reason:
         status["reason"] = state.reason
     if state.message:

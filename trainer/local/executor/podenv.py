@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer.local.executor import termination
 from trainer.local.executor.podfields import (
     ENV_NAME,
     MOUNT_ENV_PREFIX,
@@ -211,11 +212,14 @@ def plan_container(
     volumes: Mapping[str, str],
     workdir: Path | str,
     node: Node,
+    termination_file: str = "",
 ) -> ContainerPlan:
     """Resolve one container: env, argv and cwd, with every local rewrite applied.
 
-    ``volumes`` maps a volume name to its host directory (:func:`plan_volumes`). Raises
-    :class:`ConfigError` when the environment cannot be built (yet).
+    ``volumes`` maps a volume name to its host directory (:func:`plan_volumes`);
+    ``termination_file`` is the host file that stands for the container's
+    ``terminationMessagePath`` (:mod:`~trainer.local.executor.termination`), mapped as a mount
+    path is. Raises :class:`ConfigError` when the environment cannot be built (yet).
     """
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -238,6 +242,9 @@ def plan_container(
             host = str(Path(host) / item_path(vol_name, sub))
         mounts.append((str(vm["mountPath"]), host))
         mount_env.setdefault(mount_env_name(vol_name), host)
+    if termination_file:
+        # As the kubelet mounts the file at that path, over any volume mounted above it.
+        mounts.append((termination.message_path(container), termination_file))
     rewriter = Rewriter(
         subdomain=str(spec.get("subdomain") or ""),
         namespace=str(meta.get("namespace") or ""),
@@ -265,6 +272,8 @@ def plan_container(
     env.setdefault("HOSTNAME", pod_hostname(pod))
     for name, host in mount_env.items():
         env.setdefault(name, host)
+    if termination_file:
+        env.setdefault(termination.ENV, termination_file)
     if "/tmp" in rewriter.mounts:
         # A volume at /tmp: programs that make temporary files (Python's tempfile, mktemp)
         # make them there, in the pod's own directory, as in the container's /tmp.

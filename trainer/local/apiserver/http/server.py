@@ -94,7 +94,7 @@ class APIServer:
             self._lookup,
             lambda: self.storage.hooks.clock.now().timestamp(),
         )
-        self.logs = PodLogs()
+        self.logs = PodLogs(self.storage.store)
         self._runner: web.AppRunner | None = None
 
     # --- lifecycle --------------------------------------------------------------------------
