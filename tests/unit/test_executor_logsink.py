@@ -90,7 +90,7 @@ async def test_termination_message_is_the_tail_of_the_log() -> None:
         await sink.line(f"line {i:03d} " + "." * 20)
     message = sink.termination_message()
     assert len(message) == TERMINATION_LOG_BYTES
-    assert message.endswith("line 199 " + "." * 20)
+    assert message.endswith("line 199 " + "." * 20 + "\n")
     await sink.close()
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
+from trainer.api import jobset_contract as jsc
 from trainer.local.apiserver import metadata
 from trainer.local.apiserver.core.storage import Storage
 from trainer.local.apiserver.errors import APIError, bad_request
@@ -36,8 +37,8 @@ from trainer.local.apiserver.store import Event, Store
 
 Key = tuple[str, str, str]  # namespace, pod, container
 PODS = ("", "pods")
-JOBSETS = ("jobset.x-k8s.io", "jobsets")
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSETS = (jsc.GROUP, jsc.PLURAL)
+JOBSET_NAME = jsc.LABEL_JOBSET_NAME
 DELETED_POD = "deletedPod"
 """The query parameter that asks for a deleted pod's kept log."""
 
