@@ -16,20 +16,10 @@ import pytest
 
 from tests.builders import trainjob
 from tests.integration.harness import Plane, local_plane
+from tests.integration.test_controller import KEYS, Clock
 from trainer.controller.manager import Controller
 from trainer.kube import resources as r
 from trainer.machinery.times import format_time, parse_time
-from trainer.runtime.info import SSHKeyPair
-
-KEYS = SSHKeyPair(b"-----BEGIN EC PRIVATE KEY-----\nx\n-----END EC PRIVATE KEY-----\n", b"k")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-
-    def __call__(self) -> dt.datetime:
-        return self.now
 
 
 class Env:
