@@ -326,3 +326,20 @@ def test_every_warning_in_order_deprecation_cache_mpi() -> None:
     assert warnings[:2] == [DEPRECATION_WARNING, CACHE_WARNING]
     assert len(warnings) == 3
     assert "runLauncherAsNode" in warnings[2]
+
+
+# --- A JobSet TTL in the template (docs/lifecycle.md) ------------------------------------------
+def test_a_jobset_ttl_in_the_template_warns_and_points_at_the_run_policy() -> None:
+    rt = make([job("node", "trainer")])
+    assert validate_runtime(rt, None).warnings == []
+    with_ttl = rt.model_copy(deep=True)
+    assert with_ttl.spec is not None and with_ttl.spec.template.spec is not None
+    with_ttl.spec.template.spec.ttl_seconds_after_finished = 60
+    verdict = validate_runtime(with_ttl, None)
+    assert verdict.errors == []
+    assert verdict.warnings == [
+        "spec.template.spec.ttlSecondsAfterFinished: JobSet deletes each JobSet 60s after it "
+        "finishes, and a TrainJob whose finish the controller has not seen by then gets a new "
+        "JobSet, running the training again; set spec.runPolicy.ttlSecondsAfterFinished "
+        "instead, which deletes the finished TrainJob and everything it owns"
+    ]

@@ -87,6 +87,23 @@ def deprecation_warning(runtime: AnyRuntime) -> str:
     )
 
 
+def jobset_ttl_warning(runtime: AnyRuntime) -> list[str]:
+    """Beyond upstream: a JobSet ``ttlSecondsAfterFinished`` in the template deletes the JobSet,
+    which a TrainJob whose finish the controller has not seen yet builds again, restarting the
+    training (kubeflow/trainer#3779); the runtime's ``runPolicy`` deletes the TrainJob instead
+    (docs/lifecycle.md)."""
+    spec = runtime.spec.template.spec if runtime.spec else None
+    if spec is None or spec.ttl_seconds_after_finished is None:
+        return []
+    return [
+        f"spec.template.spec.ttlSecondsAfterFinished: JobSet deletes each JobSet "
+        f"{spec.ttl_seconds_after_finished}s after it finishes, and a TrainJob whose finish the "
+        "controller has not seen by then gets a new JobSet, running the training again; set "
+        "spec.runPolicy.ttlSecondsAfterFinished instead, which deletes the finished TrainJob "
+        "and everything it owns"
+    ]
+
+
 def validate_runtime(new: AnyRuntime, old: AnyRuntime | None) -> Verdict:
     """Admission of a runtime of either kind; ``old`` is None on create."""
     warnings: list[str] = []
@@ -99,4 +116,5 @@ def validate_runtime(new: AnyRuntime, old: AnyRuntime | None) -> Verdict:
     plugins = default_framework().validate_runtime(new, old)
     warnings += plugins.warnings
     warnings += jobset_rules.template_warnings(new.spec.template.spec if new.spec else None)
+    warnings += jobset_ttl_warning(new)
     return Verdict(warnings, validate_replicated_jobs(runtime_jobs(new)) + plugins.errors)
