@@ -298,6 +298,12 @@ def test_a_failing_job_shows_its_reason_and_a_queued_one_its_queue(
     shot(page, "dashboard-trainjobs.png")
     broken.locator("a").click()
     expect(page.locator("#state-detail")).to_contain_text("first failed job: broken-node-0")
+    # ... and why: the first failed container, its exit code and its last output.
+    expect(page.locator("#state-detail")).to_contain_text(
+        "first failure: replicated job node, node index 0, pod broken-node-0-0-"
+    )
+    expect(page.locator("#state-detail")).to_contain_text("exited with code 3 (Error)")
+    expect(page.locator("#state-detail")).to_contain_text("last output:\noops")
     expect(page.locator("#state-detail")).to_have_class(re.compile(r"\bfailure\b"))
     # The failed Job's pods are gone by now; their story is in the merged events ...
     expect(page.locator("#events")).to_contain_text("BackoffLimitExceeded")
