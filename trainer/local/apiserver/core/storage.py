@@ -24,6 +24,10 @@ from trainer.local.apiserver import apply as ssa
 from trainer.local.apiserver import builtin, metadata
 from trainer.local.apiserver.core import crd, gc, rules
 from trainer.local.apiserver.core.admission import Admission, WebhookTransport
+from trainer.local.apiserver.core.namespace_objects import (
+    ensure_default_service_account,
+    ensure_root_ca,
+)
 from trainer.local.apiserver.core.persistence import Persistence
 from trainer.local.apiserver.core.rules import WriteOptions
 from trainer.local.apiserver.errors import (
@@ -45,9 +49,6 @@ from trainer.machinery.times import format_time
 
 PATCH_RETRIES = 5
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-
-
-ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
 
 
 class Storage:
@@ -96,7 +97,9 @@ class Storage:
             if self.store.get(("", "namespaces"), "", ns) is None:
                 self.create_direct("v1", "Namespace", {"metadata": {"name": ns}})
         for namespace in self.store.items(("", "namespaces"), None):
-            self._default_service_account(namespace["metadata"]["name"])
+            ensure_default_service_account(
+                self.store, self.create_direct, namespace["metadata"]["name"]
+            )
 
     def start_background(self) -> None:
         """Start the garbage collector (it resyncs from the stored objects first)."""
@@ -574,41 +577,18 @@ class Storage:
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
             crd.on_crd_write(self.registry, self.store, self.now(), obj)
         if rt.key == ("", "namespaces") and old is None:
-            self._default_service_account(obj["metadata"]["name"])
-            self._root_ca(obj["metadata"]["name"])
+            namespace = obj["metadata"]["name"]
+            ensure_default_service_account(self.store, self.create_direct, namespace)
+            ensure_root_ca(self.store, self.create_direct, namespace, self.root_ca_pem)
         self.gc.notice(rt, obj)
 
-    def _default_service_account(self, namespace: str) -> None:
-        """Every namespace has a ``default`` ServiceAccount, as the service-account
-        controller of a cluster makes it (pods run as it unless they name another)."""
-        if self.store.get(("", "serviceaccounts"), namespace, "default") is None:
-            self.create_direct(
-                "v1", "ServiceAccount", {"metadata": {"name": "default", "namespace": namespace}}
-            )
-
     def publish_root_ca(self, ca_pem: str) -> None:
-        """Every namespace gets ConfigMap ``kube-root-ca.crt`` (key ``ca.crt``: the CA that
-        signed this server's certificate), as kube-controller-manager's root CA publisher
-        writes it: how in-cluster clients verify the API server (docs/local-plane.md,
-        "In-cluster configuration"). Rewritten at every start (the CA is new each time)."""
+        """Every namespace gets ConfigMap ``kube-root-ca.crt`` with the CA that signed this
+        server's certificate (:mod:`.namespace_objects`). Rewritten at every start (the CA is
+        new each time)."""
         self.root_ca_pem = ca_pem
         for ns in list(self.store.items(("", "namespaces"))):
-            self._root_ca(ns["metadata"]["name"])
-
-    def _root_ca(self, namespace: str) -> None:
-        ca = self.root_ca_pem
-        if not ca:
-            return
-        current = self.store.get(("", "configmaps"), namespace, ROOT_CA_CONFIG_MAP)
-        if current is not None and (current.get("data") or {}).get("ca.crt") == ca:
-            return
-        if current is None:
-            body = {"metadata": {"name": ROOT_CA_CONFIG_MAP, "namespace": namespace}}
-            self.create_direct("v1", "ConfigMap", {**body, "data": {"ca.crt": ca}})
-            return
-        updated = copy.deepcopy(current)
-        updated["data"] = {"ca.crt": ca}
-        self.store.put(("", "configmaps"), updated, current)
+            ensure_root_ca(self.store, self.create_direct, ns["metadata"]["name"], ca_pem)
 
     def _after_delete(self, rt: ResourceType, ev: Event) -> None:
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
