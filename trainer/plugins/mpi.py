@@ -38,7 +38,9 @@ below, and real runs: docs/local-plane.md, "MPICH"):
     connect back to ``mpiexec`` by the name it gives them, by default its short hostname,
     which cluster DNS does not resolve from another pod (mpi-operator creates a Service named
     after the launcher for this); the JobSet's headless Service resolves
-    ``<pod>.<subdomain>``.
+    ``<pod>.<subdomain>``. It takes the place of a Hydra configuration file the image may
+    name in its own ``HYDRA_CONFIG_FILE`` (the env the plugin injects wins); put such options
+    on the ``mpiexec`` command line instead.
 
 Intel MPI is not admitted: its Hydra reads other names (``I_MPI_HYDRA_HOST_FILE``,
 ``I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS``, ``I_MPI_PERHOST``, mpi-operator's). The plugin keeps
