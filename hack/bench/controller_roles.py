@@ -42,8 +42,9 @@ from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import TrainJob
 from trainer.cli.process import ProcessOptions, ProcessState, run_controller
 from trainer.controller import events as ev
+from trainer.controller.applydiff import stamp_config_hash
 from trainer.controller.config import load_config
-from trainer.controller.reconcile import FIELD_MANAGER, stamp_config_hash
+from trainer.controller.reconcile import FIELD_MANAGER
 from trainer.controller.status import desired_status
 from trainer.kube import resources as r
 from trainer.kube.client import new_api_client

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trainer.controller.reconcile import drops_mutable, needs_recreate
+from trainer.controller.applydiff import drops_mutable, needs_recreate
 
 
 def jobset(image: str = "img", **pod: Any) -> dict[str, Any]:

@@ -1,0 +1,117 @@
+"""What to apply for a TrainJob, pure (docs/design.md, "One reconcile"): whether a desired
+object differs from the cached one (by the hash of what was last applied, and by content),
+and whether a JobSet must be recreated rather than updated because JobSet lets only some of its
+fields change (docs/design.md; the suspend/resume rules of the Kueue contract)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from trainer.api import jobset_contract as jsc
+
+APPLIED_HASH = "trainer.kubeflow.org/applied-config-hash"
+
+
+def stamp_config_hash(obj: dict[str, Any]) -> str:
+    """Annotate ``obj`` with a hash of itself (the configuration about to be applied).
+
+    Server-side apply removes fields a manager stops applying, which a "does the live object
+    contain every desired field" check cannot see; comparing the hash of the last applied
+    configuration can. Returns the hash."""
+    meta = obj.setdefault("metadata", {})
+    annotations = dict(meta.get("annotations") or {})
+    annotations.pop(APPLIED_HASH, None)
+    meta["annotations"] = annotations
+    digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]
+    annotations[APPLIED_HASH] = digest
+    return digest
+
+
+def unchanged(live: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
+    """Applying ``desired`` (hash-stamped) would change nothing in ``live``."""
+    if live is None:
+        return False
+    live_hash = ((live.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH)
+    desired_hash = desired["metadata"]["annotations"][APPLIED_HASH]
+    return live_hash == desired_hash and covers(live, desired)
+
+
+def covers(live: Any, desired: Any) -> bool:
+    """True when applying ``desired`` would change nothing in ``live``: every field of
+    ``desired`` is in ``live`` with the same value (lists item by item)."""
+    if isinstance(desired, dict):
+        if not isinstance(live, dict):
+            return False
+        return all(k in live and covers(live[k], v) for k, v in desired.items())
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(live) != len(desired):
+            return False
+        return all(covers(a, b) for a, b in zip(live, desired, strict=True))
+    return bool(live == desired)
+
+
+def _without_mutable(spec: dict[str, Any]) -> dict[str, Any]:
+    """A JobSet spec without the fields JobSet's webhook lets change on an existing object."""
+    out = {k: v for k, v in spec.items() if k not in ("suspend", "ttlSecondsAfterFinished")}
+    out["replicatedJobs"] = jsc.mask_pod_templates(spec.get("replicatedJobs") or [])
+    return out
+
+
+def needs_recreate(live: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """The desired JobSet changes a field JobSet will not let change on an existing object."""
+    return not covers(
+        _without_mutable(live.get("spec") or {}), _without_mutable(desired.get("spec") or {})
+    )
+
+
+def _pod_templates(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        str(job.get("name")): ((job.get("template") or {}).get("spec") or {}).get("template") or {}
+        for job in spec.get("replicatedJobs") or []
+    }
+
+
+def drops_mutable(live: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """The desired JobSet takes away a pod-template label, annotation, nodeSelector key,
+    toleration or scheduling gate the live one has.
+
+    JobSet lets these change while suspended, but on resume it *merges* them into the Jobs it
+    already made (its controller's resume): what was taken away stays on those Jobs and reaches the
+    pods. That is how a preempted TrainJob re-admitted on another flavor would keep the old
+    flavor's nodeSelector keys; recreating the JobSet while nothing runs avoids it."""
+    live_pods = _pod_templates(live.get("spec") or {})
+    for name, want in _pod_templates(desired.get("spec") or {}).items():
+        have = live_pods.get(name)
+        if have is None:
+            continue
+        for part, key in (
+            ("metadata", "labels"),
+            ("metadata", "annotations"),
+            ("spec", "nodeSelector"),
+        ):
+            old = (have.get(part) or {}).get(key) or {}
+            new = (want.get(part) or {}).get(key) or {}
+            if any(k not in new for k in old):
+                return True
+        old_tolerations = (have.get("spec") or {}).get("tolerations") or []
+        new_tolerations = (want.get("spec") or {}).get("tolerations") or []
+        if any(t not in new_tolerations for t in old_tolerations):
+            return True
+        old_gates = {g.get("name") for g in (have.get("spec") or {}).get("schedulingGates") or []}
+        new_gates = {g.get("name") for g in (want.get("spec") or {}).get("schedulingGates") or []}
+        if old_gates - new_gates:
+            return True
+    return False
+
+
+def jobset_suspended(jobset: dict[str, Any]) -> bool:
+    return bool((jobset.get("spec") or {}).get("suspend"))
+
+
+def any_active(jobset: dict[str, Any]) -> str | None:
+    for status in (jobset.get("status") or {}).get("replicatedJobsStatus") or []:
+        if status.get("active", 0) > 0:
+            return str(status.get("name"))
+    return None
