@@ -50,6 +50,11 @@ def _missing() -> str:
         import mpi4py  # noqa: F401, PLC0415 - optional extra
     except ImportError:
         return "mpi4py is needed (the `mpi` extra: pip install -e '.[mpi]')"
+    if shutil.which("pasta") is None:
+        return (
+            "OpenMPI's daemons need a network interface besides loopback in the pods' sandbox, "
+            "which pasta gives it (Debian's passt: hack/system-packages.sh installs it)"
+        )
     refused = uts.available()
     if refused:
         return f"pods cannot get hostnames of their own on this kernel: {refused}"

@@ -29,7 +29,7 @@ from typing import Any
 from trainer.kube.events import NORMAL, WARNING
 from trainer.kube.resources import CONFIGMAPS, PODS, SECRETS, SERVICE_ACCOUNTS
 from trainer.kube.rest import APIError
-from trainer.local.executor import incluster, podenv, podfields, sandbox, sshpod, termination
+from trainer.local.executor import incluster, podenv, podfields, sandbox, ssh, sshpod, termination
 from trainer.local.executor.api import TRANSIENT, append_log, request_token
 from trainer.local.executor.containers import run_container
 from trainer.local.executor.devices import AllocationError, device_env
@@ -50,6 +50,12 @@ from trainer.local.executor.volumes import plan_volumes, pod_dir, write_volume
 from trainer.machinery.times import now
 
 log = logging.getLogger(__name__)
+MPI_WITHOUT_INTERFACE = (
+    "MPI pods run here, but their sandbox has no network interface besides loopback, which "
+    "OpenMPI's daemons do not use: an OpenMPI mpirun will fail with \"A daemon failed to report "
+    "back\" (MPICH's runs). pasta gives the sandbox one: install Debian's passt package "
+    '(hack/system-packages.sh; docs/local-plane.md, "MPI on the local plane")'
+)
 
 DEFAULT_GRACE = 30.0
 
@@ -323,6 +329,9 @@ class LocalPod:
                     "pods reach nothing beyond their JobSet and the plane's services "
                     f'({self.sandbox.egress}; docs/local-plane.md, "The network sandbox")',
                 )
+                containers = (self.pod.get("spec") or {}).get("containers") or []
+                if any(ssh.is_sshd(ctr) for ctr in containers):
+                    host.warn_once("sandbox-mpi", MPI_WITHOUT_INTERFACE)
             return True
         host.warn_once("sandbox", sandbox.EXPOSED.format(why=why))
         if host.allow_exposed_ports:
