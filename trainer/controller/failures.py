@@ -280,6 +280,3 @@ class FailedPods:
 
     def forget(self, namespace: str, jobset: str) -> None:
         self._pods.pop((namespace, jobset), None)
-
-    def __len__(self) -> int:
-        return sum(len(pods) for pods in self._pods.values())

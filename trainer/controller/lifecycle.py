@@ -21,7 +21,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from trainer.api import constants as c
-from trainer.api.conditions import find_condition, is_true
+from trainer.api.conditions import find_condition
 from trainer.api.core import Condition
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from trainer.machinery.times import format_time, parse_time
@@ -62,8 +62,7 @@ def finished_condition(conds: list[Condition] | None) -> Condition | None:
 
 
 def is_finished(trainjob: TrainJob) -> bool:
-    conds = trainjob.status.conditions if trainjob.status else None
-    return is_true(conds, c.COND_COMPLETE) or is_true(conds, c.COND_FAILED)
+    return finished_condition(trainjob.status.conditions if trainjob.status else None) is not None
 
 
 def clock_start(conds: list[Condition] | None, created: str | None) -> dt.datetime | None:

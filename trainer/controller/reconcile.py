@@ -246,12 +246,14 @@ class Reconciler:
         written: list[dict[str, Any]] = []
 
         runtime: Runtime | None = None
-        if is_finished(job):
-            # Nothing is built for it any more; its runtime only for a TTL it does not set.
-            if job.spec.ttl_seconds_after_finished is None:
-                runtime, _, _ = self._runtime(job)
-        else:
+        finished = is_finished(job)
+        # Nothing is built for a finished TrainJob; its runtime only for a TTL it does not set.
+        if not finished:
             runtime, unsupported, failure = self._runtime(job)
+        elif job.spec.ttl_seconds_after_finished is None:
+            runtime, _, _ = self._runtime(job)
+        policy = run_policy(job, runtime)
+        if not finished:
             if runtime is not None:
                 try:
                     jobset, requeue = await self._apply_objects(job, runtime, jobset, written)
@@ -265,8 +267,7 @@ class Reconciler:
                     error = exc
             elif failure is not None and failure.reason == "RuntimeNotFound":
                 requeue = RUNTIME_RETRY_SECONDS
-            deadline = run_policy(job, runtime).active_deadline_seconds
-            remaining = deadline_remaining(job, deadline, now)
+            remaining = deadline_remaining(job, policy.active_deadline_seconds, now)
             if remaining is not None and remaining <= 0:
                 deadline_exceeded = True
                 await self._delete_jobset(namespace, name)
@@ -302,7 +303,6 @@ class Reconciler:
         await self._announce(data, failures)
         if error is not None:
             return Result(error=error)
-        policy = run_policy(job, runtime)
         ttl = ttl_remaining(
             job.model_copy(update={"status": status}), policy.ttl_seconds_after_finished, now
         )

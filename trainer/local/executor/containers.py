@@ -182,7 +182,7 @@ def _mpi_peers(pod: RunningPod) -> list[tuple[str, list[str]]]:
     parsed = ssh.parse(pod.pod)
     if not subdomain or parsed is None:
         return []
-    if not any(ssh.is_sshd(ctr) for ctr in spec.get("containers") or []):
+    if not ssh.runs_sshd(pod.pod):
         return []
     own = pod_hostname(pod.pod)
     names = [

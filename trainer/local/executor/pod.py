@@ -329,8 +329,7 @@ class LocalPod:
                     "pods reach nothing beyond their JobSet and the plane's services "
                     f'({self.sandbox.egress}; docs/local-plane.md, "The network sandbox")',
                 )
-                containers = (self.pod.get("spec") or {}).get("containers") or []
-                if any(ssh.is_sshd(ctr) for ctr in containers):
+                if ssh.runs_sshd(self.pod):
                     host.warn_once("sandbox-mpi", MPI_WITHOUT_INTERFACE)
             return True
         host.warn_once("sandbox", sandbox.EXPOSED.format(why=why))

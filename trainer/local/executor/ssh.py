@@ -102,6 +102,11 @@ def is_sshd(container: Mapping[str, Any]) -> bool:
     return bool(argv) and PurePosixPath(argv[0]).name == SSHD
 
 
+def runs_sshd(pod: Mapping[str, Any]) -> bool:
+    """Whether one of the pod's containers runs sshd (an MPI node pod)."""
+    return any(is_sshd(ctr) for ctr in (pod.get("spec") or {}).get("containers") or [])
+
+
 def sshd_port(container: Mapping[str, Any]) -> int:
     """sshd's container port: readinessProbe tcpSocket port, first containerPort, else 22."""
     port = ((container.get("readinessProbe") or {}).get("tcpSocket") or {}).get("port")
