@@ -18,10 +18,10 @@ from typer._click.core import Command
 from trainer.cli.main import app
 from trainer.cli.pipes import CLOSED_PIPE_EXIT
 
-pytestmark = pytest.mark.slow  # about 15 processes of 1 to 3 s each
+pytestmark = pytest.mark.slow  # about 10 processes of 1 to 5 s each
 
 ROOT = Path(__file__).resolve().parents[2]
-TRIES = 8  # the race showed in 19 of 20 runs before the handling
+TRIES = 4  # the race showed in 19 of 20 runs before the handling (each try is 2 to 5 s)
 # Without PYTHONUNBUFFERED (set in some CI and container images, not in a user's shell):
 # Python then buffers stdout when it is a pipe, as it does for `trainer ... | head`.
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
