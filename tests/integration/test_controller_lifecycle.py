@@ -7,6 +7,7 @@ written the way JobSet writes it."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime as dt
 from collections.abc import AsyncIterator
@@ -84,12 +85,18 @@ async def complete(env: Env, name: str, at: dt.datetime) -> dict[str, Any]:
     return done
 
 
-async def idle(env: Env) -> None:
+async def idle(env: Env, timeout: float = 10.0) -> None:
+    """Until the controller's queue is empty and no reconcile runs. The queue signals no such
+    moment and a reconcile that changes nothing writes nothing (so ``plane.until``, woken by
+    writes, would sit out its timeout): poll it, bounded."""
     controller = env.controller
     assert controller is not None
-    await env.plane.until(
-        lambda: not controller.queue.processing and not len(controller.queue), what="idle"
-    )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while controller.queue.processing or len(controller.queue):
+        if loop.time() > deadline:
+            raise TimeoutError("the controller's queue did not drain")
+        await asyncio.sleep(0.02)
 
 
 async def test_start_and_completion_times_and_deletion_after_the_ttl(env: Env) -> None:
