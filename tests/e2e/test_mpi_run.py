@@ -4,7 +4,8 @@ on a port of its own, the launcher's ssh with the generated key Secret) and real
 (docs/local-plane.md, "MPI on the local plane").
 
 Covered: runLauncherAsNode false (examples/mpi, examples/mpi4py-allreduce) and true
-(examples/deepspeed-cpu on the built-in deepspeed-distributed runtime), numProcPerNode 1 and
+(examples/deepspeed-cpu on the built-in deepspeed-distributed runtime, in
+tests/e2e/test_mpi_deepspeed.py so that another test worker runs it), numProcPerNode 1 and
 2, and the failures a user meets: a rank exiting non-zero, a Secret whose key pair does not
 match (ssh's own refusal in the launcher's log), a private key others can read (no fsGroup:
 OpenSSH's refusal). Each test is skipped, with the reason, where sshd, mpirun, mpi4py or
@@ -109,23 +110,6 @@ def test_mpi4py_allreduce_runs_two_ranks_on_each_of_two_node_pods() -> None:
         ("2", "4", "mpi4py-allreduce-node-0-1", "10", "10"),
         ("3", "4", "mpi4py-allreduce-node-0-1", "10", "10"),
     ], done.stdout
-
-
-def test_deepspeed_shaped_job_runs_ranks_on_the_launcher_too() -> None:
-    pytest.importorskip("torch", reason="needs torch (the `torch` extra)")
-    done = trainer_run(ROOT / "examples/deepspeed-cpu/trainjob.yaml")
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = "\n".join(pod_lines(done.stdout, "deepspeed-cpu-launcher-0-0"))
-    found = re.findall(
-        r"rank (\d)/2 on (\S+): loss ([0-9.]+) -> ([0-9.]+), weights checksum (-?[0-9.]+)", lines
-    )
-    hosts = {rank: host for rank, host, *_ in found}
-    assert hosts == {
-        "0": "deepspeed-cpu-launcher-0-0",  # runLauncherAsNode: the launcher is a node
-        "1": "deepspeed-cpu-node-0-0",
-    }, done.stdout
-    assert len({checksum for *_, checksum in found}) == 1  # gradients were averaged
-    assert all(float(last) < float(first) for _, _, first, last, _ in found)
 
 
 def _allreduce_docs() -> list[dict[str, Any]]:
