@@ -11,8 +11,9 @@ LOCK := requirements.lock
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv
 # Folders of wheels to install from besides PyPI (uv does not read pip's configuration): by
-# default those pip is configured with, which on this project's machines hold the CPU build of
-# torch the lock pins. Elsewhere: UV_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu.
+# default those pip is configured with. The lock pins PyPI's torch (a CUDA build, its CUDA
+# libraries pinned too); a folder holding torch's CPU build of that version is used instead
+# (docs/install.md, "Developing"), as is UV_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu.
 # Worked out once per make run (an exported recursive variable would ask pip for every recipe).
 ifndef FIND_LINKS
 FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
@@ -45,7 +46,7 @@ help:
 	@echo "make image-check - make image where it can, then start it in a rootless sandbox and check it (tests/image)"
 	@echo "make simulate-check - 200 TrainJobs on 50 simulated GPU nodes through the whole plane, checked"
 	@echo "                   (hack/bench/simulate.py --small; docs/simulation.md)"
-	@echo "make lock        - re-resolve $(LOCK) from pyproject.toml (newest versions the registries serve)"
+	@echo "make lock        - re-resolve $(LOCK) from pyproject.toml (newest versions PyPI serves; LOCK_ARGS=--keep keeps the pins)"
 	@echo "make crds        - regenerate manifests/ CRDs from the API models (and trainer/machinery/kubeschema.json from kubernetes-validate)"
 	@echo "make manifests   - regenerate manifests/base and overlays from trainer/deploy/templates"
 	@echo "make gpu-check   - check this machine's NVIDIA GPUs on the local plane, a verdict per scenario"
@@ -79,8 +80,9 @@ install: $(VENV)/.installed
 quickstart: $(VENV)/.installed-quickstart
 	$(BIN)/trainer run -f examples/torch-ddp-cpu/trainjob.yaml --timeout 300
 
+LOCK_ARGS ?=
 lock: | $(UV)
-	$(PYTHON) hack/lock.py --uv $(UV)
+	$(PYTHON) hack/lock.py --uv $(UV) $(LOCK_ARGS)
 
 check-lock:
 	$(PYTHON) hack/lock.py --check

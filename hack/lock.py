@@ -12,8 +12,15 @@ extras, the Dockerfile the runtime dependencies (and the datacache extra for its
 The header records a digest of the dependency tables it was resolved from;
 ``tests/deploy/test_lock.py`` fails when ``pyproject.toml`` no longer matches it.
 
-    python3 hack/lock.py            # resolve the newest versions the registries serve
+    python3 hack/lock.py            # resolve the newest versions PyPI serves
+    python3 hack/lock.py --keep     # keep every pin the lock has, add only what is missing
     python3 hack/lock.py --check    # exit 1 when pyproject.toml changed since the lock
+
+It resolves against PyPI alone, never a local folder of wheels: so torch is PyPI's build
+(CUDA libraries and all, pinned here with the rest) and the lock installs on any machine. A
+folder of wheels holding torch's CPU build of the same version (``2.13.0+cpu``: a local
+version label, which ``torch==2.13.0`` matches) is still used where ``FIND_LINKS`` names it,
+and then none of the CUDA packages is installed.
 """
 
 from __future__ import annotations
@@ -21,7 +28,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -61,13 +67,6 @@ def recorded_digest(lock_text: str) -> str | None:
     return None
 
 
-def find_links() -> list[str]:
-    """The wheel folders pip is configured with (this workplace keeps its CPU build of torch
-    in one); uv does not read pip's configuration, so they are passed on."""
-    value = os.environ.get("FIND_LINKS") or os.environ.get("PIP_FIND_LINKS", "")
-    return [p for p in value.split() if p]
-
-
 def header(uv_version: str) -> str:
     return (
         "# requirements.lock: the version of every package any install of kubeflow-trainer-py\n"
@@ -79,7 +78,7 @@ def header(uv_version: str) -> str:
     )
 
 
-def resolve(uv: str) -> str:
+def resolve(uv: str, keep: bool) -> str:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     build = dependency_tables(pyproject)["build-system"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,17 +87,26 @@ def resolve(uv: str) -> str:
         command = [
             uv, "pip", "compile", "pyproject.toml", str(build_in),
             "--all-extras", "--python-version", PYTHON_VERSION, "--python-platform", PLATFORM,
-            "--no-header", "--upgrade", "--quiet",
+            "--no-header", "--quiet",
         ]  # fmt: skip
-        for link in find_links():
-            command += ["--find-links", link]
+        if keep:
+            # uv prefers the pins of the file it writes to: a copy of the lock keeps them.
+            preferences = Path(tmp) / "requirements.lock"
+            shutil.copyfile(LOCK, preferences)
+            command += ["--output-file", str(preferences)]
+        else:
+            command.append("--upgrade")
         out = subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True)
-        return out.stdout.replace(f"-r {build_in}", "pyproject.toml [build-system] requires")
+        text = preferences.read_text() if keep else out.stdout
+        return text.replace(f"-r {build_in}", "pyproject.toml [build-system] requires")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when the lock is stale")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the lock's pins; resolve only what is missing"
+    )
     parser.add_argument("--uv", default=shutil.which("uv") or "uv", help="the uv to resolve with")
     args = parser.parse_args()
     if args.check:
@@ -112,7 +120,7 @@ def main() -> int:
         .stdout.split(" (")[0]
         .strip()
     )
-    LOCK.write_text(header(uv_version) + resolve(args.uv))
+    LOCK.write_text(header(uv_version) + resolve(args.uv, args.keep))
     print(f"wrote {LOCK.relative_to(ROOT)}", file=sys.stderr)
     return 0
 
