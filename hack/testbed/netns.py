@@ -1,0 +1,40 @@
+"""The bed's own network namespace (docs/testbed.md, "Its network").
+
+kube-apiserver calls webhooks and aggregated APIs at their EndpointSlices' addresses, and an
+EndpointSlice may not hold a loopback address. So the bed runs in a network namespace of its
+own, made for it, whose loopback interface also carries ``POD_ADDRESS`` (192.0.2.1, a
+documentation address): the controllers' webhooks listen there and nothing leaves the
+namespace (it has no other interface, so no route out; KWOK's pod addresses are never dialled).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+
+POD_ADDRESS = "192.0.2.1"
+_SETUP = f'set -e; ip link set lo up; ip addr add {POD_ADDRESS}/32 dev lo; exec "$@"'
+
+
+def inside() -> bool:
+    """Whether this process runs in a namespace set up as the bed needs."""
+    argv = ["ip", "-o", "addr", "show", "dev", "lo"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return f" {POD_ADDRESS}/32 " in out.stdout
+
+
+def wrap(argv: Sequence[str]) -> list[str]:
+    """``argv`` run in a new network namespace (and, without root, a user namespace too)."""
+    if os.geteuid() == 0:
+        prefix = ["unshare", "--net"]
+    else:
+        prefix = ["unshare", "--user", "--map-root-user", "--net"]
+    return [*prefix, "/bin/sh", "-c", _SETUP, "sh", *argv]
+
+
+def enter_argv(pid: int, argv: Sequence[str]) -> list[str]:
+    """``argv`` run in the network namespace of process ``pid`` (``hack/cluster.py exec``)."""
+    if os.geteuid() == 0:
+        return ["nsenter", f"--target={pid}", "--net", "--", *argv]
+    return ["nsenter", f"--target={pid}", "--user", "--net", "--preserve-credentials", "--", *argv]

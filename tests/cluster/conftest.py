@@ -1,0 +1,78 @@
+"""The cluster tier: our product on real Kubernetes programs (docs/testbed.md).
+
+``make cluster-test`` runs this folder in the bed's own network namespace; one bed (etcd,
+kube-apiserver, kube-controller-manager, kube-scheduler, KWOK, JobSet v0.12.0 and our install)
+serves the whole session. Without Go the tier is skipped with that reason; with Go, a bed that
+fails to build or start fails the tier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "hack/testbed"))
+
+import addons  # noqa: E402
+import bed as beds  # noqa: E402
+import bins  # noqa: E402
+import netns  # noqa: E402
+import trainer_install  # noqa: E402
+
+
+def _skip_reason() -> str | None:
+    if bins.go_binary() is None:
+        return "Go is not installed: the cluster tier builds kube-apiserver and the rest with it"
+    if not netns.inside():
+        return "not in the bed's network namespace: run it with `make cluster-test`"
+    return None
+
+
+@pytest.fixture(scope="session")
+def bed() -> Iterator[beds.Bed]:
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    keep = bool(os.environ.get("TRAINER_TESTBED_KEEP"))
+    running = beds.start_bed(nodes=4, gpus_per_node=8, say=lambda line: print(f"testbed: {line}"))
+    try:
+        addons.install_jobset(running)
+        trainer_install.install_trainer(running)
+        yield running
+    finally:
+        running.stop(keep=keep)
+
+
+@pytest.fixture
+def namespace(bed: beds.Bed) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    bed.kubectl("create", "namespace", name)
+    yield name
+    bed.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def kubectl_json(bed: beds.Bed, *args: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(bed.kubectl(*args, "-o", "json").stdout)
+    return data
+
+
+def render(files: list[Path], namespace: str, runtimes: list[Path]) -> list[dict[str, Any]]:
+    """What `trainer render` says the controller applies for these files."""
+    argv = [sys.executable, "-m", "trainer.cli.main", "render", "-n", namespace]
+    for f in files:
+        argv += ["-f", str(f)]
+    for r in runtimes:
+        argv += ["-r", str(r)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
