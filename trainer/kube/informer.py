@@ -361,6 +361,12 @@ class Informer:
             return self.discovery_backoff.next()
         return self.discovery_interval
 
+    def _discovery_plan(self) -> str:
+        backoff = self.discovery_backoff
+        if backoff is not None:
+            return f"after {backoff.base:g}s, backing off to {backoff.cap:g}s"
+        return f"every {self.discovery_interval:g}s"
+
     async def _relist(self) -> None:
         try:
             items, rv = await self.kube.list(
@@ -372,7 +378,7 @@ class Informer:
         except APIError as err:
             if self.optional and err.is_not_found:
                 if self.served:
-                    log.info("%r: not served; retrying every %gs", self, self.discovery_interval)
+                    log.info("%r: not served; listing it again %s", self, self._discovery_plan())
                 was_served, self.served = self.served, False
                 self._replace([])
                 self.resource_version = ""
