@@ -6,7 +6,8 @@ its progress bar moves as the training code reports, the metric charts gain poin
 panel shows the training output, a failing TrainJob shows its reason, suspend and resume work
 from the buttons, HTML in an annotation shows as text, and requests without the token, from a
 foreign Host or without the CSRF token are refused, as is the session cookie replayed by the
-server on another loopback port that the browser handed it to. The training code advances
+server on another loopback port that the browser handed it to; under ``--without-controller``
+the page says it waits for the Trainer CRDs until they are applied. The training code advances
 when the test creates a gate file, so nothing waits on a timer.
 
 With ``TRAINER_DASHBOARD_SCREENSHOTS=docs/images`` the run saves screenshots of the main pages
@@ -103,21 +104,13 @@ def trainjob(name: str, command: list[str], **extra: Any) -> dict[str, Any]:
 
 
 class Plane:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *options: str) -> None:
+        """``trainer up OPTIONS``; by default the module's plane: the status server, actions."""
         self.tmp = tmp
         self.kubeconfig = tmp / "kubeconfig"
+        options = options or ("--feature-gates", "TrainJobStatus=true", "--dashboard-allow-actions")
         self.proc = subprocess.Popen(
-            [
-                PY,
-                "-m",
-                "trainer.cli.main",
-                "up",
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--feature-gates",
-                "TrainJobStatus=true",
-                "--dashboard-allow-actions",
-            ],
+            [PY, "-m", "trainer.cli.main", "up", "--kubeconfig", str(self.kubeconfig), *options],
             cwd=tmp,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -341,6 +334,36 @@ def test_suspend_and_resume_from_the_buttons(plane: Plane, page: Page) -> None:
     page.goto(plane.base + "/")
     expect(row(page, "demo")).to_have_count(1)
     expect(row(page, "pausable")).to_have_count(0)
+
+
+def test_the_page_waits_for_the_trainer_crds_then_shows_the_trainjobs(
+    tmp_path: Path, browser: Browser
+) -> None:
+    """``trainer up --without-controller`` before the install is applied (docs/install.md): the
+    TrainJobs page says it waits for the Trainer CRDs; once they are applied the note goes and
+    a TrainJob created then shows, without a reload."""
+    bare = Plane(tmp_path, "--without-controller")
+    context = browser.new_context()
+    errors: list[str] = []
+    try:
+        pg = context.new_page()
+        pg.on("pageerror", lambda exc: errors.append(str(exc)))
+        pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        pg.set_default_timeout(WAIT_MS)
+        pg.goto(bare.url)
+        waiting = pg.locator("#waiting")
+        expect(waiting).to_be_visible()
+        expect(waiting).to_contain_text("Waiting for the Kubeflow Trainer CRDs to be installed")
+        expect(pg.locator("#empty")).to_be_visible()
+        expect(pg.locator("#unavailable")).to_be_hidden()
+        bare.kubectl("apply", "--server-side", "-k", str(ROOT / "manifests" / "base" / "crds"))
+        expect(waiting).to_be_hidden()
+        bare.apply(trainjob("waited", [PY, "-c", "pass"]))
+        expect(row(pg, "waited")).to_have_attribute("data-state", "Created")
+    finally:
+        context.close()
+        bare.stop()
+    assert not errors, errors
 
 
 def _status(url: str, headers: dict[str, str] | None = None, method: str = "GET") -> int:

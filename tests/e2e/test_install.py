@@ -11,7 +11,9 @@ webhook through its Service and EndpointSlice, and:
 - a forced certificate rotation (delete the Secret, restart the Deployment: docs/
   certificates.md) rolls the pods one by one and admission works with the new CA;
 - a pod reaches the webhook Service by its DNS name from its own sandbox;
-- no request of the controllers is ever refused by RBAC (no 403 in their logs).
+- no request of the controllers is ever refused by RBAC (no 403 in their logs);
+- the dashboard ``trainer up`` serves by default answers before the install, waiting for the
+  Trainer CRDs, and lists the TrainJobs once they are applied; the plane stays up throughout.
 
 The figures (failover, rollout) are printed (``pytest -s``)."""
 
@@ -28,6 +30,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 
@@ -41,6 +44,9 @@ LEASE = "trainer.kubeflow.org"
 LEASE_SECONDS = 15  # the manifests' leaderElection.leaseDuration
 READY = "no controller or webhook of its own"
 FORBIDDEN = re.compile(r"\b403\b.*Forbidden|is forbidden: User")
+DASHBOARD = re.compile(r"dashboard: (http://127\.0\.0\.1:\d+)/\?token=(\S+)  \(read-only")
+WAITING = "waiting for the Kubeflow Trainer CRDs to be installed"
+SERVED = "dashboard: the Kubeflow Trainer CRDs are served"
 
 pytestmark = [
     pytest.mark.slow,
@@ -101,12 +107,46 @@ class Plane:
     def __init__(self, proc: asyncio.subprocess.Process, kubeconfig: Path) -> None:
         self.proc, self.kubeconfig = proc, kubeconfig
         self.lines: list[str] = []
+        self.more = asyncio.Condition()
         self.reader = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
         assert self.proc.stdout is not None
         async for raw in self.proc.stdout:
-            self.lines.append(raw.decode(errors="replace"))
+            async with self.more:
+                self.lines.append(raw.decode(errors="replace"))
+                self.more.notify_all()
+        async with self.more:
+            self.more.notify_all()
+
+    async def line(self, text: str, timeout: float) -> str:
+        """The first output line holding ``text``, once it is printed (fails if the plane
+        exits first)."""
+        try:
+            async with asyncio.timeout(timeout), self.more:
+                while True:
+                    found = next((line for line in self.lines if text in line), None)
+                    if found is not None:
+                        return found
+                    if self.reader.done():
+                        break
+                    await self.more.wait()
+        except TimeoutError:
+            pytest.fail(f"{text!r} not printed within {timeout} s:\n{''.join(self.lines)}")
+        pytest.fail(f"trainer up exited before {text!r}:\n{''.join(self.lines)}")
+
+    async def dashboard(self, path: str) -> tuple[int, Any]:
+        """GET ``path`` from the dashboard with its token: the status and JSON (or text)."""
+        found = next(m for line in self.lines if (m := DASHBOARD.search(line)))
+        base, token = found.groups()
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            aiohttp.ClientSession(headers=headers) as http,
+            http.get(base + path, timeout=aiohttp.ClientTimeout(total=30)) as resp,
+        ):
+            if resp.content_type == "application/json":
+                return resp.status, await resp.json()
+            return resp.status, await resp.text()
 
     async def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 90) -> str:
         return await kubectl(self.kubeconfig, *args, stdin=stdin, timeout=timeout)
@@ -161,20 +201,15 @@ async def start(tmp_path: Path) -> Plane:
     kubeconfig = tmp_path / "kubeconfig"
     proc = await asyncio.create_subprocess_exec(
         PY,
-        *("-m", "trainer.cli.main", "up", "--without-controller", "--no-dashboard"),
+        *("-m", "trainer.cli.main", "up", "--without-controller"),  # the dashboard too
         *("--kubeconfig", str(kubeconfig)),
         cwd=tmp_path,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
     plane = Plane(proc, kubeconfig)
-
-    async def ready() -> bool:
-        if proc.returncode is not None:
-            pytest.fail(f"trainer up exited {proc.returncode}:\n{''.join(plane.lines)}")
-        return any(READY in line for line in plane.lines)
-
-    await until(ready, 60, "trainer up --without-controller")
+    await plane.line(READY, 60)
+    await plane.line("dashboard: http://", 60)
     return plane
 
 
@@ -192,7 +227,9 @@ async def test_the_standalone_install_runs_fails_over_and_rotates_its_certificat
     existed = in_cluster_marker.exists()
     plane = await start(tmp_path)
     try:
+        await dashboard_waits(plane)
         await install_and_train(plane)
+        await dashboard_shows(plane)
         await fail_over(plane)
         await rotate_certificate(plane)
         refused = [line for line in plane.controller_lines() if FORBIDDEN.search(line)]
@@ -201,8 +238,38 @@ async def test_the_standalone_install_runs_fails_over_and_rotates_its_certificat
         # The pods' token was at the standard path in their mount namespaces only: this host
         # still looks like no pod to the programs run on it.
         assert in_cluster_marker.exists() == existed
+        assert plane.proc.returncode is None, "".join(plane.lines)  # the plane stayed up
     finally:
         await stop(plane)
+    assert plane.proc.returncode == 0, "".join(plane.lines[-30:])
+    assert not [line for line in plane.lines if "internal error" in line]
+
+
+async def dashboard_waits(plane: Plane) -> None:
+    """Before the install the dashboard answers, saying it waits for the Trainer CRDs (only
+    JobSet's are served) rather than failing (docs/dashboard.md, "What it watches")."""
+    said = await plane.line(f"dashboard: {WAITING} (", 10)
+    assert "trainjobs.trainer.kubeflow.org" in said
+    status, info = await plane.dashboard("/api/info")
+    assert status == 200 and info["waiting"].startswith(WAITING), info
+    assert info["unavailable"] == {}  # JobSets and the rest are served
+    assert await plane.dashboard("/api/trainjobs") == (200, [])
+    status, page = await plane.dashboard("/")
+    assert status == 200 and "<h1>TrainJobs</h1>" in page
+
+
+async def dashboard_shows(plane: Plane) -> None:
+    """Once the install is applied the same dashboard, not restarted, lists its TrainJobs and
+    runtimes."""
+    await plane.line(SERVED, 30)
+    status, info = await plane.dashboard("/api/info")
+    assert status == 200 and info["waiting"] is None and info["unavailable"] == {}, info
+    status, rows = await plane.dashboard("/api/trainjobs")
+    assert status == 200
+    assert {(r["name"], r["state"]) for r in rows} >= {("first", "Complete")}, rows
+    assert {r["name"] for r in rows} == {"first", "by-trainer-run"}, rows
+    status, runtimes = await plane.dashboard("/api/runtimes")
+    assert status == 200 and [r["name"] for r in runtimes] == ["rehearsal"], runtimes
 
 
 async def install_and_train(plane: Plane) -> None:

@@ -377,6 +377,43 @@ async def test_optional_resource_that_goes_away(env: Env) -> None:
     assert not inf.served and inf.list() == []
 
 
+async def test_optional_resource_backs_off_and_reports_when_it_is_served(env: Env) -> None:
+    """With ``discovery_backoff`` the lists of an unserved resource back off (and start over
+    once it was served); served handlers hear each change, even with no object to report."""
+    kube, server = env.kube, env.server
+    sleeps = Sleeps()
+    sleeps.gate.clear()
+    served: asyncio.Queue[bool] = asyncio.Queue()
+    inf = env.informer(
+        r.COSCHEDULING_PODGROUPS,
+        optional=True,
+        discovery_backoff=Backoff(base=1.0, cap=3.0, rng=random.Random(7)),
+        sleep=sleeps,
+    )
+    inf.add_served_handler(served.put_nowait)
+    events = recorder(inf)
+    await inf.start(timeout=WAIT)
+    assert await asyncio.wait_for(served.get(), WAIT) is False
+    first = await sleeps.next()
+    assert 0.5 <= first <= 1.0
+    sleeps.gate.set()
+    assert 1.0 <= await sleeps.next() <= 2.0  # 404 again: the next delay doubles
+    assert 1.5 <= await sleeps.next() <= 3.0  # capped
+    assert served.empty() and not inf.served
+
+    server.storage.create_direct(
+        "apiextensions.k8s.io/v1", "CustomResourceDefinition", POD_GROUP_CRD
+    )
+    assert await asyncio.wait_for(served.get(), WAIT) is True
+    assert inf.served and inf.list() == [] and events.empty()
+    assert inf.discovery_backoff is not None and inf.discovery_backoff.attempt == 0
+
+    assert await kube.delete(r.CRDS, None, "podgroups.scheduling.x-k8s.io")
+    server.storage.store.close_watchers()  # the stream ends, as a real server's does
+    assert await asyncio.wait_for(served.get(), WAIT) is False
+    assert not inf.served
+
+
 async def test_watch_answering_410_relists(env: Env) -> None:
     kube, server = env.kube, env.server
     await kube.create(configmap("a"))

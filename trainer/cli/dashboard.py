@@ -16,6 +16,7 @@ import typer
 
 from trainer.cli.signals import stop_on_signals
 from trainer.dashboard.server import Dashboard
+from trainer.dashboard.watch.cache import ClusterCache
 from trainer.kube.client import KubeconfigError, is_loopback, new_api_client
 from trainer.kube.kubeconfig import context_namespace, default_path
 from trainer.kube.rest import APIError, Kube
@@ -57,6 +58,23 @@ def address_warning(address: str) -> str | None:
     )
 
 
+def report_waiting(cache: ClusterCache, echo: Callable[[str], None]) -> None:
+    """Say now whether the dashboard waits for the Trainer CRDs, and later when it starts or
+    stops waiting (an install applied, or removed, while it runs: docs/dashboard.md)."""
+    was = cache.waiting
+
+    def changed() -> None:
+        nonlocal was
+        now = cache.waiting
+        if (now is None) != (was is None):
+            echo(f"dashboard: {now}" if now else "dashboard: the Kubeflow Trainer CRDs are served")
+        was = now
+
+    if was:
+        echo(f"dashboard: {was}; the page shows their objects once they are")
+    cache.add_status_handler(changed)
+
+
 async def start_dashboard(
     kube: Kube,
     namespace: str | None,
@@ -83,6 +101,7 @@ async def start_dashboard(
     await dashboard.start()
     for resource, why in sorted(dashboard.cache.unavailable.items()):
         echo(f"warning: the dashboard cannot list {resource} ({why}): not shown")
+    report_waiting(dashboard.cache, echo)
     mode = "actions enabled" if allow_actions else "read-only"
     echo(f"dashboard: {dashboard.url}  ({mode}; the token in the URL is the key, keep it private)")
     return dashboard

@@ -6,7 +6,10 @@ for each TrainJob that changed and ``gone`` for each that was deleted. ``GET
 JobSet, Jobs, pods or their Events change, and ``gone`` when it is deleted. ``GET
 /api/stream/nodes`` (the Nodes page) sends ``nodes`` (the whole view) at once, then
 ``update`` with the rows that changed when what it shows changes (a Node, or a pod of any
-namespace that is bound, finishes or waits; ``nodes`` again if the columns change). Changes are
+namespace that is bound, finishes or waits; ``nodes`` again if the columns change). After its
+first message each stream sends ``status`` (what ``/api/info`` says of the cache: ``waiting``
+while the Trainer CRDs are not all served, the resources not shown), and again whenever it
+changes, so an open page leaves the waiting state when the CRDs are installed. Changes are
 batched for :data:`BATCH_SECONDS` so a burst is one message; a comment line every
 :data:`KEEPALIVE_SECONDS` keeps proxies from closing an idle stream. Streams end at shutdown.
 
@@ -29,7 +32,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from trainer.dashboard import nodes
 from trainer.dashboard.context import DashboardContext
 from trainer.dashboard.views import ctx_of
-from trainer.dashboard.watch.cache import Key, Subscription
+from trainer.dashboard.watch.cache import ClusterCache, Key, Subscription
 from trainer.kube.podlogs import stream_log
 from trainer.kube.rest import APIError
 
@@ -42,6 +45,23 @@ SSE_HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
 
 def sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+class _Status:
+    """The cache's :meth:`~ClusterCache.status` as one stream last sent it."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self.sent: dict[str, Any] | None = None
+
+    def changed(self) -> bytes:
+        """A ``status`` event when the status is not what was sent last (always the first
+        time), else nothing."""
+        now = self.cache.status()
+        if now == self.sent:
+            return b""
+        self.sent = now
+        return sse("status", now)
 
 
 async def _changes(ctx: DashboardContext, sub: Subscription) -> AsyncIterator[set[Key] | None]:
@@ -71,12 +91,16 @@ async def list_stream(request: Request) -> Response:
     ctx = ctx_of(request)
 
     async def body() -> AsyncIterator[bytes]:
+        status = _Status(ctx.cache)
         with ctx.cache.subscribe() as sub:
             yield sse("snapshot", ctx.cache.rows())
+            yield status.changed()
             async for dirty in _changes(ctx, sub):
                 if dirty is None:
                     yield b": keep-alive\n\n"
                     continue
+                if update := status.changed():
+                    yield update
                 for key in sorted(dirty):
                     row = ctx.cache.row(key)
                     if row is None:
@@ -92,13 +116,18 @@ async def detail_stream(request: Request) -> Response:
     key = (request.path_params["namespace"], request.path_params["name"])
 
     async def body() -> AsyncIterator[bytes]:
+        status = _Status(ctx.cache)
         with ctx.cache.subscribe() as sub:
             detail = ctx.cache.detail(*key)
             yield sse("detail", detail) if detail is not None else sse("gone", {})
+            yield status.changed()
             async for dirty in _changes(ctx, sub):
                 if dirty is None:
                     yield b": keep-alive\n\n"
-                elif key in dirty:
+                    continue
+                if update := status.changed():
+                    yield update
+                if key in dirty:
                     detail = ctx.cache.detail(*key)
                     yield sse("detail", detail) if detail is not None else sse("gone", {})
 
@@ -109,13 +138,17 @@ async def nodes_stream(request: Request) -> Response:
     ctx = ctx_of(request)
 
     async def body() -> AsyncIterator[bytes]:
+        status = _Status(ctx.cache)
         with ctx.cache.subscribe(nodes=True) as sub:
             shown = ctx.cache.nodes_view()
             yield sse("nodes", shown)
+            yield status.changed()
             async for dirty in _changes(ctx, sub):
                 if dirty is None:
                     yield b": keep-alive\n\n"
                     continue
+                if update := status.changed():
+                    yield update
                 # Most pod changes (a container starts, a probe passes) change nothing here;
                 # otherwise only the rows that changed are sent.
                 current = ctx.cache.nodes_view()

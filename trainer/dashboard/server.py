@@ -3,7 +3,8 @@
 
 :class:`Dashboard` connects to the cluster through the project's client
 (:mod:`trainer.kube`), checks once that the kubeconfig's user may list TrainJobs (so a wrong
-kubeconfig is one clear error rather than a page that stays empty), starts the watch caches,
+kubeconfig is one clear error rather than a page that stays empty; a cluster that does not
+serve them yet is waited for, :attr:`ClusterCache.waiting`), starts the watch caches,
 binds the socket (a bind failure raises ``OSError``; port 0 picks a free port) and serves it
 under the listener limits of :mod:`trainer.listeners.guard` (docs/local-plane.md, "Listeners
 under abuse").
@@ -25,7 +26,6 @@ from trainer.dashboard.app import build_app
 from trainer.dashboard.auth import Access
 from trainer.dashboard.context import DashboardContext
 from trainer.dashboard.watch.cache import ClusterCache
-from trainer.kube.resources import TRAINJOBS
 from trainer.kube.rest import Kube
 from trainer.listeners.uvicorn_server import GuardedUvicornServer
 from trainer.machinery.sockets import bind_socket
@@ -100,7 +100,6 @@ class Dashboard:
     async def start(self) -> None:
         """Check access, fill the caches, serve; raises the API's refusal (``APIError``)."""
         try:
-            await self.kube.list(TRAINJOBS, self.cache.namespace, limit=1)
             await self.cache.start()
             release_memory()
         except BaseException:

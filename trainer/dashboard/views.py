@@ -59,8 +59,10 @@ async def nodes_page(request: Request) -> Response:
 
 
 async def info_json(request: Request) -> Response:
-    """What the page's header says: the scope, the cluster, whether actions are on, and the
-    resources the cluster refused to list."""
+    """What the page's header says: the scope, the cluster, whether actions are on, the
+    resources not shown and why, and ``waiting`` while the Trainer CRDs are not all served
+    (:meth:`~trainer.dashboard.watch.cache.ClusterCache.status`; the streams send it again
+    when it changes)."""
     ctx = ctx_of(request)
     return JSONResponse(
         {
@@ -68,7 +70,7 @@ async def info_json(request: Request) -> Response:
             "namespace": ctx.cache.namespace,
             "cluster": ctx.cluster,
             "allowActions": ctx.allow_actions,
-            "unavailable": ctx.cache.unavailable,
+            **ctx.cache.status(),
         }
     )
 
@@ -79,7 +81,12 @@ async def trainjobs_json(request: Request) -> Response:
 
 async def trainjob_json(request: Request) -> Response:
     namespace, name = request.path_params["namespace"], request.path_params["name"]
-    detail = ctx_of(request).cache.detail(namespace, name)
+    cache = ctx_of(request).cache
+    detail = cache.detail(namespace, name)
+    if detail is None and not cache.trainjobs.served:
+        # Not "not found": whether it exists is unknown until the TrainJob CRD is served.
+        waiting = cache.waiting or ""
+        return JSONResponse({"error": waiting, "waiting": waiting}, status_code=503)
     if detail is None:
         return JSONResponse({"error": f"TrainJob {namespace}/{name} not found"}, status_code=404)
     return JSONResponse(detail)

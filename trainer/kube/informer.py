@@ -12,8 +12,11 @@ change:
 - any other failure is retried forever with jittered exponential backoff (0.1 s doubling to
   30 s) until :meth:`Informer.stop`;
 - ``optional=True`` is for resources that may not be served (the PodGroup CRDs of the
-  coscheduling and Volcano schedulers): a 404 on list leaves the cache empty and the list is
-  retried every ``discovery_interval`` seconds;
+  coscheduling and Volcano schedulers, the dashboard's Trainer CRDs): a 404 on list leaves the
+  cache empty and the list is retried every ``discovery_interval`` seconds, or after the delays
+  of ``discovery_backoff`` when one is given (reset once the resource is served). Handlers added
+  with :meth:`Informer.add_served_handler` are told when the resource starts or stops being
+  served, which its events alone do not say when it has no objects;
 - ``transform`` turns each object into the form to cache before it is compacted (client-go's
   ``SetTransform``): a cache that needs a few fields of many objects (the dashboard's pods of
   every namespace) keeps only those. It must keep ``metadata.name``, ``namespace`` and
@@ -51,6 +54,8 @@ ObjList = list[Obj]
 KeyList = list[Key]
 Handler = Callable[[str, Obj, Obj | None], None]
 """``(event_type, obj, old)``: ADDED (old None), MODIFIED, DELETED (old = last cached)."""
+ServedHandler = Callable[[bool], None]
+"""Told whether an optional resource is now served (after a list's answer changed it)."""
 Sleep = Callable[[float], Awaitable[None]]
 
 ADDED, MODIFIED, DELETED, BOOKMARK = "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
@@ -153,6 +158,7 @@ class Informer:
         resync_period: float | None = None,
         optional: bool = False,
         discovery_interval: float = 30.0,
+        discovery_backoff: Backoff | None = None,
         watch_timeout: float = 300.0,
         backoff: Backoff | None = None,
         sleep: Sleep = asyncio.sleep,
@@ -167,6 +173,7 @@ class Informer:
         self.resync_period = resync_period
         self.optional = optional
         self.discovery_interval = discovery_interval
+        self.discovery_backoff = discovery_backoff
         self.watch_timeout = watch_timeout
         self.rng = rng or random.Random()
         self.backoff = backoff or Backoff(rng=self.rng)
@@ -179,6 +186,7 @@ class Informer:
         self._cache: dict[Key, Obj] = {}
         self._owners: dict[str, set[Key]] = {}
         self._handlers: list[Handler] = []
+        self._served_handlers: list[ServedHandler] = []
         self._synced = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -270,6 +278,11 @@ class Informer:
         objects already cached: read :meth:`list` for those."""
         self._handlers.append(handler)
 
+    def add_served_handler(self, handler: ServedHandler) -> None:
+        """Call ``handler(served)`` each time a list finds an optional resource newly served
+        or no longer served (after the cache changed accordingly; the first 404 counts)."""
+        self._served_handlers.append(handler)
+
     async def start(self, timeout: float | None = None) -> None:
         """Start listing and watching; return once the first list completed (raising
         ``TimeoutError`` after ``timeout`` seconds, the informer still running)."""
@@ -324,7 +337,7 @@ class Informer:
                     self.backoff.reset()
                     if not self.served:
                         need_list = True
-                        await self._sleep(self.discovery_interval)
+                        await self._sleep(self._discovery_delay())
                         continue
                 if not await self._watch_once():
                     await self._sleep(self.backoff.next())
@@ -343,6 +356,17 @@ class Informer:
                 log.warning("%r: %s; retrying", self, exc)
                 await self._sleep(self.backoff.next())
 
+    def _discovery_delay(self) -> float:
+        if self.discovery_backoff is not None:
+            return self.discovery_backoff.next()
+        return self.discovery_interval
+
+    def _discovery_plan(self) -> str:
+        backoff = self.discovery_backoff
+        if backoff is not None:
+            return f"after {backoff.base:g}s, backing off to {backoff.cap:g}s"
+        return f"every {self.discovery_interval:g}s"
+
     async def _relist(self) -> None:
         try:
             items, rv = await self.kube.list(
@@ -354,18 +378,24 @@ class Informer:
         except APIError as err:
             if self.optional and err.is_not_found:
                 if self.served:
-                    log.info("%r: not served; retrying every %gs", self, self.discovery_interval)
-                self.served = False
+                    log.info("%r: not served; listing it again %s", self, self._discovery_plan())
+                was_served, self.served = self.served, False
                 self._replace([])
                 self.resource_version = ""
                 self._synced.set()
+                if was_served:
+                    self._served_changed(False)
                 return
             raise
-        self.served = True
+        was_served, self.served = self.served, True
         self._replace(items)
         self.resource_version = rv
         self.lists += 1
         self._synced.set()
+        if not was_served:
+            if self.discovery_backoff is not None:
+                self.discovery_backoff.reset()
+            self._served_changed(True)
 
     async def _watch_once(self) -> bool:
         """One watch until the server ends it; False when it ended at once with nothing."""
@@ -468,6 +498,13 @@ class Informer:
             keys.discard(key)
             if not keys:
                 del self._owners[uid]
+
+    def _served_changed(self, served: bool) -> None:
+        for handler in list(self._served_handlers):
+            try:
+                handler(served)
+            except Exception:  # as in _emit: a faulty handler must not stop the cache
+                log.exception("%r: served handler %r failed", self, handler)
 
     def _emit(self, kind: str, obj: Obj, old: Obj | None) -> None:
         for handler in list(self._handlers):

@@ -175,9 +175,28 @@ function stateBadge(row) {
   return badge;
 }
 
+// What the server says of its view as a whole, from /api/info and then from each stream's
+// "status" events: waiting for the Kubeflow Trainer CRDs to be installed (the pages fill in
+// when they are, without a reload), and the resources not shown with why.
+let streamedStatus = false;  // a stream's status is newer than /api/info's: keep it
+
+function showStatus(status) {
+  const waiting = $("waiting");
+  waiting.textContent = status.waiting
+    ? `${status.waiting[0].toUpperCase()}${status.waiting.slice(1)}: their objects show here once they are.`
+    : "";
+  waiting.hidden = !status.waiting;
+  const missing = Object.entries(status.unavailable);
+  $("unavailable").textContent = missing.length
+    ? "Not shown: " + missing.map(([resource, why]) => `${resource} (${why})`).join(", ") + "."
+    : "";
+  $("unavailable").hidden = !missing.length;
+}
+
 function live(source) {
   const dot = $("live");
   dot.hidden = false;
+  source.addEventListener("status", (e) => { streamedStatus = true; showStatus(JSON.parse(e.data)); });
   source.addEventListener("open", () => { dot.className = "live on"; dot.title = "live"; });
   source.addEventListener("error", () => { dot.className = "live off"; dot.title = "reconnecting"; });
 }
@@ -187,12 +206,7 @@ async function header() {
   if (!resp.ok) return;
   const info = await resp.json();
   $("scope").textContent = info.scope + (info.cluster ? ` · ${info.cluster}` : "");
-  const refused = Object.entries(info.unavailable);
-  if (refused.length) {
-    $("unavailable").textContent = "Not shown, the cluster refused to list them: " +
-      refused.map(([resource, why]) => `${resource} (${why})`).join(", ") + ".";
-    $("unavailable").hidden = false;
-  }
+  if (!streamedStatus) showStatus(info);
 }
 
 // --- the TrainJobs list -------------------------------------------------------------------

@@ -6,7 +6,12 @@ of JobSets (JobSet's ``jobset-name`` label, so unrelated pods of a cluster are n
 cached), Events, TrainingRuntimes and ClusterTrainingRuntimes; and for the Nodes page, the
 Nodes and the pods of every namespace that have not terminated (slimmed to what a node's
 allocation reads, :func:`trainer.dashboard.nodes.slim_pod`). Everything but TrainJobs is
-optional: a cluster without the CRDs (or a user who may not list them) shows an empty page.
+optional: a user who may not list a resource sees its section empty, named in
+:attr:`ClusterCache.unavailable`. A resource whose CRD is not installed (a 404 on list: the
+Trainer CRDs before ``kubectl apply`` of the install, JobSets without JobSet) is listed again,
+backing off, until it is served, and then shown; until the Trainer CRDs are all served the
+pages say so (:attr:`ClusterCache.waiting`) rather than fail (docs/dashboard.md, "What it
+watches").
 
 Every change is mapped to the TrainJob it concerns (a JobSet through its controller owner, a
 Job or pod through its JobSet label, an Event through its involved object) and added to the
@@ -21,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
@@ -32,7 +37,7 @@ from trainer.dashboard import nodes, summary
 from trainer.dashboard.runtimes import runtime_row
 from trainer.dashboard.watch.history import History
 from trainer.kube import resources as r
-from trainer.kube.informer import Informer, key_of
+from trainer.kube.informer import Backoff, Informer, key_of
 from trainer.kube.resources import GVR
 from trainer.kube.rest import APIError, Kube
 
@@ -44,6 +49,16 @@ JOBS = GVR("batch", "v1", "jobs", True, "Job")
 SYNC_TIMEOUT = 30.0
 ALL_PODS = "pods in all namespaces"
 """How :attr:`ClusterCache.unavailable` names the pods a node's allocation is summed from."""
+DISCOVERY_FIRST, DISCOVERY_CAP = 0.5, 10.0
+"""A resource not served is listed again after 0.5 s, doubling to 10 s: an install applied
+while the dashboard runs shows within seconds, and a cluster without the CRDs answers one 404
+list per missing resource every 5-10 s (cheap: no storage is read for it)."""
+NOT_SERVED = "not served: no CRD"
+WAITING = "waiting for the Kubeflow Trainer CRDs to be installed"
+
+
+def _discovery() -> Backoff:
+    return Backoff(base=DISCOVERY_FIRST, cap=DISCOVERY_CAP)
 
 
 class Subscription:
@@ -110,13 +125,17 @@ class ClusterCache:
         self.kube = kube
         self.namespace = namespace
         selector = jsc.LABEL_JOBSET_NAME
-        self.trainjobs = Informer(kube, r.TRAINJOBS, namespace)
-        self.jobsets = Informer(kube, r.JOBSETS, namespace, optional=True)
+        # The resources of CRDs, which may be installed after the dashboard starts (the
+        # install rehearsal of docs/install.md applies Trainer's to a running `trainer up`).
+        self.trainjobs = self._crd_informer(r.TRAINJOBS, namespace)
+        self.jobsets = self._crd_informer(r.JOBSETS, namespace)
         self.jobs = Informer(kube, JOBS, namespace, selector)
         self.pods = Informer(kube, PODS, namespace, selector)
         self.events = Informer(kube, r.EVENTS, namespace)
-        self.cluster_runtimes = Informer(kube, r.CLUSTER_TRAINING_RUNTIMES, optional=True)
-        self.runtimes = Informer(kube, r.TRAINING_RUNTIMES, namespace, optional=True)
+        self.cluster_runtimes = self._crd_informer(r.CLUSTER_TRAINING_RUNTIMES, None)
+        self.runtimes = self._crd_informer(r.TRAINING_RUNTIMES, namespace)
+        self.trainer_informers = (self.trainjobs, self.cluster_runtimes, self.runtimes)
+        """Kubeflow Trainer's resources: until each is served the cache is :attr:`waiting`."""
         self.nodes = Informer(kube, r.NODES, optional=True)
         # Every namespace's, whatever the dashboard's namespace: a node's allocation counts
         # every pod bound to it (kubectl describe node's field selector).
@@ -129,10 +148,11 @@ class ClusterCache:
             optional=True,
         )
         self.history = History()
-        self.unavailable: dict[str, str] = {}
-        """Resources not watched (resource -> why: the API server's answer to a list)."""
+        self.refused: dict[str, str] = {}
+        """Resources not watched (resource -> why: the API server's refusal of a list)."""
         self._subs: set[Subscription] = set()
         self._node_subs: set[Subscription] = set()
+        self._status_handlers: list[Callable[[], None]] = []
         self.trainjobs.add_handler(self._on_trainjob)
         self.jobsets.add_handler(self._on_jobset)
         self.jobs.add_handler(lambda _t, o, _old: self._notify(self._of_labelled(o)))
@@ -146,6 +166,11 @@ class ClusterCache:
             runtimes.add_handler(lambda _t, _o, _old: self._notify(None, runtimes=True))
         for inf in (self.nodes, self.node_pods):
             inf.add_handler(lambda _t, _o, _old: self._notify_nodes())
+        for inf in self.informers:
+            inf.add_served_handler(lambda _served: self._status_changed())
+
+    def _crd_informer(self, gvr: GVR, namespace: str | None) -> Informer:
+        return Informer(self.kube, gvr, namespace, optional=True, discovery_backoff=_discovery())
 
     @property
     def informers(self) -> list[Informer]:
@@ -165,12 +190,48 @@ class ClusterCache:
         """What :attr:`unavailable` and the warnings call ``inf``'s objects."""
         return ALL_PODS if inf is self.node_pods else inf.gvr.resource
 
+    @property
+    def waiting(self) -> str | None:
+        """What the pages say while some of Trainer's CRDs are not served (None once all
+        are): their resources are watched all the same and shown once served."""
+        # A CRD's name is its resource's (trainjobs.trainer.kubeflow.org).
+        missing = [inf.gvr.resource for inf in self.trainer_informers if not inf.served]
+        return f"{WAITING} ({', '.join(missing)} not served yet)" if missing else None
+
+    @property
+    def unavailable(self) -> dict[str, str]:
+        """Resources not shown (resource -> why): those :attr:`refused`, and the others not
+        served now (Trainer's are :attr:`waiting` for instead)."""
+        unserved = {
+            self.name_of(inf): NOT_SERVED
+            for inf in self.informers
+            if not inf.served and inf not in self.trainer_informers
+        }
+        return {**unserved, **self.refused}
+
+    def status(self) -> Obj:
+        """What every page says about the cache as a whole (it changes when a CRD is
+        installed or removed: :meth:`add_status_handler`)."""
+        return {"waiting": self.waiting, "unavailable": self.unavailable}
+
+    def add_status_handler(self, handler: Callable[[], None]) -> None:
+        """Call ``handler()`` after each change of what a resource being served changes
+        (:meth:`status`, and the objects then listed); every subscription is woken too."""
+        self._status_handlers.append(handler)
+
+    def _status_changed(self) -> None:
+        for sub in (*self._subs, *self._node_subs):
+            sub.mark(None)
+        for handler in list(self._status_handlers):
+            handler()
+
     async def start(self, timeout: float = SYNC_TIMEOUT) -> None:
         """Start the watches of every resource the user may list (the others are named in
-        :attr:`unavailable` and their sections stay empty); return once each listed once
-        (TimeoutError otherwise). TrainJobs are not optional: their refusal is raised."""
-        await asyncio.gather(*(self._probe(inf) for inf in self.informers[1:]))
-        watched = [inf for inf in self.informers if self.name_of(inf) not in self.unavailable]
+        :attr:`refused` and their sections stay empty); return once each listed once, or found
+        not served (TimeoutError otherwise). TrainJobs are not optional: a refusal to list them
+        is raised (a 404 is not: the cache is then :attr:`waiting` for their CRD)."""
+        await asyncio.gather(*(self._probe(inf) for inf in self.informers))
+        watched = [inf for inf in self.informers if self.name_of(inf) not in self.refused]
         await asyncio.gather(*(inf.start(timeout) for inf in watched))
         for job in self.trainjobs.list():
             self.history.record(key_of(job), summary.trainer_status(job))
@@ -179,8 +240,10 @@ class ClusterCache:
         await asyncio.gather(*(inf.stop() for inf in self.informers))
 
     async def _probe(self, inf: Informer) -> None:
-        """Whether ``inf``'s resource can be listed: a refusal (401, 403) or a resource the
-        cluster does not serve (404: no JobSet CRD) is recorded, not retried for ever."""
+        """Whether ``inf``'s resource can be listed: a refusal (401, 403) is recorded in
+        :attr:`refused` and not retried for ever (for TrainJobs, raised). A resource of a CRD
+        not installed (404) is watched anyway: its informer lists it again until it is served.
+        """
         try:
             await self.kube.list(
                 inf.gvr,
@@ -190,8 +253,10 @@ class ClusterCache:
                 limit=1,
             )
         except APIError as err:
-            if err.status in (401, 403, 404):
-                self.unavailable[self.name_of(inf)] = f"{err.status} {err.reason}"
+            if err.is_not_found and inf.optional:
+                return
+            if err.status in (401, 403, 404) and inf is not self.trainjobs:
+                self.refused[self.name_of(inf)] = f"{err.status} {err.reason}"
             else:
                 raise
 
@@ -353,6 +418,6 @@ class ClusterCache:
     def nodes_view(self) -> Obj:
         """The Nodes page (:func:`trainer.dashboard.nodes.view`); allocation is unknown
         when the pods of every namespace cannot be listed."""
-        known = ALL_PODS not in self.unavailable and self.node_pods.served
+        known = ALL_PODS not in self.refused and self.node_pods.served
         pods = self.node_pods.list() if known else []
         return nodes.view(self.nodes.list(), pods, pods_known=known)
