@@ -33,7 +33,7 @@ PYTEST_WORKERS ?= 3
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: quickstart test lint typecheck unit crds check-crds check-lock manifests install lock \
-	clean help gpu-check simulate-check image image-check
+	clean help gpu-check simulate-check image image-check cluster-bins cluster-test
 
 help:
 	@echo "make quickstart  - install the base package and the torch extra into $(VENV), then train the quickstart TrainJob"
@@ -49,6 +49,9 @@ help:
 	@echo "make lock        - re-resolve $(LOCK) from pyproject.toml (newest versions PyPI serves; LOCK_ARGS=--keep keeps the pins)"
 	@echo "make crds        - regenerate manifests/ CRDs from the API models (and trainer/machinery/kubeschema.json from kubernetes-validate)"
 	@echo "make manifests   - regenerate manifests/base and overlays from trainer/deploy/templates"
+	@echo "make cluster-bins - build the test bed's real programs (Kubernetes, etcd, JobSet, KWOK, Kueue) from"
+	@echo "                   their Go modules into ~/.cache/trainer-testbed (docs/testbed.md)"
+	@echo "make cluster-test - the cluster tier: tests/cluster on those programs (skipped without Go)"
 	@echo "make gpu-check   - check this machine's NVIDIA GPUs on the local plane, a verdict per scenario"
 	@echo "                   (GPU_CHECK_ARGS='--fake-gpus 2' dry-runs the scheduling without GPUs)"
 	@echo "make clean       - remove $(VENV) and caches"
@@ -101,7 +104,7 @@ check-crds: install
 # The 25 slowest tests are listed at the end, to keep the run within CI's budget (8 minutes).
 unit: install
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --ignore=tests/image \
-		--durations=25
+		--ignore=tests/cluster --durations=25
 
 # The image without a container engine (docs/install.md, "Building the image without Docker"):
 # mmdebstrap, bubblewrap and umoci carry out the Dockerfile's stages. hack/image.py skips the
@@ -135,6 +138,21 @@ test: install
 		test $$status -eq 0 && test $$built -eq 0
 	$(BIN)/python -m pytest -q tests/image
 	$(MAKE) --no-print-directory simulate-check
+
+# The real programs of the test bed (docs/testbed.md): built from the Go modules under
+# hack/testbed into a cache outside the tree, once per pin; a second run only checks.
+cluster-bins:
+	$(PYTHON) hack/testbed/bins.py
+
+# The cluster tier: tests/cluster against etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, KWOK, JobSet and our install, in a network namespace of its own. Without Go
+# it is skipped (the tests say why); with Go, a bed that fails to build or start fails it.
+CLUSTER_PYTEST_ARGS ?=
+cluster-test: install
+	@if command -v go >/dev/null || test -x /usr/local/go/bin/go; then $(PYTHON) hack/testbed/bins.py; \
+		else echo "cluster-test: Go not found: the cluster tier is skipped"; fi
+	$(BIN)/python hack/testbed/netns.py -- $(BIN)/python -m pytest -q tests/cluster \
+		--durations=10 $(CLUSTER_PYTEST_ARGS)
 
 # hack/gpu-check.sh (docs/local-plane.md, "Checking a GPU machine"). The quickstart install only
 # where there is no venv yet: it would put back the lock's CPU build of torch over the CUDA build

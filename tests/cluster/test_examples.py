@@ -99,6 +99,17 @@ def wait_jobset(bed: Any, namespace: str, name: str, timeout: float = 30) -> dic
         time.sleep(0.2)  # polling the API server for the controller's write
 
 
+def wait_build_failed(bed: Any, namespace: str, name: str, text: str) -> None:
+    done = bed.kubectl(
+        "wait", "trainjob", name, "-n", namespace, "--for=condition=BuildFailed", "--timeout=30s",
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    status = kubectl_json(bed, "get", "trainjob", name, "-n", namespace)["status"]
+    failed = next(c for c in status["conditions"] if c["type"] == "BuildFailed")
+    assert failed["reason"] == "ApplyFailed" and text in failed["message"], failed
+
+
 @pytest.mark.parametrize(
     "path", EXAMPLES + UPSTREAM, ids=lambda p: str(p.relative_to(p.parents[1]))
 )
@@ -114,6 +125,11 @@ def test_example_on_real_kubernetes(bed: Any, namespace: str, path: Path) -> Non
         f"trainer validate {verdict}; cluster: {answer}"
     )
     if not expected_ok or not trainjobs(path):
+        return
+    if "volcano" in path.name:
+        # The bed runs no Volcano: the TrainJob waits, saying what is missing.
+        for name in trainjobs(path):
+            wait_build_failed(bed, namespace, name, "PodGroup is not served by this cluster")
         return
     rendered = render([path], namespace, [])
     for name in trainjobs(path):

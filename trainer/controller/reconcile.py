@@ -41,7 +41,7 @@ from trainer.controller.failures import (
     jobset_failures,
 )
 from trainer.controller.lifecycle import deadline_remaining, is_finished, run_policy, ttl_remaining
-from trainer.controller.status import BuildFailure, desired_status
+from trainer.controller.status import BuildFailure, desired_status, unserved_message
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError, Kube
@@ -405,7 +405,12 @@ class Reconciler:
                     return None, RECREATE_RETRY_SECONDS
             elif kind != jsc.KIND and unchanged(self._cached(obj), obj):
                 continue
-            applied = await self.kube.apply(obj, FIELD_MANAGER, force=True)
+            try:
+                applied = await self.kube.apply(obj, FIELD_MANAGER, force=True)
+            except APIError as exc:
+                if exc.is_unserved:
+                    raise APIError(404, "NotFound", unserved_message(obj), exc.body) from exc
+                raise
             written.append(applied)
             informer = self._informer_for(obj)
             if informer is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.conditions import find_condition, is_true, set_condition
@@ -50,6 +51,25 @@ class BuildFailure:
 
     reason: str  # CamelCase, e.g. RuntimeNotFound, BuildError, ApplyFailed
     message: str
+
+
+# Who serves the API groups a runtime's side objects need (docs/troubleshooting.md, section 1).
+_PROVIDERS = {
+    "scheduling.volcano.sh": "Volcano (podGroupPolicy.volcano)",
+    "scheduling.x-k8s.io": "scheduler-plugins coscheduling (podGroupPolicy.coscheduling)",
+}
+
+
+def unserved_message(obj: dict[str, Any]) -> str:
+    """What to say when the cluster does not serve the kind of an object we apply."""
+    api_version = str(obj.get("apiVersion", ""))
+    group = api_version.split("/", 1)[0] if "/" in api_version else ""
+    provider = _PROVIDERS.get(group)
+    hint = f"install {provider}, or use a runtime without it" if provider else "install its CRD"
+    return (
+        f"{api_version} {obj.get('kind')} is not served by this cluster (its CRD is not "
+        f"installed): {hint}; the TrainJob is built once it is served"
+    )
 
 
 def _cond(type_: str, status: bool, reason: str, message: str, now: str) -> Condition:

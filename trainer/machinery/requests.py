@@ -65,6 +65,12 @@ class APIError(Exception):
         return self.status == 404
 
     @property
+    def is_unserved(self) -> bool:
+        """A 404 without a Status body: the path itself is not served (the resource's CRD is
+        not installed), not a missing object."""
+        return self.status == 404 and not isinstance(self.body, dict)
+
+    @property
     def is_conflict(self) -> bool:
         """409: a stale resourceVersion, an SSA field conflict, or AlreadyExists."""
         return self.status == 409
