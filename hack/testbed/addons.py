@@ -54,20 +54,31 @@ def service_account_files(bed: Bed, namespace: str, name: str, folder: Path) -> 
 WEBHOOK_DIR = "/tmp/k8s-webhook-server"  # controller-runtime's default certificate folder's parent
 
 
-def pod_argv(sa_dir: Path, webhook_dir: Path, argv: Sequence[str]) -> list[str]:
-    """``argv`` in a mount namespace where the ServiceAccount folder is mounted where in-cluster
-    clients read it and ``webhook_dir`` is ``/tmp/k8s-webhook-server`` (where JobSet's
-    certificate rotator waits for its Secret's files: a path it does not let one change)."""
+def pod_argv(sa_dir: Path, webhook_dir: Path, hostname: str, argv: Sequence[str]) -> list[str]:
+    """``argv`` in mount and UTS namespaces of its own, as in a pod: the ServiceAccount folder
+    mounted where in-cluster clients read it, ``webhook_dir`` as ``/tmp/k8s-webhook-server``
+    (where JobSet's certificate rotator waits for its Secret's files: a path it does not let
+    one change) and the pod's name as its hostname (leader-election identities start with it)."""
     script = (
-        "set -e; mount -t tmpfs testbed /run; mkdir -p " + SA_MOUNT + "; "
+        'set -e; hostname "$3"; mount -t tmpfs testbed /run; mkdir -p ' + SA_MOUNT + "; "
         'mount --bind "$1" ' + SA_MOUNT + "; mkdir -p " + WEBHOOK_DIR + "; "
-        'mount --bind "$2" ' + WEBHOOK_DIR + '; shift 2; exec "$@"'
+        'mount --bind "$2" ' + WEBHOOK_DIR + '; shift 3; exec "$@"'
     )
-    if os.geteuid() == 0:
-        prefix = ["unshare", "--mount", "--propagation", "private"]
-    else:
-        prefix = ["unshare", "--user", "--map-root-user", "--mount", "--propagation", "private"]
-    return [*prefix, "/bin/sh", "-c", script, "sh", str(sa_dir), str(webhook_dir), *argv]
+    namespaces = ["--mount", "--uts", "--propagation", "private"]
+    if os.geteuid() != 0:
+        namespaces = ["--user", "--map-root-user", *namespaces]
+    return [
+        "unshare",
+        *namespaces,
+        "/bin/sh",
+        "-c",
+        script,
+        "sh",
+        str(sa_dir),
+        str(webhook_dir),
+        hostname,
+        *argv,
+    ]
 
 
 def forget_mountpoint() -> None:
@@ -87,9 +98,18 @@ def pod_env(bed: Bed, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def route_service(bed: Bed, namespace: str, service: str, port: int, port_name: str = "") -> None:
+def route_service(
+    bed: Bed,
+    namespace: str,
+    service: str,
+    port: int,
+    port_name: str = "",
+    replica: str = "testbed",
+    ready: bool = True,
+) -> None:
     """An EndpointSlice that sends the Service's traffic (from kube-apiserver) to the bed's
-    pod address, where the controller listens (:mod:`netns`)."""
+    pod address, where the controller listens (:mod:`netns`): one per replica, each with its
+    port; ``ready=False`` takes a stopped replica out, as the endpoints controller would."""
     slice_port: dict[str, Any] = {"port": port, "protocol": "TCP"}
     if port_name:
         slice_port["name"] = port_name
@@ -99,7 +119,7 @@ def route_service(bed: Bed, namespace: str, service: str, port: int, port_name: 
                 "apiVersion": "discovery.k8s.io/v1",
                 "kind": "EndpointSlice",
                 "metadata": {
-                    "name": f"{service}-testbed",
+                    "name": f"{service}-{replica}",
                     "namespace": namespace,
                     "labels": {
                         "kubernetes.io/service-name": service,
@@ -107,7 +127,7 @@ def route_service(bed: Bed, namespace: str, service: str, port: int, port_name: 
                     },
                 },
                 "addressType": "IPv4",
-                "endpoints": [{"addresses": [POD_ADDRESS], "conditions": {"ready": True}}],
+                "endpoints": [{"addresses": [POD_ADDRESS], "conditions": {"ready": ready}}],
                 "ports": [slice_port],
             }
         ]
@@ -165,10 +185,8 @@ def run_controller_pod(
     sa_name = deployment(objects)["spec"]["template"]["spec"]["serviceAccountName"]
     sa_dir = service_account_files(bed, namespace, sa_name, folder / "serviceaccount")
     chosen = {p: free_port() for p in ports}
-    proc = start(
-        name, pod_argv(sa_dir, webhook_dir, argv(folder, chosen)), bed.root / f"logs/{name}.log",
-        pod_env(bed, env),
-    )  # fmt: skip
+    full = pod_argv(sa_dir, webhook_dir, name, argv(folder, chosen))
+    proc = start(name, full, bed.root / f"logs/{name}.log", pod_env(bed, env))
     proc.ports = chosen
     bed.procs[name] = proc
     if forget_mountpoint not in bed.on_stop:

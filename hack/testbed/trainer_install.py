@@ -79,7 +79,7 @@ def start_controller(bed: Bed, objects: list[dict[str, Any]], name: str = "train
         bed, name, NAMESPACE, objects, argv, ("webhook", "metrics", "health"),
         env={"POD_NAMESPACE": NAMESPACE, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
-    route_service(bed, NAMESPACE, SERVICE, proc.ports["webhook"], "webhook")
+    route_service(bed, NAMESPACE, SERVICE, proc.ports["webhook"], "webhook", replica=name)
     health = f"http://127.0.0.1:{proc.ports['health']}/healthz"
     wait_for("/healthz", lambda: http_ok(health), 60, proc, 0.2)
     return proc

@@ -49,8 +49,23 @@ def bed() -> Iterator[beds.Bed]:
         addons.install_jobset(running)
         trainer_install.install_trainer(running)
         yield running
+        forbidden = forbidden_lines(running.root / "logs")
+        assert not forbidden, "the controller was refused by the manifests' RBAC:\n" + "\n".join(
+            forbidden
+        )
     finally:
         running.stop(keep=keep)
+
+
+def forbidden_lines(logs: Path) -> list[str]:
+    """Every 403 our controller's replicas were answered (their ServiceAccount has exactly the
+    manifests' RBAC: any 403 is a missing rule)."""
+    found: list[str] = []
+    for log in sorted(logs.glob("trainer*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if "403" in line and "orbidden" in line:
+                found.append(f"{log.name}: {line[:400]}")
+    return found
 
 
 @pytest.fixture
