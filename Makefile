@@ -40,7 +40,8 @@ help:
 	@echo "make install     - install every extra (dev, examples) and the Debian packages the tests use"
 	@echo "make test        - make install, then check the lock, lint, type-check and run every test"
 	@echo "                   (PYTEST_WORKERS=3 pytest-xdist workers; 0 runs pytest in one process)"
-	@echo "                   with the image built meanwhile (make image), then its check and make simulate-check"
+	@echo "                   with the image built meanwhile (make image), then its check, make simulate-check"
+	@echo "                   and make cluster-test"
 	@echo "make image       - build the controller image without a container engine, as root: an OCI layout in"
 	@echo "                   build/image from the Dockerfile's stages (hack/image.py; IMAGE_ARGS=--force rebuilds)"
 	@echo "make image-check - make image where it can, then start it in a rootless sandbox and check it (tests/image)"
@@ -138,6 +139,7 @@ test: install
 		test $$status -eq 0 && test $$built -eq 0
 	$(BIN)/python -m pytest -q tests/image
 	$(MAKE) --no-print-directory simulate-check
+	$(MAKE) --no-print-directory cluster-test
 
 # The real programs of the test bed (docs/testbed.md): built from the Go modules under
 # hack/testbed into a cache outside the tree, once per pin; a second run only checks.
