@@ -260,6 +260,11 @@ class Reconciler:
                 except BuildError as exc:
                     failure = BuildFailure("BuildError", str(exc))
                 except APIError as exc:
+                    if exc.is_namespace_terminating:
+                        # The namespace is being deleted with everything in it, this TrainJob
+                        # included: nothing to build, report or retry (seen on kube-apiserver).
+                        log.debug("%s/%s: namespace terminating, nothing built", namespace, name)
+                        return Result()
                     # Transient answers (conflicts, throttling, server errors) are retried with
                     # backoff and stay out of the status; what retrying cannot fix is shown.
                     if not (exc.is_retryable or exc.is_conflict):

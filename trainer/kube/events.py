@@ -186,6 +186,8 @@ class Recorder:
             async with _posting_state().slots:
                 await self.kube.create(event, gvr=r.EVENTS)
         except (APIError, OSError, ValueError) as exc:  # best effort: never fail the work
+            if isinstance(exc, APIError) and exc.is_namespace_terminating:
+                return  # the namespace goes with its events; nothing worth a warning
             meta = obj.get("metadata") or {}
             log.warning(
                 "could not record event %s on %s/%s: %s",

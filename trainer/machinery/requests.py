@@ -71,6 +71,17 @@ class APIError(Exception):
         return self.status == 404 and not isinstance(self.body, dict)
 
     @property
+    def is_namespace_terminating(self) -> bool:
+        """NamespaceLifecycle's 403: the namespace is being deleted and takes no new objects
+        (everything in it goes too, so there is nothing to retry)."""
+        if self.status != 403 or not isinstance(self.body, dict):
+            return False
+        causes = (self.body.get("details") or {}).get("causes") or []
+        return any(
+            isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes
+        )
+
+    @property
     def is_conflict(self) -> bool:
         """409: a stale resourceVersion, an SSA field conflict, or AlreadyExists."""
         return self.status == 409

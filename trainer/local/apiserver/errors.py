@@ -122,6 +122,28 @@ def forbidden(message: str) -> APIError:
     return APIError(403, "Forbidden", message)
 
 
+def namespace_terminating(plural: str, group: str, name: str, namespace: str) -> APIError:
+    """NamespaceLifecycle's refusal of new content in a namespace being deleted, as
+    kube-apiserver words it (admission.NewForbidden plus a NamespaceTerminating cause)."""
+    resource = resource_name(plural, group)
+    who = f'{resource} "{name}"' if name else resource
+    details = _details(plural, group, name)
+    details["causes"] = [
+        {
+            "reason": "NamespaceTerminating",
+            "message": f"namespace {namespace} is being terminated",
+            "field": "metadata.namespace",
+        }
+    ]
+    return APIError(
+        403,
+        "Forbidden",
+        f"{who} is forbidden: unable to create new content in namespace {namespace} "
+        "because it is being terminated",
+        details,
+    )
+
+
 def unauthorized() -> APIError:
     return APIError(401, "Unauthorized", "Unauthorized")
 

@@ -35,8 +35,8 @@ from trainer.local.apiserver.errors import (
     already_exists,
     bad_request,
     conflict,
-    forbidden,
     invalid,
+    namespace_terminating,
     not_found,
 )
 from trainer.local.apiserver.hooks import Hooks
@@ -192,7 +192,9 @@ class Storage:
         return self.list_body(rt, items, cont=cont, remaining=remaining if cont else None)
 
     # --- creation ---------------------------------------------------------------------------
-    def _check_namespace(self, rt: ResourceType, namespace: str, *, creating: bool) -> None:
+    def _check_namespace(
+        self, rt: ResourceType, namespace: str, *, creating: bool, name: str = ""
+    ) -> None:
         if not rt.namespaced:
             return
         if not namespace:
@@ -203,10 +205,7 @@ class Storage:
         if ns is None:
             raise not_found("namespaces", "", namespace)
         if creating and (ns.get("metadata") or {}).get("deletionTimestamp"):
-            raise forbidden(
-                f"{rt.plural} is forbidden: unable to create new content in namespace "
-                f"{namespace} because it is being terminated"
-            )
+            raise namespace_terminating(rt.plural, rt.group, name, namespace)
 
     async def create(
         self,
@@ -221,7 +220,7 @@ class Storage:
         obj = metadata.check(rt, body, namespace, warnings=options.warnings)
         meta = obj["metadata"]
         namespace = meta.get("namespace", "") if rt.namespaced else ""
-        self._check_namespace(rt, namespace, creating=True)
+        self._check_namespace(rt, namespace, creating=True, name=meta.get("name") or "")
         if not meta.get("name"):
             prefix = meta.get("generateName")
             if not prefix:
