@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Sequence
 
 POD_ADDRESS = "192.0.2.1"
@@ -38,3 +39,19 @@ def enter_argv(pid: int, argv: Sequence[str]) -> list[str]:
     if os.geteuid() == 0:
         return ["nsenter", f"--target={pid}", "--net", "--", *argv]
     return ["nsenter", f"--target={pid}", "--user", "--net", "--preserve-credentials", "--", *argv]
+
+
+def main(argv: Sequence[str]) -> int:
+    """``netns.py -- COMMAND...``: COMMAND in a new namespace set up for the bed (make
+    cluster-test runs pytest so)."""
+    command = list(argv[1:] if argv and argv[0] == "--" else argv)
+    if not command:
+        print("usage: netns.py -- COMMAND...", file=sys.stderr)
+        return 2
+    if inside():
+        return subprocess.call(command)
+    return subprocess.call(wrap(command))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
