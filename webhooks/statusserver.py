@@ -105,7 +105,8 @@ def validate_trainer_status(value: Any) -> list[FieldError]:
         return [FieldError(path, INVALID, "must be an object", value)]
     _, removed = prune(schema, value, resource_root=False)
     errors = [FieldError(f"{path}.{p}", FORBIDDEN, "unknown field") for p in removed]
-    return errors + validate(schema, value, path=path)
+    # Named from ``status`` in messages, as the API server names them in a status update.
+    return errors + validate(schema, value, path=path, root="status")
 
 
 # --- the app -------------------------------------------------------------------------------------

@@ -344,4 +344,29 @@ def start_bed(
     return bed
 
 
-__all__ = ["Bed", "BedError", "add_nodes", "start", "start_bed", "write_kubeconfig"]
+def start_api_only(root: Path | None = None, say: Callable[[str], None] = lambda _: None) -> Bed:
+    """etcd and kube-apiserver alone: for tests of what the API server itself decides (our CRDs'
+    schemas and rules), where no controller, webhook or node may add to its verdict."""
+    started = time.monotonic()
+    folder = root or Path(tempfile.mkdtemp(prefix="trainer-apiserver-"))
+    folder.chmod(0o700)
+    bed = Bed(root=folder, bins=programs(say), pki=make_pki(folder / "pki"), say=say)
+    try:
+        _etcd(bed)
+        _apiserver(bed)
+    except BaseException:
+        bed.stop(keep=bool(os.environ.get("TRAINER_TESTBED_KEEP")))
+        raise
+    say(f"etcd and kube-apiserver ready in {time.monotonic() - started:.1f} s")
+    return bed
+
+
+__all__ = [
+    "Bed",
+    "BedError",
+    "add_nodes",
+    "start",
+    "start_api_only",
+    "start_bed",
+    "write_kubeconfig",
+]

@@ -2,8 +2,9 @@
 
 ``make cluster-test`` runs this folder in the bed's own network namespace; one bed (etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler, KWOK, JobSet v0.12.0 and our install)
-serves the whole session. Without Go the tier is skipped with that reason; with Go, a bed that
-fails to build or start fails the tier.
+serves the whole session, and a second cluster of etcd and kube-apiserver alone with our CRDs
+(``crd_apiserver``) the tests of what the API server decides. Without Go the tier is skipped
+with that reason; with Go, a bed that fails to build or start fails the tier.
 """
 
 from __future__ import annotations
@@ -68,6 +69,25 @@ def forbidden_lines(logs: Path) -> list[str]:
             if "403" in line and "orbidden" in line and " cannot " in line:
                 found.append(f"{log.name}: {line[:400]}")
     return found
+
+
+@pytest.fixture(scope="session")
+def crd_apiserver() -> Iterator[beds.Bed]:
+    """etcd and kube-apiserver alone, with our CRDs applied as docs/install.md says: what
+    kube-apiserver itself decides about our objects, without the webhook or controller of
+    ``bed`` (a second, small cluster beside it)."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    running = beds.start_api_only(say=lambda line: print(f"testbed: {line}"))
+    try:
+        crds = sorted((ROOT / "manifests/base/crds").glob("trainer.kubeflow.org_*.yaml"))
+        files = [arg for path in crds for arg in ("-f", str(path))]
+        running.kubectl("apply", "--server-side", *files)
+        running.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        yield running
+    finally:
+        running.stop(keep=bool(os.environ.get("TRAINER_TESTBED_KEEP")))
 
 
 @pytest.fixture

@@ -147,7 +147,8 @@ def test_invalid_pod_spec_value_is_rejected(kubectl: Kubectl, crds_applied: None
     rejected = kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(obj), check=False)
     assert rejected.returncode == 1
     assert f"{POD_SPEC}.containers[0].ports[0].containerPort: Invalid value" in rejected.stderr
-    limit = f'{POD_SPEC}.containers[0].resources.limits[cpu]: Invalid value: "lots": should match'
+    cpu = f"{POD_SPEC}.containers[0].resources.limits.cpu"
+    limit = f'{cpu}: Invalid value: "lots": {cpu} in body should match'
     assert limit in rejected.stderr
 
 

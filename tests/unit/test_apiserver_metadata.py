@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from trainer.local.apiserver import builtin, metadata
-from trainer.local.apiserver.errors import APIError
+from trainer.local.apiserver.errors import APIError, invalid
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import matcher
 from trainer.machinery import names
@@ -49,9 +49,14 @@ def body(plural: str, meta: Any = None, **top: Any) -> dict[str, Any]:
 def answer(plural: str, obj: Any, namespace: str = "default", name: str = "") -> APIError | None:
     t = rt(plural)
     try:
-        metadata.check(t, obj, namespace if t.namespaced else "", name)
+        checked = metadata.check(t, obj, namespace if t.namespaced else "", name)
     except APIError as err:
         return err
+    if t.schema is not None:
+        # A custom resource's metadata is checked in admission, with its schema and rules.
+        errors = metadata.validate(t, checked)
+        if errors:
+            return invalid(t.kind, t.group, checked["metadata"].get("name", ""), errors)
     return None
 
 

@@ -14,6 +14,7 @@ from trainer.machinery.errors import (
     REQUIRED,
     TOO_LONG,
     TOO_MANY,
+    TYPE_INVALID_REASON,
     UNSUPPORTED,
     FieldError,
 )
@@ -43,41 +44,64 @@ TYPE_CASES: list[tuple[str, dict[str, Any], Any, list[Triple]]] = [
         "string as integer",
         {"type": "integer"},
         "3",
-        [("spec.f", INVALID, "must be of type integer")],
+        [("spec.f", INVALID, 'spec.f in body must be of type integer: "string"')],
     ),
     (
         "bool as integer",
         {"type": "integer"},
         True,
-        [("spec.f", INVALID, "must be of type integer")],
+        [("spec.f", INVALID, 'spec.f in body must be of type integer: "boolean"')],
     ),
     (
         "fraction as integer",
         {"type": "integer"},
         1.5,
-        [("spec.f", INVALID, "must be of type integer")],
+        [
+            ("spec.f", INVALID, 'spec.f in body must be of type integer: "number"'),
+            ("<nil>", INVALID, "Checked value must be of type integer (default format) in spec.f"),
+        ],
     ),
     ("int as number", {"type": "number"}, 2, []),
     ("float as number", {"type": "number"}, 2.5, []),
-    ("bool as number", {"type": "number"}, False, [("spec.f", INVALID, "must be of type number")]),
+    (
+        "bool as number",
+        {"type": "number"},
+        False,
+        [("spec.f", INVALID, 'spec.f in body must be of type number: "boolean"')],
+    ),
     ("string ok", {"type": "string"}, "x", []),
-    ("int as string", {"type": "string"}, 1, [("spec.f", INVALID, "must be of type string")]),
+    (
+        "int as string",
+        {"type": "string"},
+        1,
+        [("spec.f", INVALID, 'spec.f in body must be of type string: "integer"')],
+    ),
     ("bool ok", {"type": "boolean"}, False, []),
     (
         "string as bool",
         {"type": "boolean"},
         "yes",
-        [("spec.f", INVALID, "must be of type boolean")],
+        [("spec.f", INVALID, 'spec.f in body must be of type boolean: "string"')],
     ),
     ("list ok", {"type": "array"}, [], []),
-    ("map as array", {"type": "array"}, {}, [("spec.f", INVALID, "must be of type array")]),
+    (
+        "map as array",
+        {"type": "array"},
+        {},
+        [("spec.f", INVALID, 'spec.f in body must be of type array: "object"')],
+    ),
     ("map ok", {"type": "object"}, {}, []),
-    ("list as object", {"type": "object"}, [1], [("spec.f", INVALID, "must be of type object")]),
+    (
+        "list as object",
+        {"type": "object"},
+        [1],
+        [("spec.f", INVALID, 'spec.f in body must be of type object: "array"')],
+    ),
     (
         "null not nullable",
         {"type": "string"},
         None,
-        [("spec.f", INVALID, "must be of type string")],
+        [("spec.f", INVALID, 'spec.f in body must be of type string: "null"')],
     ),
     ("null nullable", {"type": "string", "nullable": True}, None, []),
     ("untyped accepts anything", {}, {"a": [1]}, []),
@@ -87,13 +111,13 @@ TYPE_CASES: list[tuple[str, dict[str, Any], Any, list[Triple]]] = [
         "int-or-string bool",
         {"x-kubernetes-int-or-string": True},
         True,
-        [("spec.f", INVALID, "must be of type integer or string")],
+        [("spec.f", INVALID, 'spec.f in body must be of type integer,string: "boolean"')],
     ),
     (
         "int-or-string null",
         {"x-kubernetes-int-or-string": True},
         None,
-        [("spec.f", INVALID, "must be of type integer or string")],
+        [("spec.f", INVALID, 'spec.f in body must be of type integer,string: "null"')],
     ),
 ]
 
@@ -109,8 +133,11 @@ def test_types(field_schema: dict[str, Any], value: Any, expected: list[Triple])
 
 def test_type_error_carries_the_value_and_reads_like_kube() -> None:
     (error,) = validate(spec_of(n={"type": "integer"}), {"spec": {"n": "three"}})
-    assert error.value == "three"
-    assert str(error) == 'spec.n: Invalid value: "three": must be of type integer'
+    assert error.value == "string"  # kube-apiserver shows the value's type, not the value
+    assert error.reason == TYPE_INVALID_REASON
+    assert str(error) == (
+        'spec.n: Invalid value: "string": spec.n in body must be of type integer: "string"'
+    )
 
 
 def test_type_error_stops_checks_below_the_node() -> None:
@@ -122,7 +149,9 @@ def test_type_error_stops_checks_below_the_node() -> None:
         }
     )
     errors = validate(schema, {"spec": {"trainer": ["not", "an", "object"]}})
-    assert triples(errors) == [("spec.trainer", INVALID, "must be of type object")]
+    assert triples(errors) == [
+        ("spec.trainer", INVALID, 'spec.trainer in body must be of type object: "array"')
+    ]
 
 
 # --- value validations ----------------------------------------------------------------------
@@ -134,26 +163,29 @@ VALUE_CASES: list[tuple[str, dict[str, Any], Any, list[Triple]]] = [
         "int32 overflow",
         {"type": "integer", "format": "int32"},
         2**31,
-        [("spec.f", INVALID, "should be less than or equal to 2147483647")],
+        [("<nil>", INVALID, "Checked value must be of type integer with format int32 in spec.f")],
     ),
     (
         "int32 underflow",
         {"type": "integer", "format": "int32"},
         -(2**31) - 1,
-        [("spec.f", INVALID, "should be greater than or equal to -2147483648")],
+        [("<nil>", INVALID, "Checked value must be of type integer with format int32 in spec.f")],
     ),
     (
         "int64 overflow",
         {"type": "integer", "format": "int64"},
         2**63,
-        [("spec.f", INVALID, "should be less than or equal to 9223372036854775807")],
+        [
+            ("spec.f", INVALID, 'spec.f in body must be of type int64: "float64"'),
+            ("<nil>", INVALID, "Checked value must be of type integer with format int64 in spec.f"),
+        ],
     ),
     ("date-time ok", {"type": "string", "format": "date-time"}, "2024-05-01T10:00:00Z", []),
     (
         "date-time bad",
         {"type": "string", "format": "date-time"},
         "yesterday",
-        [("spec.f", INVALID, "must be of type date-time")],
+        [("spec.f", INVALID, 'spec.f in body must be of type date-time: "yesterday"')],
     ),
     # enum
     ("enum ok", {"type": "string", "enum": ["a", "b"]}, "a", []),
@@ -176,32 +208,32 @@ VALUE_CASES: list[tuple[str, dict[str, Any], Any, list[Triple]]] = [
         "minimum",
         {"type": "integer", "minimum": 0},
         -1,
-        [("spec.f", INVALID, "should be greater than or equal to 0")],
+        [("spec.f", INVALID, "spec.f in body should be greater than or equal to 0")],
     ),
     (
         "exclusive minimum",
         {"type": "integer", "minimum": 0, "exclusiveMinimum": True},
         0,
-        [("spec.f", INVALID, "should be greater than 0")],
+        [("spec.f", INVALID, "spec.f in body should be greater than 0")],
     ),
     (
         "maximum",
         {"type": "integer", "maximum": 100},
         101,
-        [("spec.f", INVALID, "should be less than or equal to 100")],
+        [("spec.f", INVALID, "spec.f in body should be less than or equal to 100")],
     ),
     (
         "exclusive maximum",
         {"type": "number", "maximum": 1.5, "exclusiveMaximum": True},
         1.5,
-        [("spec.f", INVALID, "should be less than 1.5")],
+        [("spec.f", INVALID, "spec.f in body should be less than 1.5")],
     ),
     ("multipleOf ok", {"type": "number", "multipleOf": 0.1}, 0.3, []),
     (
         "multipleOf",
         {"type": "integer", "multipleOf": 4},
         6,
-        [("spec.f", INVALID, "should be a multiple of 4")],
+        [("spec.f", INVALID, "spec.f in body should be a multiple of 4")],
     ),
     # strings
     ("maxLength in code points", {"type": "string", "maxLength": 3}, "ééé", []),
@@ -215,27 +247,27 @@ VALUE_CASES: list[tuple[str, dict[str, Any], Any, list[Triple]]] = [
         "minLength",
         {"type": "string", "minLength": 1},
         "",
-        [("spec.f", INVALID, "should be at least 1 chars long")],
+        [("spec.f", INVALID, "spec.f in body should be at least 1 chars long")],
     ),
     ("pattern searches", {"type": "string", "pattern": "[0-9]"}, "a1b", []),
     (
         "pattern",
         {"type": "string", "pattern": "^[a-z]+$"},
         "ABC",
-        [("spec.f", INVALID, "should match '^[a-z]+$'")],
+        [("spec.f", INVALID, "spec.f in body should match '^[a-z]+$'")],
     ),
     (
         "pattern $ is the end of text (RE2), not before a final newline",
         {"type": "string", "pattern": "^[a-z]+$"},
         "abc\n",
-        [("spec.f", INVALID, "should match '^[a-z]+$'")],
+        [("spec.f", INVALID, "spec.f in body should match '^[a-z]+$'")],
     ),
     # arrays
     (
         "minItems",
         {"type": "array", "minItems": 1, "items": {"type": "string"}},
         [],
-        [("spec.f", INVALID, "should have at least 1 items")],
+        [("spec.f", INVALID, "spec.f in body should have at least 1 items")],
     ),
     (
         "maxItems",
@@ -247,7 +279,7 @@ VALUE_CASES: list[tuple[str, dict[str, Any], Any, list[Triple]]] = [
         "uniqueItems",
         {"type": "array", "uniqueItems": True},
         [1, {"a": 1}, {"a": 1}],
-        [("spec.f", INVALID, "shouldn't contain duplicates")],
+        [("spec.f", INVALID, "spec.f in body shouldn't contain duplicates")],
     ),
     ("uniqueItems true is not 1", {"type": "array", "uniqueItems": True}, [1, True], []),
     (
@@ -255,8 +287,8 @@ VALUE_CASES: list[tuple[str, dict[str, Any], Any, list[Triple]]] = [
         {"type": "array", "items": {"type": "integer", "minimum": 1}},
         [1, 0, "x"],
         [
-            ("spec.f[1]", INVALID, "should be greater than or equal to 1"),
-            ("spec.f[2]", INVALID, "must be of type integer"),
+            ("spec.f[1]", INVALID, "spec.f[1] in body should be greater than or equal to 1"),
+            ("spec.f[2]", INVALID, 'spec.f[2] in body must be of type integer: "string"'),
         ],
     ),
     # objects
@@ -264,13 +296,13 @@ VALUE_CASES: list[tuple[str, dict[str, Any], Any, list[Triple]]] = [
         "minProperties",
         {"type": "object", "minProperties": 1},
         {},
-        [("spec.f", INVALID, "should have at least 1 properties")],
+        [("spec.f", INVALID, "spec.f in body should have at least 1 properties")],
     ),
     (
         "maxProperties",
         {"type": "object", "maxProperties": 1, "additionalProperties": {"type": "string"}},
         {"a": "1", "b": "2"},
-        [("spec.f", TOO_MANY, "must have at most 1 items")],
+        [("spec.f", TOO_MANY, "must have at most 1 item")],
     ),
     (
         "required names the missing child",
@@ -283,8 +315,8 @@ VALUE_CASES: list[tuple[str, dict[str, Any], Any, list[Triple]]] = [
         {"type": "object", "additionalProperties": {"type": "string", "maxLength": 3}},
         {"ok": "abc", "foo": "abcd", "n": 1},
         [
-            ("spec.f[foo]", TOO_LONG, "may not be more than 3 bytes"),
-            ("spec.f[n]", INVALID, "must be of type string"),
+            ("spec.f.foo", TOO_LONG, "may not be more than 3 bytes"),
+            ("spec.f.n", INVALID, 'spec.f.n in body must be of type string: "integer"'),
         ],
     ),
     (
@@ -322,7 +354,7 @@ def test_value_validations(
         ),
         (
             validate(spec_of(f={"type": "integer", "minimum": 1}), {"spec": {"f": 0}})[0],
-            "spec.f: Invalid value: 0: should be greater than or equal to 1",
+            "spec.f: Invalid value: 0: spec.f in body should be greater than or equal to 1",
         ),
         (
             validate(spec_of(f={"type": "string", "maxLength": 2}), {"spec": {"f": "abc"}})[0],
@@ -330,7 +362,11 @@ def test_value_validations(
         ),
         (
             validate(spec_of(f={"type": "string", "minLength": 1}), {"spec": {"f": ""}})[0],
-            'spec.f: Invalid value: "": should be at least 1 chars long',
+            'spec.f: Invalid value: "": spec.f in body should be at least 1 chars long',
+        ),
+        (
+            validate(spec_of(f={"type": "array", "maxItems": 1}), {"spec": {"f": [1, 2]}})[0],
+            "spec.f: Too many: 2: must have at most 1 item",
         ),
         (
             validate(spec_of(f={"type": "object", "required": ["x"]}), {"spec": {"f": {}}})[0],
@@ -355,8 +391,8 @@ def test_all_errors_are_returned() -> None:
     )
     errors = validate(schema, {"spec": {"a": 0, "b": "ab", "c": {}}})
     assert triples(errors) == [
-        ("spec.a", INVALID, "should be greater than or equal to 1"),
-        ("spec.b", TOO_LONG, "may not be more than 1 bytes"),
+        ("spec.a", INVALID, "spec.a in body should be greater than or equal to 1"),
+        ("spec.b", TOO_LONG, "may not be more than 1 byte"),
         ("spec.c.x", REQUIRED, ""),
         ("spec.c.y", REQUIRED, ""),
     ]
@@ -368,10 +404,12 @@ def test_path_prefix() -> None:
 
 
 def test_root_type_error() -> None:
-    assert triples(validate({"type": "object"}, [])) == [("", INVALID, "must be of type object")]
+    assert triples(validate({"type": "object"}, [])) == [
+        ("<nil>", INVALID, ' in body must be of type object: "array"')
+    ]
 
 
-def test_metadata_labels_are_map_keys() -> None:
+def test_map_values_are_named_with_a_dot_in_schema_errors() -> None:
     schema = {
         "type": "object",
         "properties": {
@@ -387,7 +425,7 @@ def test_metadata_labels_are_map_keys() -> None:
         },
     }
     errors = validate(schema, {"metadata": {"labels": {"foo": "x" * 64}}})
-    assert triples(errors) == [("metadata.labels[foo]", TOO_LONG, "may not be more than 63 bytes")]
+    assert triples(errors) == [("metadata.labels.foo", TOO_LONG, "may not be more than 63 bytes")]
 
 
 # --- list types -----------------------------------------------------------------------------
@@ -408,8 +446,7 @@ def test_list_map_duplicate_keys() -> None:
     obj = {"spec": {"replicatedJobs": [{"name": "node"}, {"name": "node"}, {"name": "init"}]}}
     errors = validate(spec_of(replicatedJobs=REPLICATED_JOBS), obj)
     assert triples(errors) == [("spec.replicatedJobs[1]", DUPLICATE, "")]
-    assert errors[0].value == "map[name:node]"
-    assert str(errors[0]) == 'spec.replicatedJobs[1]: Duplicate value: "map[name:node]"'
+    assert str(errors[0]) == 'spec.replicatedJobs[1]: Duplicate value: {"name":"node"}'
 
 
 def test_list_map_with_two_keys() -> None:
@@ -424,7 +461,7 @@ def test_list_map_with_two_keys() -> None:
         }
     }
     errors = validate(spec_of(rj=schema), obj)
-    assert [(e.path, e.value) for e in errors] == [("spec.rj[2]", "map[name:a replicas:1]")]
+    assert [str(e) for e in errors] == ['spec.rj[2]: Duplicate value: {"name":"a","replicas":1}']
 
 
 def test_list_map_missing_key_is_reported_by_required() -> None:
@@ -496,7 +533,10 @@ JUNCTOR_CASES: list[tuple[str, dict[str, Any], Any, list[Triple]]] = [
         "allOf",
         {"type": "integer", "allOf": [{"minimum": 1}, {"maximum": 3}]},
         5,
-        [("spec.f", INVALID, "should be less than or equal to 3")],
+        [
+            ("spec.f", INVALID, "spec.f in body should be less than or equal to 3"),
+            ("<nil>", INVALID, '"spec.f" must validate all the schemas (allOf)'),
+        ],
     ),
     (
         "anyOf passes",
@@ -509,7 +549,7 @@ JUNCTOR_CASES: list[tuple[str, dict[str, Any], Any, list[Triple]]] = [
         {"type": "object", "anyOf": [{"required": ["a"]}, {"required": ["b"]}]},
         {},
         [
-            ("spec.f", INVALID, "must validate at least one schema (anyOf)"),
+            ("<nil>", INVALID, '"spec.f" must validate at least one schema (anyOf)'),
             ("spec.f.a", REQUIRED, ""),
         ],
     ),
@@ -517,7 +557,14 @@ JUNCTOR_CASES: list[tuple[str, dict[str, Any], Any, list[Triple]]] = [
         "oneOf two match",
         {"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
         {"a": 1, "b": 2},
-        [("spec.f", INVALID, "must validate one and only one schema (oneOf)")],
+        [
+            (
+                "<nil>",
+                INVALID,
+                '"spec.f" must validate one and only one schema (oneOf). '
+                "Found 2 valid alternatives",
+            )
+        ],
     ),
     (
         "oneOf one matches",
@@ -529,7 +576,7 @@ JUNCTOR_CASES: list[tuple[str, dict[str, Any], Any, list[Triple]]] = [
         "not",
         {"type": "string", "not": {"enum": ["forbidden"]}},
         "forbidden",
-        [("spec.f", INVALID, "must not validate the schema (not)")],
+        [("<nil>", INVALID, '"spec.f" must not validate the schema (not)')],
     ),
     (
         "int-or-string with the generated anyOf",
@@ -567,13 +614,16 @@ RULED = spec_of(
         ({"n": 0}, [("spec.n", INVALID, "failed rule: self >= 1")]),
         (
             {"n": "x"},
-            [("spec.n", INVALID, "must be of type integer"), ("", INVALID, BLOCKED_RULES_MESSAGE)],
+            [
+                ("spec.n", INVALID, 'spec.n in body must be of type integer: "string"'),
+                ("<nil>", INVALID, BLOCKED_RULES_MESSAGE),
+            ],
         ),
         (
             {"n": 0, "mode": "b"},
             [
                 ("spec.mode", UNSUPPORTED, 'supported values: "a"'),
-                ("", INVALID, BLOCKED_RULES_MESSAGE),
+                ("<nil>", INVALID, BLOCKED_RULES_MESSAGE),
             ],
         ),
     ],
@@ -614,7 +664,9 @@ def test_check_prunes_defaults_and_validates() -> None:
         "spec": {"image": "", "numNodes": 1, "suspend": False},
     }
     assert unknown == ["metadata.bogus", "spec.extra"]
-    assert triples(errors) == [("spec.image", INVALID, "should be at least 1 chars long")]
+    assert triples(errors) == [
+        ("spec.image", INVALID, "spec.image in body should be at least 1 chars long")
+    ]
     assert obj["spec"] == {"image": "", "extra": True, "suspend": None}
 
 
@@ -631,7 +683,7 @@ def test_check_passes_old_to_transition_rules() -> None:
 def test_invalid_schema_pattern_is_an_error_not_an_exception() -> None:
     errors = validate(spec_of(f={"type": "string", "pattern": "("}), {"spec": {"f": "x"}})
     assert [(e.path, e.type) for e in errors] == [("spec.f", INVALID)]
-    assert errors[0].message.startswith("invalid pattern '(':")
+    assert errors[0].message.startswith("spec.f in body should match '(, but pattern is invalid: ")
 
 
 # --- properties -----------------------------------------------------------------------------

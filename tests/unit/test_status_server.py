@@ -293,13 +293,14 @@ async def test_unreadable_payload_is_invalid(
     [
         (
             {**STATUS, "progressPercentage": 101},
-            "status.trainerStatus.progressPercentage: Invalid value: 101: should be less than "
-            "or equal to 100",
+            # kube-apiserver's words in a status update (tests/crd_cases: trainer-status-*).
+            "status.trainerStatus.progressPercentage: Invalid value: 101: "
+            "trainerStatus.progressPercentage in body should be less than or equal to 100",
         ),
         (
             {**STATUS, "estimatedRemainingSeconds": -1},
-            "status.trainerStatus.estimatedRemainingSeconds: Invalid value: -1: should be "
-            "greater than or equal to 0",
+            "status.trainerStatus.estimatedRemainingSeconds: Invalid value: -1: "
+            "trainerStatus.estimatedRemainingSeconds in body should be greater than or equal to 0",
         ),
         (
             {**STATUS, "metrics": [{"name": "", "value": "1"}]},
@@ -311,7 +312,7 @@ async def test_unreadable_payload_is_invalid(
         ),
         (
             {**STATUS, "metrics": [{"name": f"m{i}", "value": "1"} for i in range(257)]},
-            "status.trainerStatus.metrics: Too many: must have at most 256 items",
+            "status.trainerStatus.metrics: Too many: 257: must have at most 256 items",
         ),
         (
             {"progressPercentage": 5},

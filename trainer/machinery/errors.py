@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.machinery.gofmt import go_float, go_quote
+
 # The error types of k8s.io/apimachinery/pkg/util/validation/field, with their wire text.
 INVALID = "Invalid value"
 REQUIRED = "Required value"
@@ -26,14 +28,33 @@ TYPE_INVALID = "Invalid value"
 _NO_VALUE: Any = object()
 
 
+# The path kube-apiserver names for an error about the whole object (a nil field.Path).
+NIL_PATH = "<nil>"
+# The cause reason of a type error (field.TypeInvalid): it reads "Invalid value" like any
+# other, but blocks the CEL rules (docs/local-plane.md, "CRD validation").
+TYPE_INVALID_REASON = "FieldValueTypeInvalid"
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A value an error prints as it is (already printed as Go prints it)."""
+
+    text: str
+
+
 def format_value(value: Any) -> str:
-    """Render a value the way Kubernetes prints it inside a field error."""
+    """Render a value the way Kubernetes prints it inside a field error: Go's ``%v`` for
+    numbers and booleans, ``%q`` for strings (apimachinery's ``field.Error.ErrorBody``)."""
+    if isinstance(value, Rendered):
+        return value.text
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, int | float):
-        return json.dumps(value)
+        return go_quote(value)
+    if isinstance(value, float):
+        return go_float(value)
+    if isinstance(value, int):
+        return str(value)
     if value is None:
         return "null"
     if isinstance(value, dict):
@@ -51,6 +72,11 @@ class FieldError:
     type: str
     message: str = ""
     value: Any = field(default=_NO_VALUE, compare=False)
+    # Printed without its value, as kube-apiserver prints a CEL rule's error on an object or
+    # a list (field.OmitValueType); ``value`` still holds it for callers.
+    omit_value: bool = field(default=False, compare=False)
+    # The cause's reason when it is not the type's own (TYPE_INVALID_REASON).
+    reason: str = field(default="", compare=False)
 
     @property
     def has_value(self) -> bool:
@@ -59,7 +85,8 @@ class FieldError:
     def __str__(self) -> str:
         # An error about the whole object (a root-level rule) has no path to show.
         parts = [f"{self.path}: {self.type}" if self.path else self.type]
-        if self.has_value and self.type in (INVALID, UNSUPPORTED, DUPLICATE, NOT_FOUND):
+        shown = (INVALID, UNSUPPORTED, DUPLICATE, NOT_FOUND, TOO_MANY)
+        if self.has_value and not self.omit_value and self.type in shown:
             parts.append(format_value(self.value))
         if self.message:
             parts.append(self.message)

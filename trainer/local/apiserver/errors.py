@@ -65,7 +65,7 @@ def conflict(plural: str, group: str, name: str, why: str) -> APIError:
 
 def invalid(kind: str, group: str, name: str, errors: list[FieldError]) -> APIError:
     causes = [
-        {"reason": _cause_reason(e.type), "message": _cause_message(e), "field": e.path}
+        {"reason": e.reason or _cause_reason(e.type), "message": _cause_message(e), "field": e.path}
         for e in errors
     ]
     joined = ", ".join(str(e) for e in errors)

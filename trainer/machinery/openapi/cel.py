@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from celpy import celtypes
 
-from trainer.machinery.errors import INVALID, FieldError, join_path
+from trainer.machinery.errors import INVALID, NIL_PATH, FieldError, join_path
 
 from .cel_compile import (
     CompiledRule,
@@ -197,12 +197,16 @@ def _run_rules(
         if not isinstance(spec, Mapping):
             continue
         rule = spec.get("rule")
+        # kube-apiserver prints a rule's compile or evaluation error with the node's schema
+        # type as the value, at <nil> for the root.
+        where, type_name = path or NIL_PATH, str(schema.get("type") or "")
         if not isinstance(rule, str):
-            errors.append(FieldError(path, INVALID, "rule compile error: no rule", value))
+            errors.append(FieldError(where, INVALID, "rule compile error: no rule", type_name))
             continue
         compiled = compile_rule(rule)
         if compiled.error:
-            errors.append(FieldError(path, INVALID, f"rule compile error: {compiled.error}", value))
+            message = f"rule compile error: {compiled.error}"
+            errors.append(FieldError(where, INVALID, message, type_name))
             continue
         if ratchet and not compiled.transition:
             continue  # unchanged: kube-apiserver would ignore its failure (ratcheting)
@@ -222,7 +226,7 @@ def _run_rules(
         if kind == "ok":
             continue
         if kind == "error":
-            errors.append(FieldError(path, INVALID, text or "", value))
+            errors.append(FieldError(where, INVALID, text or "", type_name))
             continue
         errors.append(failure(schema, spec, rule=rule, value=value, path=path, message=text))
 

@@ -7,7 +7,8 @@ is blank or spans lines falls back), ``message`` (fixed text; without it the mes
 ``failed rule: <rule>``), ``fieldPath`` (where under the rule's node the error points, as
 ``.a.b`` or ``.m['key']``) and ``reason`` (the error type: ``FieldValueInvalid`` unless
 ``FieldValueForbidden``, ``FieldValueRequired`` or ``FieldValueDuplicate``; the first two carry
-no value, as kube-apiserver's ``field.Forbidden`` and ``field.Required`` do).
+no value, as kube-apiserver's ``field.Forbidden`` and ``field.Required`` do, and a duplicate no
+message). The value of an object or a list is not printed; a rule at the root names ``<nil>``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from trainer.machinery.errors import DUPLICATE, FORBIDDEN, INVALID, REQUIRED, FieldError, join_path
+from trainer.machinery.errors import (
+    DUPLICATE,
+    FORBIDDEN,
+    INVALID,
+    NIL_PATH,
+    REQUIRED,
+    FieldError,
+    join_path,
+)
 
 from .cel_compile import CompiledRule, evaluate
 from .defaults import Schema, properties_of, sub_schema
@@ -49,10 +58,15 @@ def failure(
     field_path = spec.get("fieldPath")
     if isinstance(field_path, str) and field_path:
         path = _join_field_path(schema, path, field_path)
+    path = path or NIL_PATH
     error_type = _REASONS.get(str(spec.get("reason")), INVALID)
     if error_type in (FORBIDDEN, REQUIRED):
         return FieldError(path, error_type, message)
-    return FieldError(path, error_type, message, value)
+    if error_type == DUPLICATE:
+        message = ""  # field.Duplicate carries no detail
+    # kube-apiserver leaves out the value of an object or a list (field.OmitValueType).
+    omit = schema.get("type") in ("object", "array")
+    return FieldError(path, error_type, message, value, omit_value=omit)
 
 
 def message_from_expression(

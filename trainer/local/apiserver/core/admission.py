@@ -185,8 +185,17 @@ class Admission:
             mutated = apply_defaults(rt.schema, mutated, in_place=True)  # prune's result is a copy
         obj = mutated
         if rt.schema is not None:
-            errors = builtin.validate_name(rt, name) if operation == "CREATE" else []
-            errors += validate(rt.schema, obj, ABSENT if old is None else old, memo=rt.rule_memo)
+            # As kube-apiserver's strategy for custom resources: the metadata, then the schema
+            # (of the status alone for a status update), then the CEL rules, in one answer.
+            errors = metadata.validate(rt, obj)
+            errors += validate(
+                rt.schema,
+                obj,
+                ABSENT if old is None else old,
+                memo=rt.rule_memo,
+                scope="status" if subresource == "status" else "",
+                prior=errors,
+            )
             if errors:
                 raise invalid(rt.kind, rt.group, name, errors)
         if rt.group == jsc.GROUP and rt.kind == jsc.KIND:
@@ -236,7 +245,10 @@ class Admission:
         if unknown:
             if field_validation == "Strict":
                 detail = ", ".join(f'unknown field "{p}"' for p in unknown)
-                raise bad_request(f"strict decoding error: {detail}")
+                raise bad_request(
+                    f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                    f"strict decoding error: {detail}"
+                )
             if field_validation == "Warn":
                 warnings.extend(f'unknown field "{p}"' for p in unknown)
         result: dict[str, Any] = apply_defaults(rt.schema, pruned, in_place=True)  # a copy

@@ -10,10 +10,12 @@ apply and ``application/yaml``, Kubernetes protobuf), through the safe loaders o
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any
 
 import yaml
 from aiohttp import web
+from multidict import CIMultiDict
 
 from trainer.local.apiserver import protobuf
 from trainer.local.apiserver.errors import APIError, bad_request, too_large
@@ -58,27 +60,26 @@ def json_or_empty(raw: bytes) -> Any:
         raise bad_request("the request body is not valid JSON") from None
 
 
-_CONTROL = dict.fromkeys((*range(0x20), 0x7F), " ")
-
-
-def warning_header(warnings: list[str]) -> str:
-    """``Warning: 299 - "text"`` values, quoted as kube-apiserver quotes them (a backslash before
-    each ``"`` and ``\\``, k8s.io/apimachinery/pkg/util/net.NewWarningHeader): unescaped
-    quotes make kubectl drop the warning. Control characters (a field named ``a\\n``) become
-    spaces, as Go's HTTP server writes a newline in a header value; a header cannot hold them."""
-    quoted = (
-        '"' + w.translate(_CONTROL).replace("\\", "\\\\").replace('"', '\\"') + '"'
-        for w in warnings
-    )
-    return ", ".join(f"299 - {q}" for q in quoted)
+def warning_headers(warnings: list[str]) -> list[str]:
+    """``Warning: 299 - "text"`` values, one header each, as kube-apiserver writes them
+    (k8s.io/apimachinery/pkg/util/net.NewWarningHeader): a backslash before each ``"`` and
+    ``\\`` (unescaped quotes make kubectl drop the warning), a repeated text once, and none
+    for a text with a control character (a field named ``a\\nb``), which it cannot quote and
+    so never sends."""
+    out: list[str] = []
+    for text in dict.fromkeys(warnings):
+        if not text or any(unicodedata.category(c) == "Cc" for c in text):
+            continue
+        out.append('299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return out
 
 
 def json_response(
     body: Any, *, status: int = 200, warnings: list[str] | None = None
 ) -> web.Response:
-    headers = {}
-    if warnings:
-        headers["Warning"] = warning_header(warnings)
+    headers: CIMultiDict[str] = CIMultiDict()
+    for value in warning_headers(warnings or []):
+        headers.add("Warning", value)
     return web.Response(
         body=json.dumps(body, separators=(",", ":")).encode(),
         status=status,
