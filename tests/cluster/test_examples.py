@@ -1,7 +1,8 @@
 """Every runtime and TrainJob of examples/ and of upstream's release, on real Kubernetes: the
 admission verdict is the one `trainer validate` (the local plane's rules) gives, and the JobSet
-our controller writes is accepted by the real JobSet webhook and holds every field `trainer
-render` says, apart from fields the servers set (docs/testbed.md, "What the cluster tier checks").
+our controller writes (accepted by the real JobSet webhook) and its side objects (runtime
+snapshot, MPI Secret and hostfile) hold every field `trainer render` says, apart from fields
+the servers set (docs/testbed.md, "What the cluster tier checks").
 """
 
 from __future__ import annotations
@@ -133,11 +134,15 @@ def test_example_on_real_kubernetes(bed: Any, namespace: str, path: Path) -> Non
         return
     rendered = render([path], namespace, [])
     for name in trainjobs(path):
-        jobset = wait_jobset(bed, namespace, name)
-        want = next(d for d in rendered if d["kind"] == "JobSet" and d["metadata"]["name"] == name)
-        want["metadata"].pop("ownerReferences", None)
-        problems = missing(want, jobset)
-        assert not problems, (
-            f"{name}: the JobSet on the cluster differs from trainer render:\n"
-            + "\n".join(problems)
-        )
+        wait_jobset(bed, namespace, name)
+    problems: list[str] = []
+    for want in rendered:
+        kind, name = want["kind"], want["metadata"]["name"]
+        got = kubectl_json(bed, "get", kind.lower(), name, "-n", namespace)
+        want["metadata"].pop("ownerReferences", None)  # the TrainJob's uid is the server's
+        if kind == "Secret":
+            # SSH keys are made afresh for every build: the same keys, other values.
+            assert sorted(got.get("data") or {}) == sorted(want.get("data") or {}), name
+            want.pop("data", None)
+        problems += [f"{kind} {name}: {p}" for p in missing(want, got)]
+    assert not problems, "the cluster's objects differ from trainer render:\n" + "\n".join(problems)
