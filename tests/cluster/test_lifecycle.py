@@ -35,7 +35,7 @@ def wait_pods(bed: Any, namespace: str, count: int, phase: str, timeout: float =
 
     def reached() -> bool:
         found[:] = kubectl_json(bed, "get", "pods", "-n", namespace)["items"]
-        return sum(p.get("status", {}).get("phase") == phase for p in found) == count
+        return bool(sum(p.get("status", {}).get("phase") == phase for p in found) == count)
 
     wait_for(f"{count} pods {phase} in {namespace}", reached, timeout, interval=0.3)
     return found
