@@ -260,7 +260,13 @@ def _probe_jobset() -> str:
 
 
 def install_kueue(bed: Bed, timeout: float = 90) -> Proc:
-    """Kueue v0.17.0's config/default, its controller, webhooks and visibility API working."""
+    """Kueue v0.17.0's config/default, its controller, webhooks and visibility API working.
+
+    Install it after the Trainer CRDs: Kueue sets up a job integration at its start only when
+    the job's API is served; otherwise it logs "No matching API in the server for job
+    framework, deferring setting up controller" and polls for the API with a back-off that
+    grows to two minutes. With the TrainJob CRD served, this waits until Kueue's trainjob
+    controller has started."""
     source = source_dir("sigs.k8s.io/kueue", module="kueue")
     objects = render_kustomize(source / "config/default")
     namespace = deployment(objects)["metadata"]["namespace"]
@@ -287,7 +293,64 @@ def install_kueue(bed: Bed, timeout: float = 90) -> Proc:
     sync_secret(bed, namespace, "kueue-webhook-server-cert", certs, proc, timeout)
     health = f"http://127.0.0.1:{proc.ports['health']}/readyz"
     wait_for("/readyz", lambda: http_ok(health), timeout, proc, 0.3)
+    probe = yaml.safe_dump(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "testbed-probe"},
+        }
+    )
+    wait_for(
+        "its webhooks, called by kube-apiserver",
+        lambda: bed.kubectl("create", "--dry-run=server", "-f", "-", input=probe, check=False)
+        .returncode
+        == 0,
+        timeout, proc, 0.3,
+    )  # fmt: skip
+    # The visibility API is aggregated: until kube-apiserver reaches it, discovery (kubectl
+    # api-resources) reports the group as unavailable.
+    services = [f"apiservice/{o['metadata']['name']}" for o in objects if o["kind"] == "APIService"]
+    bed.kubectl(
+        "wait", "--for=condition=Available", *services, f"--timeout={int(timeout)}s",
+        timeout=timeout + 10,
+    )  # fmt: skip
+    if bed.kubectl("get", "crd", "trainjobs.trainer.kubeflow.org", check=False).returncode == 0:
+        wait_for(
+            "its trainer.kubeflow.org/trainjob controller (Kueue's log)",
+            lambda: _trainjob_controller_started(proc.log), timeout, proc, 0.3,
+        )  # fmt: skip
     return proc
 
 
-__all__ = ["https_ok", "install_jobset", "install_kueue", "route_service", "run_controller_pod"]
+def _trainjob_controller_started(log: Path) -> bool:
+    for line in log.read_text(errors="replace").splitlines():
+        if '"jobFrameworkName":"trainer.kubeflow.org/trainjob"' in line and "deferring" in line:
+            raise BedError(
+                "Kueue started before the TrainJob CRD was served and deferred its trainjob "
+                "integration: install Kueue after Trainer"
+            )
+        if '"logger":"trainjob"' in line and '"msg":"Starting Controller"' in line:
+            return True
+    return False
+
+
+def remove_kueue(bed: Bed) -> None:
+    """Stop Kueue and remove what would make the API server call it: its webhook
+    configurations (failurePolicy Fail) and its aggregated APIServices. Its CRDs and objects
+    stay; nothing calls Kueue for them once nobody reads them."""
+    proc = bed.procs.pop("kueue", None)
+    if proc is not None:
+        proc.stop()
+    for kind, name in (
+        ("mutatingwebhookconfiguration", "kueue-mutating-webhook-configuration"),
+        ("validatingwebhookconfiguration", "kueue-validating-webhook-configuration"),
+        ("apiservice", "v1beta1.visibility.kueue.x-k8s.io"),
+        ("apiservice", "v1beta2.visibility.kueue.x-k8s.io"),
+    ):
+        bed.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+
+
+__all__ = [
+    "https_ok", "install_jobset", "install_kueue", "remove_kueue", "route_service",
+    "run_controller_pod",
+]  # fmt: skip

@@ -34,6 +34,11 @@ NAMES = {
     "sigs.k8s.io/jobset": "jobset-manager",
     "sigs.k8s.io/kueue/cmd/kueue": "kueue-manager",
 }
+# Kubernetes' own build stamps its release into these variables (its hack/lib/version.sh); a
+# plain `go build` leaves "v0.0.0-master+$Format:%H$", which /version then serves, and which
+# Kueue refuses to start with ("Unable to setup server version fetcher ... could not parse
+# pre-release/metadata"). Stamped from the pinned k8s.io/kubernetes version.
+VERSION_PACKAGES = ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
 
 
 class BuildError(RuntimeError):
@@ -74,6 +79,9 @@ class Module:
         digest = hashlib.sha256(go_version.encode())
         for name in ("go.mod", "go.sum"):
             digest.update(b"\0" + (self.folder / name).read_bytes())
+        flags = [f for tool in self.tools() for f in ldflags(tool, self.requires())]
+        if flags:  # a change of how a program is linked builds anew, too
+            digest.update(b"\0" + " ".join(flags).encode())
         return digest.hexdigest()[:16]
 
 
@@ -93,6 +101,16 @@ def _block(gomod: Path, directive: str) -> list[str]:
         elif line.startswith(directive + " "):
             entries.append(line[len(directive) + 1 :].strip())
     return entries
+
+
+def ldflags(package: str, requires: dict[str, str]) -> list[str]:
+    """The ``-X`` settings a program of Kubernetes is linked with (VERSION_PACKAGES)."""
+    version = requires.get("k8s.io/kubernetes", "")
+    if not package.startswith("k8s.io/kubernetes/") or not version.startswith("v"):
+        return []
+    major, minor = version[1:].split(".")[:2]
+    values = {"gitVersion": version, "gitMajor": major, "gitMinor": minor, "gitTreeState": "clean"}
+    return [f"-X {pkg}.{var}={value}" for pkg in VERSION_PACKAGES for var, value in values.items()]
 
 
 def program_name(package: str) -> str:
@@ -147,8 +165,10 @@ def build_module(module: Module, go: str, say: Callable[[str], None]) -> Path:
             version = next((v for m, v in requires.items() if package.startswith(m)), "?")
             say(f"[{module.name} {i}/{len(tools)}] building {name} ({package} {version})")
             started = time.monotonic()
+            flags = ldflags(package, requires)
+            link = [f"-ldflags={' '.join(flags)}"] if flags else []
             done = subprocess.run(
-                [go, "build", "-o", str(staging / name), package],
+                [go, "build", *link, "-o", str(staging / name), package],
                 cwd=module.folder, env=_go_env(), capture_output=True, text=True, check=False,
             )  # fmt: skip
             if done.returncode != 0:

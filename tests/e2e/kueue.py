@@ -11,7 +11,8 @@ What it does:
   ``defaulter.trainer.kubeflow.org``, as on a cluster): on create, a TrainJob with a
   ``kueue.x-k8s.io/queue-name`` label is set ``suspend: true``, gets ``managedBy:
   kueue.x-k8s.io/multikueue`` when its LocalQueue is a MultiKueue one (and managedBy is unset or
-  Trainer's), and has Kueue's empty runtimePatch (manager ``kueue.x-k8s.io/manager``) appended.
+  Trainer's), and has Kueue's runtimePatch (manager ``kueue.x-k8s.io/manager``) appended, which
+  puts the queue label on the JobSet (:func:`queued_template`).
 - **Workloads** (kept in memory; there is no Workload CRD here): PodSets computed from the
   TrainJob and its *live* runtime the way Kueue does, by rendering the JobSet with this
   project's render engine (Kueue links Trainer's runtime packages for the same purpose): one
@@ -78,6 +79,11 @@ MUTATING_CONFIGS = r.GVR(
     False,
     "MutatingWebhookConfiguration",
 )
+
+
+def queued_template(queue: str) -> dict[str, Any]:
+    """The ``trainingRuntimeSpec`` of the entry Kueue's webhook appends to a queued TrainJob."""
+    return {"template": {"metadata": {"labels": {QUEUE_LABEL: queue}}, "spec": {}}}
 
 
 @dataclass
@@ -294,7 +300,8 @@ class KueueEmulator:
                     {"op": "add", "path": "/spec/managedBy", "value": c.MANAGED_BY_MULTIKUEUE}
                 )
             ops.append({"op": "add", "path": "/spec/suspend", "value": True})
-            entry = {"manager": MANAGER, "trainingRuntimeSpec": {"template": {"spec": {}}}}
+            # Kueue v0.17.0's webhook, as seen on the test bed: the queue label for the JobSet.
+            entry = {"manager": MANAGER, "trainingRuntimeSpec": queued_template(queue)}
             patches = spec.get("runtimePatches")
             if patches is None:
                 ops.append({"op": "add", "path": "/spec/runtimePatches", "value": [entry]})
@@ -485,7 +492,9 @@ class KueueEmulator:
             tmpl_spec: dict[str, Any] = {}
             if replicated_jobs is not None:
                 tmpl_spec["replicatedJobs"] = replicated_jobs
-            entry["trainingRuntimeSpec"] = {"template": {"spec": tmpl_spec}}
+            # Kueue sets only the entry's replicated jobs; its JobSet metadata stays.
+            template = (entry.get("trainingRuntimeSpec") or {}).get("template") or {}
+            entry["trainingRuntimeSpec"] = {"template": {**template, "spec": tmpl_spec}}
             try:
                 await self.kube.replace(obj, gvr=r.TRAINJOBS)
                 return

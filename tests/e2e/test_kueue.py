@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests import builders as b
-from tests.e2e.kueue import Flavor, KueueEmulator, pod_sets_of_jobset
+from tests.e2e.kueue import Flavor, KueueEmulator, pod_sets_of_jobset, queued_template
 from tests.e2e.test_run import condition, until
 from trainer.api import constants as c
 from trainer.cli.localplane import LocalPlane, start_local_plane
@@ -203,7 +203,7 @@ async def test_a_queued_trainjob_waits_suspended_with_its_jobset(env: Env) -> No
     stored = env.get("waiting")
     assert stored["spec"]["suspend"] is True
     entry = kueue_entry(stored)
-    assert entry["trainingRuntimeSpec"] == {"template": {"spec": {}}}
+    assert entry["trainingRuntimeSpec"] == queued_template("user-queue")
     # Mutating webhooks run in configuration-name order: Trainer's defaulter ran before
     # Kueue's appended the entry, so it has no time yet (as on a cluster).
     assert "time" not in entry
@@ -338,7 +338,7 @@ async def test_stop_waits_until_jobs_status_shows_no_active_pods(env: Env) -> No
     job = env.get("stopping")
     assert job["spec"]["suspend"] is True
     assert all(s["active"] == 0 for s in job["status"]["jobsStatus"])
-    assert kueue_entry(job)["trainingRuntimeSpec"] == {"template": {"spec": {}}}
+    assert kueue_entry(job)["trainingRuntimeSpec"] == queued_template("user-queue")
     await until(env.plane, lambda: not env.pods("stopping"))
 
     # The cleared patch leaves the JobSet (recreated while idle) without Kueue's placement.

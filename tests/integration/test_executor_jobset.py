@@ -309,7 +309,7 @@ async def test_jobset_webhook_rules_are_enforced(env: tuple[Plane, Executor]) ->
     ] = "other"
     with pytest.raises(APIError) as immutable:
         await plane.kube.patch(r.JOBSETS, "default", "frozen", patch_bad)
-    assert immutable.value.status == 403
+    assert immutable.value.status == 422  # JobSet answers NewInvalid on update
     assert "field is immutable" in immutable.value.message
 
 

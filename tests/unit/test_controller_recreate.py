@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trainer.controller.applydiff import drops_mutable, needs_recreate
+from trainer.controller.applydiff import drops_mutable, needs_recreate, refused_as_immutable
 
 
 def jobset(image: str = "img", **pod: Any) -> dict[str, Any]:
@@ -58,3 +58,18 @@ def test_drops_mutable(live: dict[str, Any], desired: dict[str, Any], drops: boo
 def test_an_image_change_needs_a_recreate() -> None:
     assert needs_recreate(jobset("old"), jobset("new"))
     assert not drops_mutable(jobset("old"), jobset("new"))
+
+
+def test_a_field_taken_away_is_recreated_once_jobset_refuses_it_while_suspended() -> None:
+    """needs_recreate cannot tell a field taken away from one of JobSet's defaults; JobSet's
+    refusal tells (a suspended JobSet with nothing active is recreated)."""
+    live = jobset(terminationGracePeriodSeconds=7)
+    assert not needs_recreate(live, jobset())
+    refusal = 'JobSet.jobset.x-k8s.io "f" is invalid: spec.replicatedJobs: ...: field is immutable'
+    assert refused_as_immutable(422, refusal, live)
+    running = {**live, "spec": {**live["spec"], "suspend": False}}
+    assert not refused_as_immutable(422, refusal, running)
+    active = {**live, "status": {"replicatedJobsStatus": [{"name": "node", "active": 1}]}}
+    assert not refused_as_immutable(422, refusal, active)
+    assert not refused_as_immutable(422, "spec.replicatedJobs[0].name: Invalid value", live)
+    assert not refused_as_immutable(403, refusal, live)

@@ -106,6 +106,33 @@ def drops_mutable(live: dict[str, Any], desired: dict[str, Any]) -> bool:
     return False
 
 
+# JobSet's webhook refuses a change to a field it does not let change with 422 Invalid and this
+# text (its ValidateUpdate; the local plane's JobSet rules say the same).
+IMMUTABLE = "field is immutable"
+
+
+def refused_as_immutable(status: int, message: str, live: dict[str, Any]) -> bool:
+    """An apply to the ``live`` JobSet was refused because it changes a field JobSet does not
+    let change, and ``live`` is suspended with nothing active, so recreating it stops nothing.
+
+    :func:`needs_recreate` cannot see a field taken away (the live object also holds JobSet's
+    defaults); this is how it shows: Kueue v0.17, built on the Trainer v2.2 API, writes a
+    TrainJob back without the v2.3 fields it does not know, such as a runtime patch's
+    ``terminationGracePeriodSeconds`` (docs/kueue.md, "Kueue built on an older Trainer API")."""
+    return (
+        status == 422
+        and IMMUTABLE in message
+        and jobset_suspended(live)
+        and any_active(live) is None
+    )
+
+
+def being_deleted(obj: dict[str, Any]) -> bool:
+    """``obj`` has a deletionTimestamp: it goes once its finalizers (Foreground deletion's
+    among them) are done."""
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
 def jobset_suspended(jobset: dict[str, Any]) -> bool:
     return bool((jobset.get("spec") or {}).get("suspend"))
 

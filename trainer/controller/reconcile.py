@@ -27,9 +27,11 @@ from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJ
 from trainer.controller import events as ev
 from trainer.controller.applydiff import (
     any_active,
+    being_deleted,
     drops_mutable,
     jobset_suspended,
     needs_recreate,
+    refused_as_immutable,
     stamp_config_hash,
     unchanged,
 )
@@ -386,6 +388,11 @@ class Reconciler:
             kind = obj["kind"]
             stamp_config_hash(obj)
             if kind == jsc.KIND and jobset is not None:
+                if being_deleted(jobset):
+                    # A JobSet on its way out (a recreate's Foreground delete lasts until the
+                    # garbage collector has deleted its Jobs): an apply would update, even
+                    # resume, the object that goes away. Create it anew once it is gone.
+                    return jobset, RECREATE_RETRY_SECONDS
                 if unchanged(jobset, obj):
                     continue
                 active = any_active(jobset)
@@ -415,6 +422,22 @@ class Reconciler:
             except APIError as exc:
                 if exc.is_unserved:
                     raise APIError(404, "NotFound", unserved_message(obj), exc.body) from exc
+                if (
+                    kind == jsc.KIND
+                    and jobset is not None
+                    and refused_as_immutable(exc.status, exc.message, jobset)
+                ):
+                    # A field taken away that JobSet does not let change (needs_recreate sees
+                    # only changed and added fields: the live object's extra fields may be
+                    # JobSet's defaults). Suspended and idle, nothing runs: recreate it.
+                    log.info(
+                        "recreating suspended JobSet %s/%s: JobSet refused the change (%s)",
+                        namespace,
+                        name,
+                        truncate(exc.message, 300),
+                    )
+                    await self.kube.delete(r.JOBSETS, namespace, name, propagation="Foreground")
+                    return None, RECREATE_RETRY_SECONDS
                 raise
             written.append(applied)
             informer = self._informer_for(obj)

@@ -25,7 +25,7 @@ from trainer.admission.jobset_rules import (
 )
 from trainer.api.jobset import JobSetSpec
 from trainer.api.jobset_contract import mask_pod_templates
-from trainer.machinery.errors import FORBIDDEN, INVALID, FieldError
+from trainer.machinery.errors import INVALID, FieldError
 from trainer.runtime import naming
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -72,13 +72,7 @@ def validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[FieldError
         return errors
     suspended = bool(spec.get("suspend")) or bool(old_spec.get("suspend"))
     if not suspended or mask_pod_templates(new_jobs) != mask_pod_templates(old_jobs):
-        errors.append(
-            FieldError(
-                "spec.replicatedJobs",
-                FORBIDDEN,
-                "field is immutable: only the pod templates' labels, annotations, nodeSelector, "
-                "tolerations and schedulingGates may change, and only while the JobSet is "
-                "suspended",
-            )
-        )
+        # JobSet's ValidateImmutableField error: only the pod templates' labels, annotations,
+        # nodeSelector, tolerations and schedulingGates may change, while suspended.
+        errors.append(FieldError("spec.replicatedJobs", INVALID, "field is immutable", new_jobs))
     return errors
