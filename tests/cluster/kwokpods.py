@@ -27,7 +27,6 @@ def pod_annotations(
         f"pod-complete.{STAGE}/delay": run_for,
         # KWOK draws a stage's delay between delay and jitter-delay: equal, it is exact.
         f"pod-complete.{STAGE}/jitter-delay": run_for,
-        f"pod-delete.{STAGE}/jitter-delay": "0s",
     }
     if exit_code is not None:
         found[f"pod-complete.{STAGE}/weight"] = "0"
@@ -45,11 +44,12 @@ def trainjob(
     runtime_kind: str = "ClusterTrainingRuntime",
     **spec: Any,
 ) -> dict[str, Any]:
-    pod_metadata = {"annotations": annotations or pod_annotations()}
-    jobs = [
-        {"name": job, "template": {"spec": {"template": {"metadata": pod_metadata}}}}
-        for job in replicated_jobs
-    ]
+    # KWOK deletes a pod after a random part of its grace period: 1 s, not 30 s.
+    pod = {
+        "metadata": {"annotations": annotations or pod_annotations()},
+        "spec": {"terminationGracePeriodSeconds": 1},
+    }
+    jobs = [{"name": job, "template": {"spec": {"template": pod}}} for job in replicated_jobs]
     patch = {
         "manager": "testbed.kubeflow.org/kwok",
         "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": jobs}}},
