@@ -219,7 +219,10 @@ def test_a_flood_of_idle_sockets_to_the_dashboard_leaves_the_plane_working(
     )
     try:
         assert attacker.stdout is not None
-        wait_for_line(attacker.stdout, r"(flooding)", [])
+        # On a loaded machine opening the sockets can outlast the deadline, and the first drop
+        # is then said before "flooding": the lines read up to it are kept.
+        opening: list[str] = []
+        wait_for_line(attacker.stdout, r"(flooding)", opening)
         most = descriptors(proc.pid)
         kubectl(kubeconfig, "get", "trainjobs")
         job = {
@@ -240,7 +243,12 @@ def test_a_flood_of_idle_sockets_to_the_dashboard_leaves_the_plane_working(
         most = max(most, descriptors(proc.pid))
         # The sockets the dashboard held (at most CAP; it closed the others at once) are
         # dropped at the deadline: awaited as the attacker sees it.
-        dropped = float(wait_for_line(attacker.stdout, r"dropped after ([0-9.]+)", [], 60))
+        early = [m for m in (re.search(r"dropped after ([0-9.]+)", x) for x in opening) if m]
+        dropped = float(
+            early[0].group(1)
+            if early
+            else wait_for_line(attacker.stdout, r"dropped after ([0-9.]+)", [], 60)
+        )
         assert dropped < HEADER_TIMEOUT + 5
         most = max(most, descriptors(proc.pid))
         assert attacker.poll() is None, "the flood ended before the checks did"
