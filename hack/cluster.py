@@ -18,20 +18,19 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "testbed"))
 
-import addons
 import bed as beds
 import netns
-import trainer_install
 from bins import BuildError, cache_root
+from install import PARTS, install_parts
 from procs import BedError
 
 STATE = cache_root() / "current.json"
-PARTS = ("jobset", "kueue", "trainer")
 
 
 def say(line: str) -> None:
@@ -43,17 +42,11 @@ def start(args: argparse.Namespace) -> beds.Bed:
     unknown = without - set(PARTS)
     if unknown:
         raise BedError(f"--without: unknown {sorted(unknown)}; accepted: {', '.join(PARTS)}")
+    started = time.monotonic()
     bed = beds.start_bed(args.nodes, args.gpus_per_node, say=say)
     try:
-        if "jobset" not in without:
-            say("installing JobSet v0.12.0 from its released manifests")
-            addons.install_jobset(bed)
-        if "trainer" not in without:
-            say("installing Kubeflow Trainer (this repository's manifests) as an admin would")
-            trainer_install.install_trainer(bed)
-        if "kueue" not in without:
-            say("installing Kueue from its released manifests")
-            addons.install_kueue(bed)
+        install_parts(bed, [p for p in PARTS if p not in without], say)
+        say(f"ready in {time.monotonic() - started:.1f} s")
     except BaseException:
         bed.stop(keep=args.keep)
         raise

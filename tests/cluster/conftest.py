@@ -24,11 +24,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "hack/testbed"))
 
-import addons  # noqa: E402
 import bed as beds  # noqa: E402
 import bins  # noqa: E402
 import netns  # noqa: E402
-import trainer_install  # noqa: E402
+from install import install_parts  # noqa: E402
 
 
 def _skip_reason() -> str | None:
@@ -47,8 +46,7 @@ def bed() -> Iterator[beds.Bed]:
     keep = bool(os.environ.get("TRAINER_TESTBED_KEEP"))
     running = beds.start_bed(nodes=4, gpus_per_node=8, say=lambda line: print(f"testbed: {line}"))
     try:
-        addons.install_jobset(running)
-        trainer_install.install_trainer(running)
+        install_parts(running, ("jobset", "trainer"), lambda line: print(f"testbed: {line}"))
         yield running
         forbidden = forbidden_lines(running.root / "logs")
         assert not forbidden, "the controller was refused by the manifests' RBAC:\n" + "\n".join(
