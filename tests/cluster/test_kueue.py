@@ -136,6 +136,21 @@ def gpu_job(name: str, run_for: str, priority: str | None = None, **spec: Any) -
     return job
 
 
+def after_second(bed: Any, namespace: str, what: str) -> None:
+    """Until the API server's clock is past the second ``what`` was created in (read from the
+    creation time of a dry-run object: the server's clock, not ours)."""
+    created = kubectl_json(bed, "get", what, "-n", namespace)["metadata"]["creationTimestamp"]
+
+    def later() -> bool:
+        now = bed.kubectl(
+            "create", "configmap", "clock", "-n", namespace, "--dry-run=server",
+            "-o", "jsonpath={.metadata.creationTimestamp}",
+        ).stdout  # fmt: skip
+        return bool(now > created)  # RFC 3339 in UTC: the text sorts as the time
+
+    wait_for(f"the API server's clock past {created}", later, 5, interval=0.1)
+
+
 def workload(bed: Any, namespace: str, name: str) -> str:
     """The name of the Workload Kueue made for TrainJob ``name`` (polled: a Workload's name
     has a hash in it, and there is nothing to wait on before it exists)."""
@@ -245,6 +260,10 @@ def test_quota_admits_what_fits_and_the_rest_in_creation_order(
     # Kueue's webhook suspended the later ones on create, with its runtime patch (the queue
     # label for the JobSet).
     for name in ("third", "fourth"):
+        if name == "fourth":
+            # Kueue queues equal priorities by their Workloads' creation time, which has whole
+            # seconds: fourth's must come a second after third's for the order to be defined.
+            after_second(bed, ns, workload(bed, ns, "third"))
         made = json.loads(
             bed.kubectl("create", "-n", ns, "-f", "-", "-o", "json", input=dump(
                 gpu_job(name, "2s"))).stdout
