@@ -256,7 +256,9 @@ def test_a_flood_of_idle_sockets_to_the_dashboard_leaves_the_plane_working(
         attacker.terminate()
         out, err = attacker.communicate(timeout=30)
     ages = json.loads(out.splitlines()[-1])["ages"]
-    assert len(ages) > SOCKETS - CAP, err  # refused or dropped, and re-opened
+    # Those over the cap refused at once, those held dropped at the deadline (and re-opened).
+    assert len(ages) >= SOCKETS - CAP, err
+    assert any(age >= HEADER_TIMEOUT * 0.8 for age in ages), err
     assert max(ages) < HEADER_TIMEOUT + 5, max(ages)  # none held for long
     assert most - before <= CAP + 100, (before, most)
     # Serving again once the flood is over.
