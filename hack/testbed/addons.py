@@ -194,19 +194,42 @@ def run_controller_pod(
     return proc
 
 
+def apply_released(bed: Bed, folder: Path) -> tuple[list[dict[str, Any]], str]:
+    """A controller's released kustomization applied whole but for its Deployment (run as a
+    process instead); returns its objects and its namespace."""
+    objects = render_kustomize(folder)
+    namespace = str(deployment(objects)["metadata"]["namespace"])
+    bed.apply([o for o in objects if o["kind"] != "Deployment"])
+    return objects, namespace
+
+
+def write_config(folder: Path, config: dict[str, Any]) -> Path:
+    """The ConfigMap's config file as the pod would see it, with the bed's ports."""
+    path = folder / "controller_manager_config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def serving(
+    bed: Bed, proc: Proc, namespace: str, secret: str, timeout: float, interval: float
+) -> None:
+    """Until the controller stored its webhook certificate (then projected as its Secret
+    volume would be) and its readiness probe passes."""
+    certs = bed.root / proc.name / "k8s-webhook-server/serving-certs"
+    sync_secret(bed, namespace, secret, certs, proc, timeout)
+    health = f"http://127.0.0.1:{proc.ports['health']}/readyz"
+    wait_for("/readyz", lambda: http_ok(health), timeout, proc, interval)
+
+
 def install_jobset(bed: Bed, timeout: float = 60) -> Proc:
     """JobSet v0.12.0's config/default, its controller and webhooks working."""
-    source = source_dir("sigs.k8s.io/jobset")
-    objects = render_kustomize(source / "config/default")
-    namespace = deployment(objects)["metadata"]["namespace"]
-    bed.apply([o for o in objects if o["kind"] != "Deployment"])
+    objects, namespace = apply_released(bed, source_dir("sigs.k8s.io/jobset") / "config/default")
     config = config_map_data(objects, "jobset-manager-config")
 
     def argv(folder: Path, ports: dict[str, int]) -> list[str]:
         config["webhook"] = {"port": ports["webhook"], "host": POD_ADDRESS}
         config["health"] = {"healthProbeBindAddress": f"127.0.0.1:{ports['health']}"}
-        path = folder / "controller_manager_config.yaml"
-        path.write_text(yaml.safe_dump(config))
+        path = write_config(folder, config)
         return [
             str(bed.bins["jobset-manager"]), f"--config={path}", "--zap-log-level=2",
             f"--metrics-bind-address=127.0.0.1:{ports['metrics']}",
@@ -217,10 +240,7 @@ def install_jobset(bed: Bed, timeout: float = 60) -> Proc:
         bed, "jobset", namespace, objects, argv, ("webhook", "health", "metrics")
     )
     route_service(bed, namespace, "jobset-webhook-service", proc.ports["webhook"])
-    certs = bed.root / "jobset/k8s-webhook-server/serving-certs"
-    sync_secret(bed, namespace, "jobset-webhook-server-cert", certs, proc, timeout)
-    health = f"http://127.0.0.1:{proc.ports['health']}/readyz"
-    wait_for("/readyz", lambda: http_ok(health), timeout, proc, 0.2)
+    serving(bed, proc, namespace, "jobset-webhook-server-cert", timeout, 0.2)
     probe = _probe_jobset()
     wait_for(
         "its webhook, called by kube-apiserver",
@@ -268,17 +288,14 @@ def install_kueue(bed: Bed, timeout: float = 90) -> Proc:
     grows to two minutes. With the TrainJob CRD served, this waits until Kueue's trainjob
     controller has started."""
     source = source_dir("sigs.k8s.io/kueue", module="kueue")
-    objects = render_kustomize(source / "config/default")
-    namespace = deployment(objects)["metadata"]["namespace"]
-    bed.apply([o for o in objects if o["kind"] != "Deployment"])
+    objects, namespace = apply_released(bed, source / "config/default")
     config = config_map_data(objects, "kueue-manager-config")
 
     def argv(folder: Path, ports: dict[str, int]) -> list[str]:
         config["webhook"] = {"port": ports["webhook"], "host": POD_ADDRESS}
         config["health"] = {"healthProbeBindAddress": f"127.0.0.1:{ports['health']}"}
         config["metrics"] = {"bindAddress": f"127.0.0.1:{ports['metrics']}"}
-        path = folder / "controller_manager_config.yaml"
-        path.write_text(yaml.safe_dump(config))
+        path = write_config(folder, config)
         return [
             str(bed.bins["kueue-manager"]), f"--config={path}", "--zap-log-level=2",
             f"--visibility-server-port={ports['visibility']}",
@@ -289,10 +306,7 @@ def install_kueue(bed: Bed, timeout: float = 90) -> Proc:
     )
     route_service(bed, namespace, "kueue-webhook-service", proc.ports["webhook"])
     route_service(bed, namespace, "kueue-visibility-server", proc.ports["visibility"], "https")
-    certs = bed.root / "kueue/k8s-webhook-server/serving-certs"
-    sync_secret(bed, namespace, "kueue-webhook-server-cert", certs, proc, timeout)
-    health = f"http://127.0.0.1:{proc.ports['health']}/readyz"
-    wait_for("/readyz", lambda: http_ok(health), timeout, proc, 0.3)
+    serving(bed, proc, namespace, "kueue-webhook-server-cert", timeout, 0.3)
     probe = yaml.safe_dump(
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from addons import config_map_data, deployment, render_kustomize, route_service, run_controller_pod
+from addons import (
+    config_map_data,
+    deployment,
+    render_kustomize,
+    route_service,
+    run_controller_pod,
+    write_config,
+)
 from bed import Bed
 from netns import POD_ADDRESS
 from procs import Proc, http_ok, wait_for
@@ -63,8 +70,7 @@ def start_controller(bed: Bed, objects: list[dict[str, Any]], name: str = "train
             **config.get("health", {}),
             "healthProbeBindAddress": f"127.0.0.1:{ports['health']}",
         }
-        path = folder / "controller_manager_config.yaml"
-        path.write_text(yaml.safe_dump(config))
+        path = write_config(folder, config)
         # The image's entrypoint is `trainer controller` (Dockerfile).
         return [
             python,
