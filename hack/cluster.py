@@ -1,6 +1,7 @@
 """The real-Kubernetes test bed by hand (docs/testbed.md).
 
     hack/cluster.py up [--nodes 4] [--gpus-per-node 8] [--without jobset,kueue,trainer]
+                       [--controller ours|upstream]
     hack/cluster.py run [options] -- COMMAND...   # start, run COMMAND in the bed, stop
     hack/cluster.py exec -- kubectl get nodes     # a command in a running bed's namespace
 
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "testbed"))
 import bed as beds
 import netns
 from bins import BuildError, cache_root
-from install import PARTS, install_parts
+from install import CONTROLLERS, PARTS, install_parts
 from procs import BedError
 
 STATE = cache_root() / "current.json"
@@ -45,7 +46,7 @@ def start(args: argparse.Namespace) -> beds.Bed:
     started = time.monotonic()
     bed = beds.start_bed(args.nodes, args.gpus_per_node, say=say)
     try:
-        install_parts(bed, [p for p in PARTS if p not in without], say)
+        install_parts(bed, [p for p in PARTS if p not in without], say, args.controller)
         say(f"ready in {time.monotonic() - started:.1f} s")
     except BaseException:
         bed.stop(keep=args.keep)
@@ -120,6 +121,11 @@ def main() -> int:
         p.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu per node")
         p.add_argument("--without", default="", help=f"comma-separated parts to leave out: {PARTS}")
         p.add_argument("--keep", action="store_true", help="keep the bed's folder (logs) on exit")
+        p.add_argument(
+            "--controller", choices=CONTROLLERS, default="ours",
+            help="whose Kubeflow Trainer to install: this repository's (default) or "
+            "upstream's v2.3.0 release",
+        )  # fmt: skip
         if verb == "run":
             p.add_argument("command", nargs=argparse.REMAINDER)
     p = sub.add_parser("exec")

@@ -348,6 +348,21 @@ def _trainjob_controller_started(log: Path) -> bool:
     return False
 
 
+PODGROUP_CRDS = (
+    ("sigs.k8s.io/scheduler-plugins", "config/crd/bases/scheduling.x-k8s.io_podgroups.yaml"),
+    ("volcano.sh/volcano", "config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml"),
+)
+
+
+def install_podgroup_crds(bed: Bed) -> None:
+    """The PodGroup CRDs of scheduler-plugins' coscheduling and of Volcano, from their pinned
+    modules (hack/testbed/crds): a runtime's podGroupPolicy makes the controller write them.
+    Their schedulers are not run: KWOK's pods are bound by kube-scheduler."""
+    files = [str(source_dir(m, module="crds") / f) for m, f in PODGROUP_CRDS]
+    bed.kubectl("apply", "--server-side", *[a for f in files for a in ("-f", f)])
+    bed.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+
+
 def remove_kueue(bed: Bed) -> None:
     """Stop Kueue and remove what would make the API server call it: its webhook
     configurations (failurePolicy Fail) and its aggregated APIServices. Its CRDs and objects

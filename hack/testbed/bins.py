@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MODULES = ("kube", "kueue")
+MODULES = ("kube", "kueue", "upstream", "crds")
 # The name each program gets in the cache, where the package path's last element is not it.
 NAMES = {
     "go.etcd.io/etcd/server/v3": "etcd",

@@ -10,14 +10,22 @@ from concurrent.futures import ThreadPoolExecutor
 
 import addons
 import trainer_install
+import upstream_install
 from bed import Bed
 from procs import wait_for
 
 PARTS = ("jobset", "trainer", "kueue")
+CONTROLLERS = ("ours", "upstream")
 JOBSET_CRD = "crd/jobsets.jobset.x-k8s.io"
 
 
-def install_parts(bed: Bed, parts: Collection[str], say: Callable[[str], None]) -> None:
+def install_parts(
+    bed: Bed, parts: Collection[str], say: Callable[[str], None], controller: str = "ours"
+) -> None:
+    """``controller`` chooses whose Kubeflow Trainer the "trainer" part installs: this
+    repository's, or upstream's v2.3.0 release (:mod:`upstream_install`)."""
+    if controller not in CONTROLLERS:
+        raise ValueError(f"controller: {controller!r}; accepted: {', '.join(CONTROLLERS)}")
     with ThreadPoolExecutor(max_workers=1) as pool:
         jobset = None
         if "jobset" in parts:
@@ -32,8 +40,12 @@ def install_parts(bed: Bed, parts: Collection[str], say: Callable[[str], None]) 
                     ),
                     60,
                 )
-            say("installing Kubeflow Trainer (this repository's manifests) as an admin would")
-            trainer_install.install_trainer(bed)
+            if controller == "upstream":
+                say("installing upstream's Kubeflow Trainer v2.3.0 from its released manifests")
+                upstream_install.install_upstream(bed)
+            else:
+                say("installing Kubeflow Trainer (this repository's manifests) as an admin would")
+                trainer_install.install_trainer(bed)
         if jobset is not None:
             jobset.result()
     if "kueue" in parts:

@@ -111,9 +111,9 @@ def wait_webhook(bed: Bed, proc: Proc, timeout: float = 60) -> None:
     wait_for("its webhook, called by kube-apiserver", answered, timeout, proc, 0.3)
 
 
-def install_trainer(bed: Bed) -> Proc:
+def install_trainer(bed: Bed, name: str = "trainer") -> Proc:
     objects = install_manifests(bed)
-    proc = start_controller(bed, objects)
+    proc = start_controller(bed, objects, name)
     wait_webhook(bed, proc)
     runtimes = render_kustomize(ROOT / "manifests/overlays/runtimes")
     bed.apply(runtimes, manager="kubectl")

@@ -1,0 +1,191 @@
+"""What each controller wrote, made comparable, and the differences between two such records
+(docs/side-by-side.md). Pure: no I/O.
+
+Two runs of the same corpus differ in what no controller decides: the namespace (each
+controller's run has its own), object UIDs, resource versions, timestamps, the random SSH keys
+of MPI Secrets and the random times of KWOK pods. :func:`normalise` removes or replaces
+exactly those; everything else a controller wrote is compared.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+DROPPED_METADATA = (
+    "uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink",
+)  # fmt: skip
+TIME_KEYS = ("lastTransitionTime", "lastUpdateTime", "lastProbeTime", "time")
+UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _strings(value: Any, namespace: str) -> Any:
+    if isinstance(value, str):
+        return UID.sub("$UID", value.replace(namespace, "$NS")) if namespace else value
+    if isinstance(value, list):
+        return [_strings(v, namespace) for v in value]
+    if isinstance(value, dict):
+        return {_strings(k, namespace): _strings(v, namespace) for k, v in value.items()}
+    return value
+
+
+def _drop_times(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_drop_times(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _drop_times(v) for k, v in value.items() if k not in TIME_KEYS}
+    return value
+
+
+def normalise(obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """The object as a controller decided it: server bookkeeping dropped, the run's namespace
+    and UIDs replaced by ``$NS`` and ``$UID``, timestamps dropped, Secret values replaced by
+    their presence (MPI keys are random), JobSet status (JobSet's controller writes it)
+    dropped."""
+    out = dict(obj)
+    meta = {k: v for k, v in dict(out.get("metadata") or {}).items() if k not in DROPPED_METADATA}
+    if meta.get("ownerReferences"):
+        meta["ownerReferences"] = [
+            {k: v for k, v in ref.items() if k != "uid"} for ref in meta["ownerReferences"]
+        ]
+    annotations = dict(meta.get("annotations") or {})
+    annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    if annotations:
+        meta["annotations"] = annotations
+    else:
+        meta.pop("annotations", None)
+    out["metadata"] = meta
+    kind = out.get("kind")
+    if kind == "ConfigMap" and isinstance((out.get("data") or {}).get("runtime"), str):
+        # A runtime snapshot: the runtime as YAML. Compared as the object it holds, the
+        # server's bookkeeping dropped as for any object (upstream's copy keeps its informer
+        # cache's managedFields; the serialisations' key order and quoting differ).
+        try:
+            held = yaml.safe_load(out["data"]["runtime"])
+        except yaml.YAMLError:
+            held = None
+        if isinstance(held, dict):
+            out["data"] = {**out["data"], "runtime": normalise(held, namespace)}
+    if kind == "Secret":
+        out["data"] = dict.fromkeys(out.get("data") or {}, "<set>")
+    if kind == "JobSet":
+        out.pop("status", None)
+    normalised: dict[str, Any] = _strings(_drop_times(out), namespace)
+    return normalised
+
+
+def key(obj: Mapping[str, Any]) -> str:
+    """``Kind/name`` (the namespace is the run's own)."""
+    group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+    kind = f"{obj.get('kind')}.{group}" if group and obj.get("kind") == "PodGroup" else obj["kind"]
+    return f"{kind}/{obj['metadata']['name']}"
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One field that differs: ``path`` names it (``spec.a[0].b``), ``change`` says how
+    (``upstream-only``, ``ours-only``: the field is written by one controller alone;
+    ``value``: both write it, differently)."""
+
+    object: str
+    path: str
+    change: str
+    upstream: Any
+    ours: Any
+
+    @property
+    def pattern_path(self) -> str:
+        """The path with list indices made ``[*]``: what the list of differences matches."""
+        return re.sub(r"\[\d+\]", "[*]", self.path)
+
+
+MISSING = object()
+
+
+def _walk(path: str, a: Any, b: Any) -> Iterator[tuple[str, Any, Any]]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            sub = f"{path}.{k}" if path else str(k)
+            yield from _walk(sub, a.get(k, MISSING), b.get(k, MISSING))
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            yield from _walk(f"{path}[{i}]", x, y)
+    elif a != b:
+        yield path, a, b
+
+
+def diff(upstream: Mapping[str, Any], ours: Mapping[str, Any]) -> list[Difference]:
+    """Every difference between two records of ``key -> normalised object``."""
+    found: list[Difference] = []
+    for name in sorted(set(upstream) | set(ours)):
+        if name not in ours:
+            found.append(Difference(name, "", "upstream-only", upstream[name], None))
+            continue
+        if name not in upstream:
+            found.append(Difference(name, "", "ours-only", None, ours[name]))
+            continue
+        for path, a, b in _walk("", upstream[name], ours[name]):
+            change = "ours-only" if a is MISSING else "upstream-only" if b is MISSING else "value"
+            found.append(
+                Difference(
+                    name, path, change, None if a is MISSING else a, None if b is MISSING else b
+                )
+            )
+    return found
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """One entry of the list of justified differences (hack/sidebyside/differences.yaml)."""
+
+    id: str
+    kind: str
+    path: str
+    change: str
+    reason: str
+    justification: str
+    test: str
+
+    def matches(self, d: Difference) -> bool:
+        kind = d.object.split("/", 1)[0]
+        return (
+            fnmatch.fnmatchcase(kind, self.kind)
+            and (self.change in ("any", d.change))
+            and fnmatch.fnmatchcase(d.pattern_path, self.path)
+        )
+
+
+def allowed_from(entries: list[dict[str, Any]]) -> list[Allowed]:
+    fields = ("id", "kind", "path", "change", "reason", "justification", "test")
+    out = []
+    for i, e in enumerate(entries):
+        missing = [f for f in fields if not isinstance(e.get(f), str) or not e[f]]
+        if missing:
+            raise ValueError(f"differences[{i}]: missing or empty {', '.join(missing)}")
+        out.append(Allowed(**{f: e[f] for f in fields}))
+    return out
+
+
+def classify(
+    found: list[Difference], allowed: list[Allowed]
+) -> tuple[dict[str, list[Difference]], list[Difference]]:
+    """The differences each entry of ``allowed`` covers, and those no entry covers."""
+    covered: dict[str, list[Difference]] = {a.id: [] for a in allowed}
+    unexplained: list[Difference] = []
+    for d in found:
+        entry = next((a for a in allowed if a.matches(d)), None)
+        if entry is None:
+            unexplained.append(d)
+        else:
+            covered[entry.id].append(d)
+    return covered, unexplained
+
+
+def short(value: Any, limit: int = 160) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

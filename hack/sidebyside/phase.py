@@ -1,0 +1,170 @@
+"""One controller's run of a corpus on the bed (docs/side-by-side.md): create the runtimes and
+TrainJobs in a namespace of their own, record each TrainJob's admission verdict, wait until
+every admitted TrainJob has its JobSet and has finished on KWOK's pods (or the settle time is
+over), then record what the controller wrote: JobSets, Secrets, ConfigMaps, PodGroups and the
+TrainJobs' status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from objects import key, normalise
+
+from trainer.kube.resources import (
+    CLUSTER_TRAINING_RUNTIMES,
+    CONFIGMAPS,
+    COSCHEDULING_PODGROUPS,
+    JOBSETS,
+    SECRETS,
+    TRAINJOBS,
+    VOLCANO_PODGROUPS,
+)
+from trainer.kube.rest import Kube
+from trainer.machinery.gvr import GVR
+from trainer.machinery.requests import APIError
+
+NAMESPACES = GVR("", "v1", "namespaces", False, "Namespace")
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+RECORDED = (JOBSETS, SECRETS, CONFIGMAPS, COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS)
+ADMITTED = "admitted"
+
+
+@dataclass
+class Phase:
+    """What one controller did with the corpus."""
+
+    controller: str
+    namespace: str
+    verdicts: dict[str, str] = field(default_factory=dict)
+    """TrainJob name -> "admitted" or the API server's answer (code, reason, message)."""
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """``Kind/name`` -> normalised object."""
+    unsettled: list[str] = field(default_factory=list)
+    """TrainJobs still without a JobSet or unfinished when the settle time ran out."""
+    seconds: float = 0.0
+
+
+def _terminal(job: dict[str, Any]) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
+    )
+
+
+def _expects_jobset(job: dict[str, Any]) -> bool:
+    return (job.get("spec") or {}).get("managedBy") != MULTIKUEUE
+
+
+def _expects_finish(job: dict[str, Any]) -> bool:
+    spec = job.get("spec") or {}
+    return _expects_jobset(job) and not spec.get("suspend")
+
+
+async def _create(kube: Kube, obj: dict[str, Any], namespace: str) -> str:
+    body = copy.deepcopy(obj)
+    if obj["kind"] != "ClusterTrainingRuntime":
+        body["metadata"]["namespace"] = namespace
+    try:
+        await kube.create(body)
+    except APIError as err:
+        return f"{err.status} {err.reason}: {err.message}".replace(namespace, "$NS")
+    return ADMITTED
+
+
+async def run_phase(
+    kube: Kube,
+    controller: str,
+    namespace: str,
+    cluster_runtimes: list[dict[str, Any]],
+    runtimes: list[dict[str, Any]],
+    trainjobs: list[dict[str, Any]],
+    settle: float,
+    say: Callable[[str], None] = lambda _: None,
+    concurrency: int = 8,
+) -> Phase:
+    started = time.monotonic()
+    phase = Phase(controller, namespace)
+    namespace_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    await kube.create(namespace_obj, gvr=NAMESPACES)
+    for runtime in [*cluster_runtimes, *runtimes]:
+        verdict = await _create(kube, runtime, namespace)
+        phase.verdicts[f"{runtime['kind']}/{runtime['metadata']['name']}"] = verdict
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(job: dict[str, Any]) -> None:
+        async with gate:
+            phase.verdicts[f"TrainJob/{job['metadata']['name']}"] = await _create(
+                kube, job, namespace
+            )
+
+    await asyncio.gather(*(one(j) for j in trainjobs))
+    admitted = {
+        n.split("/", 1)[1]
+        for n, v in phase.verdicts.items()
+        if v == ADMITTED and n.startswith("TrainJob/")
+    }
+    by_name = {j["metadata"]["name"]: j for j in trainjobs}
+    want_jobset = {n for n in admitted if _expects_jobset(by_name[n])}
+    want_finish = {n for n in admitted if _expects_finish(by_name[n])}
+    say(
+        f"{controller}: {len(admitted)} of {len(trainjobs)} TrainJobs admitted; waiting for "
+        f"{len(want_jobset)} JobSets and {len(want_finish)} finished TrainJobs"
+    )
+    deadline = time.monotonic() + settle
+    while True:
+        jobsets, _ = await kube.list(JOBSETS, namespace)
+        jobs, _ = await kube.list(TRAINJOBS, namespace)
+        missing = want_jobset - {j["metadata"]["name"] for j in jobsets}
+        running = want_finish - {j["metadata"]["name"] for j in jobs if _terminal(j)}
+        if not missing and not running:
+            break
+        if time.monotonic() > deadline:
+            phase.unsettled = sorted(missing | running)
+            say(f"{controller}: {len(phase.unsettled)} TrainJobs unsettled after {settle:.0f} s")
+            break
+        await asyncio.sleep(1.0)
+    # Once every TrainJob finished, nothing changes any more; a second look after the
+    # controllers' last status writes keeps a late write out of only one side's record.
+    await asyncio.sleep(2.0)
+    await record(kube, phase)
+    await clean(kube, phase, cluster_runtimes)
+    phase.seconds = time.monotonic() - started
+    return phase
+
+
+async def clean(kube: Kube, phase: Phase, cluster_runtimes: list[dict[str, Any]]) -> None:
+    """The run's namespace and cluster runtimes go, so the next controller neither reconciles
+    this run's TrainJobs nor finds its runtimes."""
+    await kube.delete(NAMESPACES, None, phase.namespace)
+    for r in cluster_runtimes:
+        await kube.delete(CLUSTER_TRAINING_RUNTIMES, None, r["metadata"]["name"])
+
+
+async def record(kube: Kube, phase: Phase) -> None:
+    for gvr in RECORDED:
+        try:
+            items, _ = await kube.list(gvr, phase.namespace)
+        except APIError as err:
+            if err.is_unserved:
+                continue
+            raise
+        for item in items:
+            if item["kind"] == "ConfigMap" and item["metadata"]["name"] == "kube-root-ca.crt":
+                continue
+            phase.objects[key(item)] = normalise(item, phase.namespace)
+    jobs, _ = await kube.list(TRAINJOBS, phase.namespace)
+    for job in jobs:
+        kept = {
+            "apiVersion": job["apiVersion"],
+            "kind": job["kind"],
+            "metadata": job["metadata"],
+            "spec": job.get("spec") or {},
+            "status": job.get("status") or {},
+        }
+        phase.objects[key(job)] = normalise(kept, phase.namespace)
