@@ -31,7 +31,8 @@ def test_both_layers_merge_env_by_name_and_replace_tolerations() -> None:
         "containers": [
             {
                 "name": "a",
-                "env": [{"name": "X", "value": "1"}, {"name": "Y", "value": "2"}],
+                # An item the original lacks goes first, as kube-apiserver puts it.
+                "env": [{"name": "Y", "value": "2"}, {"name": "X", "value": "1"}],
                 "image": "i",
             }
         ],
@@ -45,5 +46,28 @@ def test_volume_mounts_merge_by_mount_path() -> None:
     live = {"volumeMounts": [{"name": "a", "mountPath": "/a"}]}
     patch = {"volumeMounts": [{"name": "b", "mountPath": "/a"}, {"name": "c", "mountPath": "/c"}]}
     want = {"volumeMounts": [{"name": "b", "mountPath": "/a"}, {"name": "c", "mountPath": "/c"}]}
+    assert strategic_merge(live, patch) == want
+    assert strategic_merge_patch(live, patch, mk.CORE_MERGE_KEYS) == want
+
+
+def test_lists_come_out_in_the_order_kube_apiserver_gives_them() -> None:
+    # Checked on kube-apiserver 1.36 (`kubectl patch --type strategic` of a Deployment) and on
+    # upstream Trainer's runtimePatches (docs/side-by-side.md).
+    live = {
+        "containers": [{"name": "node"}, {"name": "sidecar"}],
+        "volumes": [{"name": "initializer"}, {"name": "cache"}],
+    }
+    patch = {
+        "containers": [{"name": "sidecar", "image": "s"}],
+        "volumes": [{"name": "scratch"}, {"name": "cache", "emptyDir": {}}],
+    }
+    want = {
+        "containers": [{"name": "node"}, {"name": "sidecar", "image": "s"}],
+        "volumes": [
+            {"name": "scratch"},
+            {"name": "initializer"},
+            {"name": "cache", "emptyDir": {}},
+        ],
+    }
     assert strategic_merge(live, patch) == want
     assert strategic_merge_patch(live, patch, mk.CORE_MERGE_KEYS) == want

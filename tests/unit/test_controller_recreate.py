@@ -73,3 +73,20 @@ def test_a_field_taken_away_is_recreated_once_jobset_refuses_it_while_suspended(
     assert not refused_as_immutable(422, refusal, active)
     assert not refused_as_immutable(422, "spec.replicatedJobs[0].name: Invalid value", live)
     assert not refused_as_immutable(403, refusal, live)
+
+
+def _with_resources(limits: dict[str, Any], volume_limit: Any = "1Gi") -> dict[str, Any]:
+    obj = jobset()
+    pod = obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["containers"][0]["resources"] = {"limits": limits}
+    pod["volumes"] = [{"name": "v", "emptyDir": {"sizeLimit": volume_limit}}]
+    return obj
+
+
+def test_quantities_a_go_webhook_rewrote_are_the_same_quantities() -> None:
+    # JobSet's defaulting webhook stores Go's canonical form: 2 -> "2", 1000m -> "1".
+    written = _with_resources({"nvidia.com/gpu": 2, "cpu": "1000m"}, 1073741824)
+    stored = _with_resources({"nvidia.com/gpu": "2", "cpu": "1"}, "1Gi")
+    assert not needs_recreate(stored, written)
+    more = _with_resources({"nvidia.com/gpu": 3, "cpu": "1000m"}, 1073741824)
+    assert needs_recreate(stored, more)

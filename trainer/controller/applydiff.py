@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from trainer.api import jobset_contract as jsc
+from trainer.machinery.quantity import Quantity, QuantityError
 
 APPLIED_HASH = "trainer.kubeflow.org/applied-config-hash"
 
@@ -38,18 +39,49 @@ def unchanged(live: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
     return live_hash == desired_hash and covers(live, desired)
 
 
-def covers(live: Any, desired: Any) -> bool:
+QUANTITY_MAPS = frozenset({"limits", "requests", "minResources", "overhead"})
+"""Keys whose values map resource names to quantities (containers' resources, a PodGroup's
+minResources, a pod's overhead)."""
+QUANTITY_KEYS = frozenset({"sizeLimit"})
+
+
+def covers(live: Any, desired: Any, quantities: bool = False) -> bool:
     """True when applying ``desired`` would change nothing in ``live``: every field of
-    ``desired`` is in ``live`` with the same value (lists item by item)."""
+    ``desired`` is in ``live`` with the same value (lists item by item).
+
+    Quantities are compared by value: the API server keeps what was written, but a Go
+    webhook that decodes and re-encodes the object (JobSet's defaulting webhook does) stores
+    Go's canonical form, so ``2`` comes back as ``"2"`` and ``1000m`` as ``"1"``. Compared as
+    written, a JobSet would never look applied, and a suspended one would be recreated for
+    an "immutable change" over and over (seen on the real JobSet v0.12.0, docs/side-by-side.md)."""
     if isinstance(desired, dict):
         if not isinstance(live, dict):
             return False
-        return all(k in live and covers(live[k], v) for k, v in desired.items())
+        return all(
+            k in live
+            and (
+                _same_quantity(live[k], v)
+                if quantities or k in QUANTITY_KEYS
+                else covers(live[k], v, k in QUANTITY_MAPS)
+            )
+            for k, v in desired.items()
+        )
     if isinstance(desired, list):
         if not isinstance(live, list) or len(live) != len(desired):
             return False
         return all(covers(a, b) for a, b in zip(live, desired, strict=True))
     return bool(live == desired)
+
+
+def _same_quantity(live: Any, desired: Any) -> bool:
+    if live == desired:
+        return True
+    if not isinstance(live, str | int | float) or not isinstance(desired, str | int | float):
+        return False
+    try:
+        return Quantity.parse(live).value == Quantity.parse(desired).value
+    except QuantityError:
+        return False
 
 
 def _without_mutable(spec: dict[str, Any]) -> dict[str, Any]:

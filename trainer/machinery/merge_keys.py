@@ -21,7 +21,7 @@ Every other list is replaced whole.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 SET: Final = ""
 """The key of a list of scalars merged as a set (``$deleteFromPrimitiveList`` applies)."""
@@ -52,3 +52,44 @@ CORE_MERGE_KEYS: Final[Mapping[str, str]] = {
     "webhooks": "name",
     "finalizers": SET,
 }
+
+
+def strategic_order(
+    merged: list[Any], original: list[Any], named: list[Any], key: str
+) -> list[Any]:
+    """``merged`` (a keyed list after merging ``named``'s items into ``original``) in the
+    order Kubernetes' strategic merge gives it (apimachinery ``strategicpatch.mergeSlice``,
+    checked against kube-apiserver, docs/side-by-side.md): the items the patch names, in
+    the patch's order, interleaved with the items only the original has, in the original's
+    order; at each step an original-only item goes first only when it stood before the next
+    patch item in the original, so an item the original lacks goes first. A patch that adds
+    a volume puts it before the others; patching an existing container keeps their order."""
+    if not named:
+        return merged
+    by_key = {item[key]: item for item in merged if isinstance(item, dict) and key in item}
+    from_patch = [by_key[k] for k in named if k in by_key]
+    wanted = set(named)
+    only_original = [
+        item for item in merged if not (isinstance(item, dict) and item.get(key) in wanted)
+    ]
+    position = {
+        item[key]: i for i, item in enumerate(original) if isinstance(item, dict) and key in item
+    }
+    ordered: list[Any] = []
+    i = j = 0
+    while i < len(only_original) or j < len(from_patch):
+        if j >= len(from_patch):
+            ordered.append(only_original[i])
+            i += 1
+            continue
+        if i < len(only_original):
+            left = only_original[i]
+            li = position.get(left.get(key)) if isinstance(left, dict) else None
+            ri = position.get(from_patch[j][key])
+            if li is not None and ri is not None and li < ri:
+                ordered.append(left)
+                i += 1
+                continue
+        ordered.append(from_patch[j])
+        j += 1
+    return ordered

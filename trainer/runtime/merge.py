@@ -13,7 +13,13 @@ JobSet spec are few and unambiguous by name, so they are listed by name
 * directives: ``$patch: replace`` (a map or list item replaces wholesale), ``$patch: delete``
   (a list item removes the matching item, a map removes itself).
 
-Items that exist only in the patch are appended after the original ones, in patch order.
+The merged list is ordered as Kubernetes' strategic merge orders it (apimachinery's
+``strategicpatch.mergeSlice``, observed on upstream's controller, docs/side-by-side.md): the
+items the patch names, in the patch's order, interleaved with the items only the original
+has, in the original's order. At each step the next original-only item goes first only when
+it stood before the next patch item in the original; a patch item the original lacks goes
+first. So a volume a runtimePatch adds lands *before* the runtime's own volumes, and
+patching an existing container keeps the containers' order.
 
 Both sides are JSON data as ``json.loads`` or a model's ``to_wire`` makes it: objects are
 ``dict`` (checked as such: an ``isinstance`` against the ``Mapping`` ABC costs several times
@@ -26,7 +32,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from trainer.machinery.merge_keys import JOBSET_MERGE_KEYS
+from trainer.machinery.merge_keys import JOBSET_MERGE_KEYS, strategic_order
 
 PATCH = "$patch"
 
@@ -76,6 +82,7 @@ def _merge_list(original: list[Any], patch: list[Any], key: str) -> list[Any]:
                 return i
         return -1
 
+    named: list[Any] = []  # the keys the patch names (not deletes), in its order
     for item in patch:
         if not isinstance(item, dict) or key not in item:
             out.append(_clean(item))
@@ -86,13 +93,15 @@ def _merge_list(original: list[Any], patch: list[Any], key: str) -> list[Any]:
             if i >= 0:
                 del out[i]
             continue
+        if item[key] not in named:
+            named.append(item[key])
         if i < 0:
             out.append(_clean(item))
         elif directive == "replace":
             out[i] = _clean(item)
         else:
             out[i] = _merge_map(out[i], item)
-    return out
+    return strategic_order(out, original, named, key)
 
 
 def _clean(value: Any) -> Any:

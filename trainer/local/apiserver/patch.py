@@ -10,6 +10,7 @@ from typing import Any
 import jsonpatch
 
 from trainer.local.apiserver.errors import APIError, bad_request
+from trainer.machinery.merge_keys import strategic_order
 
 MERGE = "application/merge-patch+json"
 JSON = "application/json-patch+json"
@@ -94,10 +95,13 @@ def _smp(target: Any, patch: Any, keys: Mapping[str, str], field: str) -> Any:
                     members.append(item)
             return members
         out_list = list(target)
+        named: list[Any] = []
         for item in patch:
             if not isinstance(item, Mapping) or key not in item:
                 out_list.append(item)
                 continue
+            if item.get("$patch") != "delete" and item[key] not in named:
+                named.append(item[key])
             idx = next(
                 (
                     i
@@ -116,5 +120,5 @@ def _smp(target: Any, patch: Any, keys: Mapping[str, str], field: str) -> Any:
                 out_list[idx] = {k: v for k, v in item.items() if k != "$patch"}
             else:
                 out_list[idx] = _smp(out_list[idx], item, keys, field="")
-        return out_list
+        return strategic_order(out_list, list(target), named, key)
     return copy.deepcopy(patch)
