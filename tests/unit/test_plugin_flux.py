@@ -153,36 +153,68 @@ def test_node_count_comes_from_num_nodes_once() -> None:
 
 
 def test_installer_init_container_volumes_and_mounts() -> None:
+    """Upstream's pod template, field for field: volume and mount names, paths, readOnly,
+    order, defaultMode, and no ``items`` (every key of the ConfigMap and the Secret)."""
     spec = pod_spec(objects(trainjob()))
     installer = container(spec, "flux-installer", "initContainers")
     assert installer["image"] == DEFAULT_VIEW_IMAGE
     assert installer["command"] == ["/bin/bash", "/etc/flux-config/init.sh"]
-    assert {m["name"]: m["mountPath"] for m in installer["volumeMounts"]} == {
-        "flux-install": "/mnt/flux",
-        "spack-install": "/mnt/software",
-        "flux-config": "/etc/flux-config",
-    }
-
-    volumes = {v["name"]: v for v in spec["volumes"]}
-    assert volumes["spack-install"] == {"name": "spack-install", "emptyDir": {}}
-    assert volumes["flux-install"] == {"name": "flux-install", "emptyDir": {}}
-    assert volumes["shared-memory"]["emptyDir"] == {"medium": "Memory"}
-    config = volumes["flux-config"]["configMap"]
-    assert config["name"] == "alpha-flux-entrypoint"
-    assert config["defaultMode"] == 493  # 0755
-    assert [i["key"] for i in config["items"]] == ["entrypoint.sh", "init.sh"]
-    curve = volumes["flux-curve"]["secret"]
-    assert curve["secretName"] == "alpha-flux-curve"
-    assert [i["key"] for i in curve["items"]] == ["curve.cert"]
-
+    assert installer["volumeMounts"] == [
+        {"name": "flux-install", "mountPath": "/mnt/flux"},
+        {"name": "alpha-flux-entrypoint", "mountPath": "/etc/flux-config", "readOnly": True},
+    ]
+    assert spec["volumes"] == [
+        {"name": "spack-install", "emptyDir": {}},
+        {"name": "flux-install", "emptyDir": {}},
+        {
+            "name": "alpha-flux-entrypoint",
+            "configMap": {"name": "alpha-flux-entrypoint", "defaultMode": 0o755},
+        },
+        {"name": "shared-memory", "emptyDir": {"medium": "Memory"}},
+        {"name": "flux-curve", "secret": {"secretName": "alpha-flux-curve", "defaultMode": 0o400}},
+    ]
     node = container(spec, "node")
-    assert {m["mountPath"]: m["name"] for m in node["volumeMounts"]} == {
-        "/mnt/flux": "flux-install",
-        "/opt/software": "spack-install",
-        "/etc/flux-config": "flux-config",
-        "/etc/curve": "flux-curve",
-        "/dev/shm": "shared-memory",
-    }
+    assert node["volumeMounts"] == [
+        {"name": "flux-install", "mountPath": "/mnt/flux"},
+        {"name": "spack-install", "mountPath": "/opt/software"},
+        {"name": "alpha-flux-entrypoint", "mountPath": "/etc/flux-config", "readOnly": True},
+        {"name": "flux-curve", "mountPath": "/curve", "readOnly": True},
+        {"name": "shared-memory", "mountPath": "/dev/shm", "readOnly": True},
+    ]
+
+
+def test_runtime_volumes_and_mounts_are_kept_and_flux_ones_upserted() -> None:
+    """A runtime volume of the same name is replaced in place, a mount at the same path too;
+    the others stay first."""
+    text = RUNTIME.replace(
+        '                      args: [--epochs, "1"]\n',
+        '                      args: [--epochs, "1"]\n'
+        "                      volumeMounts:\n"
+        "                        - {name: data, mountPath: /data}\n"
+        "                        - {name: shm, mountPath: /dev/shm}\n"
+        "                  volumes:\n"
+        "                    - {name: data, emptyDir: {}}\n"
+        "                    - {name: shared-memory, emptyDir: {sizeLimit: 1Gi}}\n",
+    )
+    spec = pod_spec(objects(trainjob(), runtime(text)))
+    assert [v["name"] for v in spec["volumes"]] == [
+        "data",
+        "shared-memory",
+        "spack-install",
+        "flux-install",
+        "alpha-flux-entrypoint",
+        "flux-curve",
+    ]
+    assert spec["volumes"][1] == {"name": "shared-memory", "emptyDir": {"medium": "Memory"}}
+    mounts = container(spec, "node")["volumeMounts"]
+    assert [(m["name"], m["mountPath"]) for m in mounts] == [
+        ("data", "/data"),
+        ("shared-memory", "/dev/shm"),
+        ("flux-install", "/mnt/flux"),
+        ("spack-install", "/opt/software"),
+        ("alpha-flux-entrypoint", "/etc/flux-config"),
+        ("flux-curve", "/curve"),
+    ]
 
 
 def test_runtime_init_containers_are_kept_and_installer_appended() -> None:
@@ -261,7 +293,7 @@ def test_entrypoint_lists_every_host_and_sizes_flux_run() -> None:
     assert "main_host=alpha-node-0-0\n" in entrypoint
     # numProcPerNode 2 on 3 nodes.
     assert "flux run -N 3 -n 6 " in entrypoint
-    assert "install -m 0400 /etc/curve/curve.cert " in entrypoint
+    assert "install -m 0400 /curve/curve.cert " in entrypoint
 
 
 def test_hosts_follow_network_subdomain() -> None:
@@ -306,6 +338,67 @@ def test_scripts_are_valid_bash(tmp_path: Path) -> None:
             ["bash", "-n", str(path)], check=False, capture_output=True, text=True
         )
         assert result.returncode == 0, (key, result.stderr)
+
+
+FAKE_FLUX = """#!/bin/bash
+# Stands in for Flux: "R encode" prints a resource set, "start" records its arguments.
+if [ "$1" = R ]; then echo '{"version": 1}'; exit 0; fi
+printf '%s\\n' "$@" > "$FLUX_ARGS"
+"""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash to run the scripts")
+def test_scripts_run_on_the_mounted_paths(tmp_path: Path) -> None:
+    """Both scripts, run on the pod template's mounts (each absolute path moved under
+    ``tmp_path``): the installer sees its image's ``/opt/view`` and ``/opt/software`` and only
+    ``/mnt/flux``; the node container sees ``/mnt/flux``, an empty ``/opt/software`` and the
+    certificate at ``/curve``. The software tree reaches the node's ``/opt/software`` and the
+    broker starts the wrapped command with the certificate installed."""
+    data = scripts(objects(trainjob({"numNodes": 3})))
+    image, node, flux_install = tmp_path / "image", tmp_path / "node", tmp_path / "flux-install"
+    (image / "view" / "bin").mkdir(parents=True)
+    (image / "view" / "bin" / "flux").write_text(FAKE_FLUX)
+    (image / "view" / "bin" / "flux").chmod(0o755)
+    (image / "software" / "flux-core").mkdir(parents=True)
+    (image / "software" / "flux-core" / "lib.so").write_text("flux")
+    (node / "software").mkdir(parents=True)
+    (node / "curve").mkdir()
+    (node / "curve" / "curve.cert").write_text(cert(objects(trainjob())))
+    flux_install.mkdir()
+    fakes = tmp_path / "bin"
+    fakes.mkdir()
+    (fakes / "hostname").write_text("#!/bin/sh\necho alpha-node-0-0\n")
+    (fakes / "hostname").chmod(0o755)
+
+    def run(key: str, software: Path) -> None:
+        text = (
+            data[key]
+            .replace("/mnt/flux", str(flux_install))
+            .replace("/opt/view", str(image / "view"))
+            .replace("/opt/software", str(software))
+            .replace(" /curve/", f" {node}/curve/")
+        )
+        (tmp_path / key).write_text(text)
+        env = {"PATH": f"{fakes}:/usr/bin:/bin", "FLUX_ARGS": str(tmp_path / "flux-args")}
+        result = subprocess.run(
+            ["bash", str(tmp_path / key), "python3 train.py --epochs 1"],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert result.returncode == 0, (key, result.stdout, result.stderr)
+
+    run("init.sh", image / "software")
+    run("entrypoint.sh", node / "software")
+    assert (node / "software" / "flux-core" / "lib.so").read_text() == "flux"
+    state = flux_install / "config"
+    assert (state / "etc" / "curve" / "curve.cert").stat().st_mode & 0o777 == 0o400
+    args = (tmp_path / "flux-args").read_text().splitlines()
+    assert args[0] == "start"
+    assert args[-9:] == [
+        "flux", "run", "-N", "3", "-n", "6", "/bin/bash", "-c", "python3 train.py --epochs 1",
+    ]  # fmt: skip
 
 
 # --- Build: the CURVE certificate -------------------------------------------------------------

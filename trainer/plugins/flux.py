@@ -3,17 +3,25 @@
 bootstrapped without SSH. Active iff ``mlPolicy.flux`` is set.
 
 EnforceMLPolicy (on the trainer step, i.e. the job labelled ``trainjob-ancestor-step:
-trainer``, else the job named ``node``):
+trainer``, else the job named ``node``) writes upstream's pod template exactly (names, paths,
+``readOnly``, order, ``defaultMode``; Kueue computes a TrainJob's JobSet with upstream's code):
 
 * the ``node`` container's command and args become
   ``["/bin/bash", "/etc/flux-config/entrypoint.sh", "<shlex.join(command + args)>"]`` with no
   args; the entrypoint starts a broker on every pod and runs that command line with
   ``flux run`` from rank 0;
 * init container ``flux-installer`` (the Flux view image, ``FLUX_VIEW_IMAGE`` overrides it)
-  copies Flux into the pod's shared volumes;
-* volumes ``spack-install``, ``flux-install`` (emptyDir), ``shared-memory`` (emptyDir in
-  memory, for ``/dev/shm``), ``flux-config`` (ConfigMap ``<job>-flux-entrypoint``, mode 0755)
-  and ``flux-curve`` (Secret ``<job>-flux-curve``), mounted where the scripts expect them.
+  mounts ``flux-install`` at ``/mnt/flux`` and the scripts (read-only) at ``/etc/flux-config``;
+  it copies Flux's view and the spack software tree into ``/mnt/flux``;
+* volumes, in this order: ``spack-install`` (emptyDir), ``flux-install`` (emptyDir),
+  ``<job>-flux-entrypoint`` (ConfigMap ``<job>-flux-entrypoint``, defaultMode 0755, every key),
+  ``shared-memory`` (emptyDir in memory) and ``flux-curve`` (Secret ``<job>-flux-curve``,
+  defaultMode 0400, every key);
+* ``node`` mounts ``flux-install`` at ``/mnt/flux``, ``spack-install`` at ``/opt/software``
+  (the entrypoint copies the software tree there: the view's links point into it), and
+  read-only: the scripts at ``/etc/flux-config``, the certificate at ``/curve`` and
+  ``shared-memory`` at ``/dev/shm`` (upstream mounts it read-only; Flux itself does not write
+  there, but a program that needs a writable ``/dev/shm`` does not get one).
 
 The pod count comes from ``trainer.numNodes``, set when the Info is assembled
 (:mod:`trainer.runtime.podsets`); this plugin does not set it again.
@@ -44,7 +52,6 @@ from trainer.api import constants as c
 from trainer.api.core import (
     ConfigMapVolumeSource,
     Container,
-    KeyToPath,
     SecretVolumeSource,
     Volume,
     VolumeMount,
@@ -76,8 +83,8 @@ INIT_KEY = "init.sh"
 VOLUME_SPACK_INSTALL = "spack-install"
 VOLUME_FLUX_INSTALL = "flux-install"
 VOLUME_SHARED_MEMORY = "shared-memory"
-VOLUME_CONFIG = "flux-config"
 VOLUME_CURVE = "flux-curve"
+SHARED_MEMORY_DIR = "/dev/shm"
 
 CONFIG_MODE = 0o755
 """The scripts are executable."""
@@ -183,52 +190,49 @@ def _upsert_init_container(ps: PodSet, container: Container) -> None:
     pod.init_containers = inits
 
 
+def config_volume_name(job: str) -> str:
+    """The ConfigMap volume is named as its ConfigMap, ``<job>-flux-entrypoint``."""
+    return entrypoint_name(job)
+
+
 def _volumes(job: str) -> list[Volume]:
+    """Upstream's volumes in upstream's order; the ConfigMap and the Secret volumes project
+    every key (no ``items``)."""
     return [
         Volume(name=VOLUME_SPACK_INSTALL, empty_dir={}),
         Volume(name=VOLUME_FLUX_INSTALL, empty_dir={}),
+        Volume(
+            name=config_volume_name(job),
+            config_map=ConfigMapVolumeSource(name=entrypoint_name(job), default_mode=CONFIG_MODE),
+        ),
         Volume(name=VOLUME_SHARED_MEMORY, empty_dir={"medium": "Memory"}),
         Volume(
-            name=VOLUME_CONFIG,
-            config_map=ConfigMapVolumeSource(
-                name=entrypoint_name(job),
-                default_mode=CONFIG_MODE,
-                items=[
-                    KeyToPath(key=ENTRYPOINT_KEY, path=ENTRYPOINT_KEY),
-                    KeyToPath(key=INIT_KEY, path=INIT_KEY),
-                ],
-            ),
-        ),
-        Volume(
             name=VOLUME_CURVE,
-            secret=SecretVolumeSource(
-                secret_name=curve_name(job),
-                default_mode=CURVE_MODE,
-                items=[KeyToPath(key=scripts.CURVE_FILE, path=scripts.CURVE_FILE)],
-            ),
+            secret=SecretVolumeSource(secret_name=curve_name(job), default_mode=CURVE_MODE),
         ),
     ]
 
 
-def _node_mounts() -> list[VolumeMount]:
+def _node_mounts(job: str) -> list[VolumeMount]:
     return [
         VolumeMount(name=VOLUME_FLUX_INSTALL, mount_path=scripts.FLUX_DIR),
         VolumeMount(name=VOLUME_SPACK_INSTALL, mount_path=scripts.SOFTWARE_DIR),
-        VolumeMount(name=VOLUME_CONFIG, mount_path=scripts.CONFIG_DIR, read_only=True),
+        VolumeMount(name=config_volume_name(job), mount_path=scripts.CONFIG_DIR, read_only=True),
         VolumeMount(name=VOLUME_CURVE, mount_path=scripts.CURVE_DIR, read_only=True),
-        VolumeMount(name=VOLUME_SHARED_MEMORY, mount_path="/dev/shm"),
+        VolumeMount(name=VOLUME_SHARED_MEMORY, mount_path=SHARED_MEMORY_DIR, read_only=True),
     ]
 
 
-def _installer(image: str) -> Container:
+def _installer(job: str, image: str) -> Container:
     return Container(
         name=c.CONTAINER_FLUX_INSTALLER,
         image=image,
         command=["/bin/bash", f"{scripts.CONFIG_DIR}/{INIT_KEY}"],
         volume_mounts=[
             VolumeMount(name=VOLUME_FLUX_INSTALL, mount_path=scripts.FLUX_DIR),
-            VolumeMount(name=VOLUME_SPACK_INSTALL, mount_path=scripts.INSTALLER_SOFTWARE_DIR),
-            VolumeMount(name=VOLUME_CONFIG, mount_path=scripts.CONFIG_DIR, read_only=True),
+            VolumeMount(
+                name=config_volume_name(job), mount_path=scripts.CONFIG_DIR, read_only=True
+            ),
         ],
     )
 
@@ -305,9 +309,9 @@ class FluxPlugin:
         _clear(node, "args")
         for volume in _volumes(info.name):
             apply.upsert_volume(ps.pod_spec, volume)
-        for mount in _node_mounts():
+        for mount in _node_mounts(info.name):
             apply.upsert_volume_mount(node, mount)
-        _upsert_init_container(ps, _installer(found.view_image))
+        _upsert_init_container(ps, _installer(info.name, found.view_image))
 
     def build(self, info: Info, ctx: BuildContext) -> list[dict[str, Any]]:
         if not active(info):
