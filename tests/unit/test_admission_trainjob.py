@@ -748,6 +748,21 @@ def test_name_budget_reports_the_longest_name_once() -> None:
     assert message.endswith("is 33 characters")
 
 
+def test_name_budget_counts_the_volume_flux_names_after_the_trainjob() -> None:
+    """Flux's ConfigMap volume ``<name>-flux-entrypoint`` (upstream's name) must be a DNS-1123
+    label: 48 characters make it 64, which the Job API refuses, though every pod name fits."""
+    rt = runtime([NODE_JOB], ml_policy={"numNodes": 1, "flux": {"numProcPerNode": 1}})
+    assert check(job("trainer: {numNodes: 2}", name="a" * 47), rt).allowed
+    verdict = check(job("trainer: {numNodes: 2}", name="a" * 48), rt)
+    assert [e.path for e in verdict.errors] == [NAME]
+    message = verdict.errors[0].message
+    assert message.startswith(
+        f'the JobSet would generate the pod volume name "{"a" * 48}-flux-entrypoint" for '
+        'replicated job "node", 64 characters long'
+    )
+    assert message.endswith("is 47 characters")
+
+
 def test_name_budget_is_not_checked_on_update() -> None:
     name = "a" * 34
     old = job(name=name, suspend=True)

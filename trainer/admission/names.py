@@ -53,6 +53,7 @@ _KIND_TEXT = {
     "hostname": "pod hostname",
     "subdomain": "subdomain (headless Service name)",
     "PersistentVolumeClaim": "PersistentVolumeClaim name",
+    "Volume": "pod volume name",
 }
 
 

@@ -23,6 +23,10 @@ trainer``, else the job named ``node``) writes upstream's pod template exactly (
   ``shared-memory`` at ``/dev/shm`` (upstream mounts it read-only; Flux itself does not write
   there, but a program that needs a writable ``/dev/shm`` does not get one).
 
+The ConfigMap volume is named after the TrainJob, so a TrainJob name over 47 characters makes
+a volume name over 63, which the Job API refuses; admission's name budget
+(:mod:`trainer.runtime.naming`) counts it.
+
 The pod count comes from ``trainer.numNodes``, set when the Info is assembled
 (:mod:`trainer.runtime.podsets`); this plugin does not set it again.
 

@@ -7,6 +7,10 @@ characters: the longest Job name ``<jobset>-<rjob>-<replicas-1>``, the longest p
 random suffix), the pod hostname (the pod name without the suffix), the subdomain / Service
 name, and PVC names ``<claim>-<jobset>``. Upstream admits a TrainJob whose name breaks these
 and fails later inside JobSet (trainer#2735); admission uses this module to say so up front.
+
+Pod volume names must be DNS-1123 labels of at most 63 characters too (the Job API refuses the
+Job otherwise); a volume a plugin names after the JobSet (``<jobset>-...``, such as Flux's
+``<jobset>-flux-entrypoint``) grows with the TrainJob name and is counted as well.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ POD_SUFFIX = "-abcde"
 class GeneratedName(NamedTuple):
     """One name the JobSet will generate, and where it comes from."""
 
-    kind: str  # "Job", "Pod", "hostname", "subdomain", "PersistentVolumeClaim"
+    kind: str  # "Job", "Pod", "hostname", "subdomain", "PersistentVolumeClaim", "Volume"
     name: str
     replicated_job: str | None = None
 
@@ -33,13 +37,18 @@ class GeneratedName(NamedTuple):
 
 
 def generated_names(jobset_name: str, spec: JobSetSpec) -> list[GeneratedName]:
-    """The longest name of each kind per replicated job, plus subdomain and PVC names."""
+    """The longest name of each kind per replicated job, the pod volumes named after the
+    JobSet, plus subdomain and PVC names."""
     out: list[GeneratedName] = []
     for job in spec.replicated_jobs or []:
         last_job = max(job.replicas - 1, 0)
         job_name = jsc.job_name(jobset_name, job.name, last_job)
         out.append(GeneratedName("Job", job_name, job.name))
         job_spec = job.template.spec
+        pod = job_spec.template.spec if job_spec is not None else None
+        for volume in (pod.volumes if pod is not None else None) or []:
+            if volume.name.startswith(f"{jobset_name}-"):
+                out.append(GeneratedName("Volume", volume.name, job.name))
         completions = job_spec.completions if job_spec else None
         if completions is None and job_spec is not None:
             completions = job_spec.parallelism

@@ -40,7 +40,9 @@ def validate_create(obj: dict[str, Any]) -> list[FieldError]:
     errors = managed_by_errors(spec.managed_by) + group_name_errors(spec)
     explicit_subdomain = bool(spec.network and spec.network.subdomain)
     for gen in naming.generated_names(name, spec):
-        if gen.kind == "PersistentVolumeClaim" or (gen.kind == "subdomain" and explicit_subdomain):
+        if gen.kind in ("PersistentVolumeClaim", "Volume"):
+            continue  # not JobSet's to check (the Job API refuses a volume name over 63)
+        if gen.kind == "subdomain" and explicit_subdomain:
             continue  # a given subdomain is checked with JobSet's messages (structure_errors)
         if len(gen.name) > naming.MAX_NAME or not DNS1035.match(gen.name):
             where = (
