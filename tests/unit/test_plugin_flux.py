@@ -108,24 +108,31 @@ def cert(objs: dict[str, dict[str, Any]]) -> str:
 @pytest.mark.parametrize(
     ("trainer", "wrapped"),
     [
-        (None, "python3 train.py --epochs 1"),
+        (None, "python3 train.py"),
         ({"args": ["--msg", "hello world"]}, "python3 train.py --msg 'hello world'"),
         (
             {"command": ["python3", "-c"], "args": ['print("it\'s ok")']},
             "python3 -c 'print(\"it'\"'\"'s ok\")'",
         ),
-        (
-            {"command": ["/bin/sh", "-c", "echo $HOME; ls"]},
-            "/bin/sh -c 'echo $HOME; ls' --epochs 1",
-        ),
+        ({"command": ["/bin/sh", "-c", "echo $HOME; ls"]}, "/bin/sh -c 'echo $HOME; ls'"),
     ],
     ids=["runtime", "args-with-space", "args-with-quotes", "shell-metacharacters"],
 )
-def test_command_is_wrapped_in_the_entrypoint_and_args_cleared(
+def test_command_is_wrapped_in_the_entrypoint_and_runtime_args_kept(
     trainer: dict[str, Any] | None, wrapped: str
 ) -> None:
+    """As upstream (seen on the test bed): the command line is the command and the TrainJob's
+    args; the container keeps the runtime's args, whatever the TrainJob says. Unlike upstream,
+    the words are shell-quoted (upstream joins them with spaces)."""
     node = container(pod_spec(objects(trainjob(trainer))), "node")
     assert node["command"] == ["/bin/bash", "/etc/flux-config/entrypoint.sh", wrapped]
+    assert node["args"] == ["--epochs", "1"]
+
+
+def test_runtime_without_args_leaves_none() -> None:
+    rt = runtime(RUNTIME.replace('args: [--epochs, "1"]', ""))
+    node = container(pod_spec(objects(trainjob({"args": ["--x"]}), rt)), "node")
+    assert node["command"][2] == "python3 train.py --x"
     assert "args" not in node
 
 
@@ -348,13 +355,30 @@ printf '%s\\n' "$@" > "$FLUX_ARGS"
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash to run the scripts")
-def test_scripts_run_on_the_mounted_paths(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("trainer", "words"),
+    [
+        ({}, ["python3", "train.py", "--epochs", "1"]),
+        ({"args": ["--msg", "it's a b"]}, ["python3", "train.py", "--msg", "it's a b"]),
+        (
+            {"command": ["/bin/sh", "-c", "echo $HOME; ls"]},
+            ["/bin/sh", "-c", "echo $HOME; ls", "--epochs", "1"],
+        ),
+    ],
+    ids=["runtime-args", "trainjob-args-replace-them", "trainjob-command"],
+)
+def test_scripts_run_on_the_mounted_paths(
+    tmp_path: Path, trainer: dict[str, Any], words: list[str]
+) -> None:
     """Both scripts, run on the pod template's mounts (each absolute path moved under
-    ``tmp_path``): the installer sees its image's ``/opt/view`` and ``/opt/software`` and only
-    ``/mnt/flux``; the node container sees ``/mnt/flux``, an empty ``/opt/software`` and the
-    certificate at ``/curve``. The software tree reaches the node's ``/opt/software`` and the
-    broker starts the wrapped command with the certificate installed."""
-    data = scripts(objects(trainjob({"numNodes": 3})))
+    ``tmp_path``) with the container's command and args: the installer sees its image's
+    ``/opt/view`` and ``/opt/software`` and only ``/mnt/flux``; the node container sees
+    ``/mnt/flux``, an empty ``/opt/software`` and the certificate at ``/curve``. The software
+    tree reaches the node's ``/opt/software``, the certificate is installed, and the broker
+    runs the command line: the command, then the TrainJob's args, else the runtime's."""
+    objs = objects(trainjob({"numNodes": 3, **trainer}))
+    data = scripts(objs)
+    ctr = container(pod_spec(objs), "node")
     image, node, flux_install = tmp_path / "image", tmp_path / "node", tmp_path / "flux-install"
     (image / "view" / "bin").mkdir(parents=True)
     (image / "view" / "bin" / "flux").write_text(FAKE_FLUX)
@@ -363,14 +387,14 @@ def test_scripts_run_on_the_mounted_paths(tmp_path: Path) -> None:
     (image / "software" / "flux-core" / "lib.so").write_text("flux")
     (node / "software").mkdir(parents=True)
     (node / "curve").mkdir()
-    (node / "curve" / "curve.cert").write_text(cert(objects(trainjob())))
+    (node / "curve" / "curve.cert").write_text(cert(objs))
     flux_install.mkdir()
     fakes = tmp_path / "bin"
     fakes.mkdir()
     (fakes / "hostname").write_text("#!/bin/sh\necho alpha-node-0-0\n")
     (fakes / "hostname").chmod(0o755)
 
-    def run(key: str, software: Path) -> None:
+    def run(key: str, software: Path, args: list[str]) -> None:
         text = (
             data[key]
             .replace("/mnt/flux", str(flux_install))
@@ -381,7 +405,7 @@ def test_scripts_run_on_the_mounted_paths(tmp_path: Path) -> None:
         (tmp_path / key).write_text(text)
         env = {"PATH": f"{fakes}:/usr/bin:/bin", "FLUX_ARGS": str(tmp_path / "flux-args")}
         result = subprocess.run(
-            ["bash", str(tmp_path / key), "python3 train.py --epochs 1"],
+            ["bash", str(tmp_path / key), *args],
             check=False,
             capture_output=True,
             text=True,
@@ -389,16 +413,16 @@ def test_scripts_run_on_the_mounted_paths(tmp_path: Path) -> None:
         )
         assert result.returncode == 0, (key, result.stdout, result.stderr)
 
-    run("init.sh", image / "software")
-    run("entrypoint.sh", node / "software")
+    run("init.sh", image / "software", [])
+    assert ctr["command"][:2] == ["/bin/bash", "/etc/flux-config/entrypoint.sh"]
+    run("entrypoint.sh", node / "software", [*ctr["command"][2:], *ctr.get("args", [])])
     assert (node / "software" / "flux-core" / "lib.so").read_text() == "flux"
     state = flux_install / "config"
     assert (state / "etc" / "curve" / "curve.cert").stat().st_mode & 0o777 == 0o400
     args = (tmp_path / "flux-args").read_text().splitlines()
     assert args[0] == "start"
-    assert args[-9:] == [
-        "flux", "run", "-N", "3", "-n", "6", "/bin/bash", "-c", "python3 train.py --epochs 1",
-    ]  # fmt: skip
+    assert args[-9:-1] == ["flux", "run", "-N", "3", "-n", "6", "/bin/bash", "-c"]
+    assert shlex.split(args[-1]) == words
 
 
 # --- Build: the CURVE certificate -------------------------------------------------------------

@@ -6,10 +6,16 @@ EnforceMLPolicy (on the trainer step, i.e. the job labelled ``trainjob-ancestor-
 trainer``, else the job named ``node``) writes upstream's pod template exactly (names, paths,
 ``readOnly``, order, ``defaultMode``; Kueue computes a TrainJob's JobSet with upstream's code):
 
-* the ``node`` container's command and args become
-  ``["/bin/bash", "/etc/flux-config/entrypoint.sh", "<shlex.join(command + args)>"]`` with no
-  args; the entrypoint starts a broker on every pod and runs that command line with
-  ``flux run`` from rank 0;
+* the ``node`` container's command becomes
+  ``["/bin/bash", "/etc/flux-config/entrypoint.sh", "<command line>"]``, the command line being
+  the command (the TrainJob's, else the runtime's) and the TrainJob's args; the container
+  keeps the runtime's args, as upstream's does (it drops only the TrainJob's). The
+  entrypoint starts a broker on every pod and, from rank 0, runs with ``flux run`` the
+  command line followed by the container's args when the TrainJob gave none (upstream
+  appends them always, so a TrainJob's args would get the runtime's after them). Beyond
+  upstream, the command line is ``shlex.join``-ed, not joined with spaces: upstream's
+  ``python3 -c "print('a b')"`` becomes ``python3 -c print('a b')``, which its entrypoint
+  word-splits into a broken command; with words that need no quoting the two are the same;
 * init container ``flux-installer`` (the Flux view image, ``FLUX_VIEW_IMAGE`` overrides it)
   mounts ``flux-install`` at ``/mnt/flux`` and the scripts (read-only) at ``/etc/flux-config``;
   it copies Flux's view and the spack software tree into ``/mnt/flux``;
@@ -175,6 +181,28 @@ def _procs_per_node(info: Info) -> int:
     return procs
 
 
+def trainjob_args(info: Info) -> list[str] | None:
+    """The TrainJob's own ``trainer.args`` (None when it gives none)."""
+    trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
+    return list(trainer.args) if trainer is not None and trainer.args is not None else None
+
+
+def _runtime_args(info: Info, ps: PodSet, node: Container) -> list[str] | None:
+    """The ``node`` container's args as the runtime has them (the TrainJob's own replaced
+    them in the Info; runtimePatches cannot set args)."""
+    if trainjob_args(info) is None:
+        return node.args
+    spec = info.runtime.spec
+    jobs = spec.template.spec.replicated_jobs if spec and spec.template.spec else None
+    for job in jobs or []:
+        job_spec = job.template.spec
+        pod = job_spec.template.spec if job.name == ps.name and job_spec is not None else None
+        for ctr in (pod.containers if pod is not None else None) or []:
+            if ctr.name == c.CONTAINER_NODE:
+                return ctr.args
+    return None
+
+
 def _clear(container: Container, field: str) -> None:
     """Unset ``field`` so the wire form omits it (as Go's omitempty does) instead of ``null``."""
     setattr(container, field, None)
@@ -304,13 +332,17 @@ class FluxPlugin:
             return
         ps, node = _node_container(info)
         found = settings(node)
-        original = shlex.join([*(node.command or []), *(node.args or [])])
+        original = shlex.join([*(node.command or []), *(trainjob_args(info) or [])])
         node.command = [
             "/bin/bash",
             f"{scripts.CONFIG_DIR}/{ENTRYPOINT_KEY}",
             original,
         ]
-        _clear(node, "args")
+        runtime_args = _runtime_args(info, ps, node)
+        if runtime_args:
+            node.args = list(runtime_args)
+        else:
+            _clear(node, "args")
         for volume in _volumes(info.name):
             apply.upsert_volume(ps.pod_spec, volume)
         for mount in _node_mounts(info.name):
@@ -334,6 +366,7 @@ class FluxPlugin:
                     found.network_device,
                     found.queue_policy,
                     _procs_per_node(info),
+                    runtime_args=trainjob_args(info) is None,
                 ),
                 INIT_KEY: scripts.init_script(job, found.view_image),
             },
