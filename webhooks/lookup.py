@@ -17,7 +17,7 @@ kubeflow.org "x" not found``, see :func:`not_found_message`); admission prefixes
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
 from trainer.api import constants as c
@@ -25,18 +25,12 @@ from trainer.api.base import K8sModel
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime
 from trainer.runtime.info import Runtime
-
-#: The REST resource (plural) of each runtime kind, as it appears in API error messages.
-RUNTIME_RESOURCES: Mapping[str, str] = {
-    c.KIND_TRAINING_RUNTIME: "trainingruntimes",
-    c.KIND_CLUSTER_TRAINING_RUNTIME: "clustertrainingruntimes",
-}
+from trainer.runtime.validation import not_found
 
 
 def not_found_message(kind: str, name: str) -> str:
-    """The API server's NotFound text for a runtime: ``<plural>.<group> "<name>" not found``."""
-    resource = RUNTIME_RESOURCES.get(kind, kind.lower() + "s")
-    return f'{resource}.{c.GROUP} "{name}" not found'
+    """A missing runtime, as upstream's webhook says it (:func:`not_found`)."""
+    return not_found(kind, name)
 
 
 @runtime_checkable

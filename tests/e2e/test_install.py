@@ -295,7 +295,7 @@ async def install_and_train(plane: Plane) -> None:
     code, out = await plane.attempt("create", "-f", "-", stdin=trainjob("refused", "missing"))
     assert code != 0
     assert 'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request' in out
-    assert 'clustertrainingruntimes.trainer.kubeflow.org "missing" not found' in out
+    assert 'ClusterTrainingRuntime.trainer.kubeflow.org "missing" not found' in out
     runtimes, status = await asyncio.to_thread(sdk_view, plane.kubeconfig, "first")
     assert "rehearsal" in runtimes and status == "Complete"
     await trainer_run_against(plane)

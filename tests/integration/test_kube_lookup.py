@@ -66,7 +66,7 @@ async def test_missing_objects(lookup: tuple[APIServer, KubeLookup]) -> None:
     _, kube = lookup
     runtime, problem = await kube.runtime("ClusterTrainingRuntime", "default", "absent")
     assert runtime is None
-    assert problem == 'clustertrainingruntimes.trainer.kubeflow.org "absent" not found'
+    assert problem == 'ClusterTrainingRuntime.trainer.kubeflow.org "absent" not found'
     assert await kube.jobset("default", "absent") is None
     assert await kube.priority_classes() == frozenset()
 

@@ -16,7 +16,8 @@ from trainer.admission.types import ClusterView, Verdict
 from trainer.api import constants as c
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
-from trainer.machinery.errors import FORBIDDEN, INVALID, FieldError
+from trainer.machinery.errors import FORBIDDEN, INVALID, FieldError, Rendered
+from trainer.machinery.gofmt import go_struct
 from trainer.runtime.assemble import PatchMergeError
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import BuildError, Info, Runtime
@@ -107,7 +108,9 @@ def test_unsupported_runtime_stops(ref: dict[str, str], message: str) -> None:
     tj = job(runtimeRef=ref, runtimePatches=[{"manager": "bad"}])
     verdict = check(tj, runtime())
     assert brief(verdict) == [(REF, INVALID, message)]
-    assert verdict.errors[0].value == ref
+    # Printed as upstream's webhook prints the struct: its JSON, in the Go type's field order.
+    go_order = {k: ref[k] for k in ("name", "apiGroup", "kind") if k in ref}
+    assert verdict.errors[0].value == Rendered(go_struct(go_order))
 
 
 @pytest.mark.parametrize(
@@ -116,13 +119,13 @@ def test_unsupported_runtime_stops(ref: dict[str, str], message: str) -> None:
         (
             c.KIND_TRAINING_RUNTIME,
             None,
-            'trainingruntimes.trainer.kubeflow.org "torch" not found: specified trainingRuntime '
+            'TrainingRuntime.trainer.kubeflow.org "torch" not found: specified trainingRuntime '
             "must be created before the TrainJob is created",
         ),
         (
             c.KIND_CLUSTER_TRAINING_RUNTIME,
             None,
-            'clustertrainingruntimes.trainer.kubeflow.org "torch" not found: specified '
+            'ClusterTrainingRuntime.trainer.kubeflow.org "torch" not found: specified '
             "clusterTrainingRuntime must be created before the TrainJob is created",
         ),
         (
@@ -338,7 +341,8 @@ def test_initializer_mount_added_by_a_patch_counts() -> None:
 
 def test_initializer_error_value_is_the_runtime_ref() -> None:
     verdict = check(job(DATASET), runtime([NODE_JOB]))
-    assert verdict.errors[0].value == {"name": "torch"}
+    # As upstream's webhook prints the struct (docs/side-by-side.md).
+    assert verdict.errors[0].value == Rendered('{"name":"torch"}')
 
 
 # --- this project's data cache -------------------------------------------------------------------
@@ -785,4 +789,4 @@ def test_name_budget_with_mpi_uses_a_dummy_key() -> None:
 def test_errors_render_like_kubernetes() -> None:
     verdict = check(job(DATASET), runtime([NODE_JOB]))
     error: FieldError = verdict.errors[0]
-    assert str(error) == f'spec.runtimeRef: Invalid value: "object": {NO_DATASET_JOB}'
+    assert str(error) == f'spec.runtimeRef: Invalid value: {{"name":"torch"}}: {NO_DATASET_JOB}'

@@ -247,11 +247,11 @@ async def test_trainjob_single_error_is_not_bracketed() -> None:
     assert status == {
         "code": 403,
         "reason": "Forbidden",
-        "message": 'spec.runtimeRef: Invalid value: "object": '
+        "message": 'spec.runtimeRef: Invalid value: {"name":"missing"}: '
         + not_found_message("ClusterTrainingRuntime", "missing")
         + ": specified clusterTrainingRuntime must be created before the TrainJob is created",
     }
-    assert 'clustertrainingruntimes.trainer.kubeflow.org "missing" not found' in status["message"]
+    assert 'ClusterTrainingRuntime.trainer.kubeflow.org "missing" not found' in status["message"]
 
 
 async def test_trainjob_warning_passed_through() -> None:
@@ -280,7 +280,7 @@ async def test_namespaced_runtime_is_looked_up_in_the_trainjob_namespace() -> No
     other["metadata"]["namespace"] = "elsewhere"
     status = answer(await post(review(other), lookup=lookup))["status"]
     assert (
-        'trainingruntimes.trainer.kubeflow.org "local" not found: specified trainingRuntime'
+        'TrainingRuntime.trainer.kubeflow.org "local" not found: specified trainingRuntime'
         in (status["message"])
     )
 
@@ -853,7 +853,7 @@ async def test_static_lookup() -> None:
     assert found is not None and found.kind == "TrainingRuntime"
     found, err = await lookup.runtime("TrainingRuntime", "b", "torch")
     assert found is None
-    assert err == 'trainingruntimes.trainer.kubeflow.org "torch" not found'
+    assert err == 'TrainingRuntime.trainer.kubeflow.org "torch" not found'
     assert await lookup.jobset("a", "x") is None
     assert await lookup.priority_classes() == frozenset({"p"})
     assert await StaticLookup().priority_classes() is None

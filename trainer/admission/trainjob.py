@@ -30,11 +30,13 @@ from trainer.admission.types import ClusterView, Verdict
 from trainer.api import constants as c
 from trainer.api.jobset import ReplicatedJob
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, RuntimeRef, TrainJob
-from trainer.machinery.errors import INVALID, REQUIRED, FieldError
+from trainer.machinery.errors import INVALID, REQUIRED, FieldError, Rendered
+from trainer.machinery.gofmt import go_struct
 from trainer.plugins.registry import default_framework
 from trainer.runtime.assemble import PatchMergeError, dataset_goes_to_cache, new_info
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import BuildError, Info, Runtime
+from trainer.runtime.validation import not_found
 
 RUNTIME_REF_PATH = "spec.runtimeRef"
 
@@ -56,12 +58,12 @@ def deprecation_warning(name: str) -> str:
 
 
 def _not_found_message(ref: RuntimeRef, view: ClusterView) -> str:
-    if ref.kind == c.KIND_CLUSTER_TRAINING_RUNTIME:
-        default = f'{c.PLURAL_CLUSTER_TRAINING_RUNTIMES}.{c.GROUP} "{ref.name}" not found'
-        what = "clusterTrainingRuntime"
-    else:
-        default = f'{c.PLURAL_TRAINING_RUNTIMES}.{c.GROUP} "{ref.name}" not found'
-        what = "trainingRuntime"
+    default = not_found(ref.kind, ref.name)
+    what = (
+        "clusterTrainingRuntime"
+        if ref.kind == c.KIND_CLUSTER_TRAINING_RUNTIME
+        else ("trainingRuntime")
+    )
     return (
         f"{view.runtime_error or default}: specified {what} must be created before the "
         "TrainJob is created"
@@ -75,6 +77,11 @@ def _is_deprecated(runtime: Runtime) -> bool:
 
 def _jobs_named(info: Info, name: str) -> list[ReplicatedJob]:
     return [job for job in info.spec.replicated_jobs or [] if job.name == name]
+
+
+def _struct_value(ref: RuntimeRef) -> Rendered:
+    """The runtimeRef as upstream's webhook prints it in an error: the struct's JSON."""
+    return Rendered(go_struct(ref.to_wire()))
 
 
 def _initializer_errors(info: Info, job_name: str, config: str, ref: object) -> list[FieldError]:
@@ -141,7 +148,7 @@ def validate_initializers(info: Info) -> list[FieldError]:
     init = spec.initializer if spec is not None else None
     if spec is None or init is None:
         return []
-    ref = spec.runtime_ref.to_wire()
+    ref = _struct_value(spec.runtime_ref)
     errors: list[FieldError] = []
     if init.dataset is not None:
         if dataset_goes_to_cache(info):
@@ -164,13 +171,13 @@ def validate_trainjob(
     ref = new.spec.runtime_ref
     if ref.api_group != c.GROUP or ref.kind not in SUPPORTED_KINDS:
         message = f"unsupported runtime: {runtime_key(ref)}"
-        return Verdict(errors=[FieldError(RUNTIME_REF_PATH, INVALID, message, ref.to_wire())])
+        return Verdict(errors=[FieldError(RUNTIME_REF_PATH, INVALID, message, _struct_value(ref))])
     runtime = view.runtime
     if runtime is None:
         # Upstream reports a missing ClusterTrainingRuntime at ``spec.RuntimeRef`` (a typo in
         # its field path); we use ``spec.runtimeRef`` for both kinds.
         message = _not_found_message(ref, view)
-        return Verdict(errors=[FieldError(RUNTIME_REF_PATH, INVALID, message, ref.to_wire())])
+        return Verdict(errors=[FieldError(RUNTIME_REF_PATH, INVALID, message, _struct_value(ref))])
 
     warnings: list[str] = []
     errors: list[FieldError] = []
@@ -187,7 +194,7 @@ def validate_trainjob(
         if not patch_errors:
             errors.append(FieldError(patches.PATH, INVALID, str(exc)))
     except BuildError as exc:
-        errors.append(FieldError(RUNTIME_REF_PATH, INVALID, str(exc), ref.to_wire()))
+        errors.append(FieldError(RUNTIME_REF_PATH, INVALID, str(exc), _struct_value(ref)))
     if info is not None:
         errors += validate_initializers(info)
 
@@ -199,7 +206,7 @@ def validate_trainjob(
         try:
             policy = (framework or default_framework()).validate(info, old, view)
         except BuildError as exc:
-            errors.append(FieldError(RUNTIME_REF_PATH, INVALID, str(exc), ref.to_wire()))
+            errors.append(FieldError(RUNTIME_REF_PATH, INVALID, str(exc), _struct_value(ref)))
         else:
             warnings += policy.warnings
             errors += policy.errors

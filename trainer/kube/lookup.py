@@ -17,6 +17,7 @@ from trainer.api.jobset import JobSet
 from trainer.api.load import ObjectError, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime
 from trainer.runtime.info import Runtime
+from trainer.runtime.validation import not_found
 
 Cache = Callable[[str, str, str], dict[str, Any] | None]
 """(kind, namespace, name) -> the cached wire object, or None on a miss."""
@@ -61,7 +62,7 @@ class KubeLookup:
                     )
             except client.ApiException as exc:
                 if exc.status == 404:
-                    return None, f'{plural}.{c.GROUP} "{name}" not found'
+                    return None, not_found(kind, name)
                 raise
         key = (kind, namespace if kind == c.KIND_TRAINING_RUNTIME else "", name)
         meta = data.get("metadata") if isinstance(data, dict) else None

@@ -136,3 +136,12 @@ def go_json(value: Any) -> str:
         items = sorted((str(k), v) for k, v in value.items())
         return "{" + ",".join(f"{_json_string(k)}:{go_json(v)}" for k, v in items) + "}"
     return _json_string(str(value))
+
+
+def go_struct(fields: dict[str, Any]) -> str:
+    """``json.Marshal`` of a Go struct given as its fields in declaration order (a model's
+    ``to_wire``, whose field order is the Go type's): as :func:`go_json`, but the fields keep
+    their order (a struct's JSON is not sorted as a map's is). How apimachinery prints a
+    struct value in a field error, e.g. upstream's ``spec.runtimeRef: Invalid value:
+    {"name":"x","apiGroup":"trainer.kubeflow.org","kind":"ClusterTrainingRuntime"}``."""
+    return "{" + ",".join(f"{_json_string(k)}:{go_json(v)}" for k, v in fields.items()) + "}"

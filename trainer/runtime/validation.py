@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.api import constants as c
 from trainer.api.jobset import JobSet, JobSetSpec, ReplicatedJob
 from trainer.api.v1alpha1 import Trainer
 from trainer.machinery.errors import INVALID, FieldError
@@ -45,7 +46,7 @@ class ClusterView:
 
     ``runtime`` is the *live* runtime the TrainJob references (None when it does not exist;
     ``runtime_error`` then carries the lookup's message, e.g.
-    ``trainingruntimes.trainer.kubeflow.org "x" not found``). ``jobset`` is the TrainJob's
+    ``TrainingRuntime.trainer.kubeflow.org "x" not found``). ``jobset`` is the TrainJob's
     existing JobSet (updates only). ``priority_classes`` are the PriorityClass names that exist
     (None: unknown, the check is skipped).
     """
@@ -98,3 +99,11 @@ def reserved_envs_error(info: Info, reserved: Iterable[str]) -> list[FieldError]
         return []
     value: list[dict[str, Any]] = [e.to_wire() for e in trainer.env]
     return [FieldError(PATH_TRAINER_ENV, INVALID, reserved_envs_message(found), value)]
+
+
+def not_found(kind: str, name: str) -> str:
+    """A missing runtime, as upstream's webhook says it: it reads runtimes from
+    controller-runtime's cache, whose NotFound names the kind, not the resource
+    (``ClusterTrainingRuntime.trainer.kubeflow.org "x" not found``; side by side,
+    docs/side-by-side.md)."""
+    return f'{kind}.{c.GROUP} "{name}" not found'
