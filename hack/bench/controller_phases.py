@@ -217,9 +217,8 @@ async def bare_run(env: Env, names: list[str], events: bool, deadline: float) ->
     n = result["jobs"]
     writes = sum(v for k, v in result["requests"].items() if k.split()[0] in WRITE_VERBS)
     return {
-        "writes": "snapshot ConfigMap apply, JobSet apply, "
-        + ("JobSetCreated Event create, " if events else "")
-        + "status merge patch",
+        "writes": "snapshot ConfigMap apply, JobSet apply"
+        + (", JobSetCreated Event create" if events else ""),
         "concurrency": workers,
         "trainjobs": len(names),
         "jobs_written": n,

@@ -96,7 +96,7 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         out["controller_cpu_ms_per_job"] = round(
             median([a["controller_cpu_ms_per_job"] for a in bursts]), 3
         )
-    three = report["baselines"]["three_writes"]
+    three = report["baselines"]["object_writes"]
     event = report["baselines"]["with_event"]
     if bursts and three:
         out["bare_wall_s"] = round(median([b["wall_s"] for b in three]), 3)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.builders import trainjob
-from tests.integration.harness import Plane, local_plane
+from tests.integration.harness import Plane, local_plane, report_jobset_status
 from tests.integration.test_controller import KEYS, conditions
 from trainer.controller.manager import Controller
 from trainer.kube import resources as r
@@ -185,7 +185,10 @@ def env_of(ctr: dict[str, Any]) -> dict[str, Any]:
 
 
 async def pending_job(plane: Plane, name: str) -> dict[str, Any]:
-    """The TrainJob once its status says Pending (JobSet created, no pod running)."""
+    """The TrainJob once its status says Pending (JobSet created, no pod running): its JobSet
+    reports its status as JobSet's controller would (none runs here), which the controller
+    mirrors with ``state: Pending``."""
+    await report_jobset_status(plane, "default", name)
     job: dict[str, Any] = await plane.until(
         lambda: (
             ((plane.trainjob("default", name) or {}).get("status") or {}).get("state") == "Pending"
@@ -746,13 +749,11 @@ def events(records: list[RequestRecord]) -> int:
 TORCH_WRITES = {
     ("patch", "configmaps"): 1,  # the runtime snapshot
     ("patch", "jobsets"): 1,
-    ("patch", "trainjobs/status"): 1,
 }
 MPI_WRITES = {
     ("patch", "configmaps"): 2,  # the snapshot and the hostfile
     ("patch", "secrets"): 1,  # the SSH keys
     ("patch", "jobsets"): 1,
-    ("patch", "trainjobs/status"): 1,
 }
 
 
@@ -764,22 +765,60 @@ MPI_WRITES = {
 async def test_a_trainjob_costs_the_minimum_writes_and_a_resync_none(
     env: Running, runtime: str, expected: dict[tuple[str, str], int]
 ) -> None:
+    """The build costs one apply per object; the status costs one write, made once JobSet
+    reports its status, which carries ``jobsStatus`` and our additive fields together (no
+    write of ``state`` and ``startTime`` alone before it, which upstream does not make)."""
     plane, ctl = env.plane, env.ctl
+    caches = ctl.caches
+    informers = (caches.trainjobs, caches.jobsets, caches.config_maps, caches.secrets)
     start = len(plane.server.storage.hooks.log)
     job = trainjob("cost", trainer={"numNodes": 2})
     job["spec"]["runtimeRef"]["name"] = runtime
     await plane.kube.create(job)
-    await pending_job(plane, "cost")
-    caches = ctl.caches
-    await env.settle(caches.trainjobs, caches.jobsets, caches.config_maps, caches.secrets)
+    await plane.until(lambda: plane.jobset("default", "cost"), what="JobSet")
+    await env.settle(*informers)
     records = [x for x in plane.server.storage.hooks.log[start:] if "marker" not in x.name]
     assert controller_writes(records) == Counter(expected)
+    assert not (plane.trainjob("default", "cost") or {}).get("status")
     assert events(records) == 1  # Normal JobSetCreated
     assert all(x.code < 300 for x in records if x.is_write)
     # One reconcile did it all (plus one of the TrainJob marker, which writes nothing).
     assert env.observer.counts == {"success": 2}
 
+    reported = len(plane.server.storage.hooks.log)
+    await pending_job(plane, "cost")
+    await env.settle(*informers)
+    records = [x for x in plane.server.storage.hooks.log[reported:] if "marker" not in x.name]
+    assert controller_writes(records) == Counter({("patch", "trainjobs/status"): 1})
+    status = (plane.trainjob("default", "cost") or {})["status"]
+    assert {"jobsStatus", "state", "startTime"} <= set(status), status
+
     before = len(plane.server.storage.hooks.log)
     for key in [f"{ns}/{name}" for ns, name in ctl.caches.trainjobs.keys()]:  # noqa: SIM118
         await ctl.reconciler.reconcile(key)
     assert [x for x in plane.server.storage.hooks.log[before:] if x.is_write] == []
+
+
+async def test_a_status_written_by_upstreams_controller_gets_our_additive_fields(
+    plane: Plane,
+) -> None:
+    """A TrainJob whose status upstream's controller wrote (``jobsStatus``, none of our
+    additive fields), then reconciled by ours, gets ``state`` and ``startTime`` at once: only a
+    TrainJob without any status waits for upstream's fields before they are written."""
+    created = await plane.kube.create(trainjob("adopted", trainer={"numNodes": 2}))
+    jobs = [{"name": "node", "ready": 0, "succeeded": 0, "failed": 0, "active": 2, "suspended": 0}]
+    await plane.kube.patch_status(
+        r.TRAINJOBS, "default", "adopted", {"status": {"jobsStatus": jobs}}
+    )
+    async with running(plane) as run:
+        job = await run.until(
+            lambda: (
+                ((plane.trainjob("default", "adopted") or {}).get("status") or {}).get("state")
+                and plane.trainjob("default", "adopted")
+            ),
+            what="state written",
+        )
+    status = job["status"]
+    assert status["state"] == "Pending"
+    assert status["startTime"] == created["metadata"]["creationTimestamp"]
+    assert status["jobsStatus"] == jobs

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.builders import trainjob
-from tests.integration.harness import GROUP, VERSION, Plane, local_plane
+from tests.integration.harness import GROUP, VERSION, Plane, jobsets_report_status, local_plane
 from tests.integration.test_controller import conditions
 from tests.integration.test_controller_flows import new_controller, running, until
 from trainer.kube import resources as r
@@ -39,7 +39,9 @@ CONTROLLER_AGENT = "trainer-controller"
 
 @pytest.fixture
 async def plane() -> AsyncIterator[Plane]:
-    async with local_plane() as p:
+    """The plane, where each JobSet reports its status as JobSet's controller would (the
+    controller writes a TrainJob's first status once it has ``jobsStatus`` to mirror)."""
+    async with local_plane() as p, jobsets_report_status(p):
         yield p
 
 

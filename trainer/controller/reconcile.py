@@ -107,15 +107,38 @@ def without_trainer_status(status: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in status.items() if k != "trainerStatus"}
 
 
+ADDITIVE_STATUS_FIELDS = frozenset({"state", "startTime", "completionTime"})
+"""Status fields this project adds to upstream's (README, "Additive API fields")."""
+
+
+def upstream_status(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` without our additive fields and ``trainerStatus``: what upstream's
+    controller writes too."""
+    return {
+        k: v for k, v in without_trainer_status(status).items() if k not in ADDITIVE_STATUS_FIELDS
+    }
+
+
 def status_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any] | None:
     """The merge patch for ``/status`` that takes ``current`` to ``desired``, or None when
-    nothing the controller owns differs.
+    nothing the controller owns differs, or when it would be the TrainJob's first status and
+    would carry only our additive fields.
 
     ``trainerStatus`` belongs to the status server (SSA manager ``trainer-status``): it is
     left out of both the comparison and the patch, so a merge patch built from a cached copy
-    never puts back an older trainerStatus than the one the server just wrote."""
+    never puts back an older trainerStatus than the one the server just wrote.
+
+    The additive fields (``state``, ``startTime``, ``completionTime``) ride along with a
+    write of upstream's own fields, never cost one of their own on a TrainJob without a
+    status: upstream's first write carries ``jobsStatus`` (once JobSet reports its status) or
+    a condition, and so does ours, so a TrainJob costs the status writes upstream's
+    controller makes (docs/design.md, "One reconcile", step 5). A TrainJob that has a status
+    (written by us or by upstream's controller before it) gets them as soon as they differ."""
     status = without_trainer_status(desired)
-    if without_trainer_status(current) == status:
+    now = without_trainer_status(current)
+    if now == status:
+        return None
+    if not now and not upstream_status(status):
         return None
     return {"status": status}
 
