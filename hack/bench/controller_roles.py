@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import datetime as dt
 import json
 import os
 import re
@@ -39,13 +38,11 @@ from controller_workload import KEYS, RUNTIME, UID_PLACEHOLDER, trainjob_body
 
 from trainer.api.v1alpha1 import TrainJob
 from trainer.cli.process import ProcessOptions, ProcessState, run_controller
-from trainer.controller import events as ev
 from trainer.controller.applydiff import stamp_config_hash
 from trainer.controller.config import load_config
 from trainer.controller.reconcile import FIELD_MANAGER
 from trainer.kube.client import new_api_client
 from trainer.kube.rest import APIError, Kube
-from trainer.machinery.times import format_time
 from trainer.plugins.registry import render
 from trainer.runtime.builtin import builtin_runtimes
 from trainer.runtime.info import BuildContext, Runtime
@@ -308,9 +305,8 @@ def prepare_writes(
 
 async def serve_bare(kubeconfig: str, plan_path: Path) -> None:
     """Read ``job <namespace> <name> <uid>`` / ``sync`` / ``end`` lines on stdin; per job,
-    apply the snapshot ConfigMap and the JobSet and optionally post the Event, ``concurrency``
-    jobs at a time. Answers ``ready``, ``synced`` and ``done <json>``
-    lines on stdout."""
+    apply the snapshot ConfigMap and the JobSet, ``concurrency`` jobs at a time. Answers
+    ``ready``, ``synced`` and ``done <json>`` lines on stdout."""
     plan = json.loads(plan_path.read_text())
     template = plan["template"]
     runtime = builtin_runtimes()[RUNTIME]
@@ -325,7 +321,6 @@ async def serve_bare(kubeconfig: str, plan_path: Path) -> None:
 
     api = await new_api_client(kubeconfig)
     kube = Kube(api, on_request=on_request)
-    recorder = ev.EventRecorder(kube, lambda: format_time(dt.datetime.now(dt.UTC)))
     queue: asyncio.Queue[tuple[str, str, str] | None] = asyncio.Queue()
     errors: dict[str, int] = {}
     last_done = 0.0
@@ -337,10 +332,6 @@ async def serve_bare(kubeconfig: str, plan_path: Path) -> None:
         for obj in p.objects:
             obj["metadata"]["ownerReferences"][0]["uid"] = uid
             await kube.apply(obj, FIELD_MANAGER, force=True)
-        if plan["events"]:
-            await recorder.record(
-                p.trainjob, ev.NORMAL, "JobSetCreated", "Created", f"Created JobSet {name}"
-            )
 
     async def worker() -> None:
         nonlocal last_done, jobs_done

@@ -780,7 +780,7 @@ async def test_a_trainjob_costs_the_minimum_writes_and_a_resync_none(
     records = [x for x in plane.server.storage.hooks.log[start:] if "marker" not in x.name]
     assert controller_writes(records) == Counter(expected)
     assert not (plane.trainjob("default", "cost") or {}).get("status")
-    assert events(records) == 1  # Normal JobSetCreated
+    assert events(records) == 0  # no Normal Event: upstream records none
     assert all(x.code < 300 for x in records if x.is_write)
     # One reconcile did it all (plus one of the TrainJob marker, which writes nothing).
     assert env.observer.counts == {"success": 2}
@@ -822,3 +822,47 @@ async def test_a_status_written_by_upstreams_controller_gets_our_additive_fields
     assert status["state"] == "Pending"
     assert status["startTime"] == created["metadata"]["creationTimestamp"]
     assert status["jobsStatus"] == jobs
+
+
+def events_about(plane: Plane, name: str) -> list[tuple[str, str]]:
+    """(type, reason) of the Events about TrainJob ``name``."""
+    return [
+        (e["type"], e["reason"])
+        for e in plane.server.storage.objects("v1", "events", "default")
+        if e["involvedObject"]["kind"] == "TrainJob" and e["involvedObject"]["name"] == name
+    ]
+
+
+async def test_only_failures_are_worth_an_event(env: Running) -> None:
+    """No Normal Event through a TrainJob's life (its JobSet created, suspended, resumed,
+    completed: upstream's controller records none, and each is a write); a failure gets its
+    Warning."""
+    plane, caches = env.plane, env.ctl.caches
+
+    def condition(name: str, type_: str) -> tuple[str, str] | None:
+        return conditions(plane.trainjob("default", name)).get(type_)
+
+    await plane.kube.create(trainjob("quiet", suspend=True))
+    await env.until(lambda: condition("quiet", "Suspended") == ("True", "Suspended"))
+    await plane.kube.patch(r.TRAINJOBS, "default", "quiet", {"spec": {"suspend": False}})
+    await env.until(lambda: condition("quiet", "Suspended") == ("False", "Resumed"))
+    done = {
+        "type": "Completed",
+        "status": "True",
+        "reason": "AllJobsCompleted",
+        "message": "jobset completed successfully",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    await plane.kube.patch_status(r.JOBSETS, "default", "quiet", {"status": {"conditions": [done]}})
+    await env.until(lambda: condition("quiet", "Complete"), what="Complete")
+
+    await plane.kube.create(trainjob("loud"))
+    await plane.until(lambda: plane.jobset("default", "loud"), what="JobSet")
+    failed = {**done, "type": "Failed", "reason": "FailedJobs", "message": "jobset failed"}
+    await plane.kube.patch_status(
+        r.JOBSETS, "default", "loud", {"status": {"conditions": [failed]}}
+    )
+    await env.until(lambda: condition("loud", "Failed"), what="Failed")
+    await env.settle(caches.trainjobs, caches.jobsets)
+    assert events_about(plane, "quiet") == []
+    assert events_about(plane, "loud") == [("Warning", "Failed")]

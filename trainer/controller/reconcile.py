@@ -467,14 +467,6 @@ class Reconciler:
             if informer is not None:
                 informer.record_write(applied)
             if kind == jsc.KIND:
-                if jobset is None:
-                    await self.events.record(
-                        job.to_wire(),
-                        ev.NORMAL,
-                        "JobSetCreated",
-                        "Created",
-                        f"Created JobSet {name}",
-                    )
                 jobset = applied
         return jobset, None
 
@@ -544,15 +536,13 @@ class Reconciler:
     async def _transition_events(
         self, data: dict[str, Any], old: dict[str, Any], new: dict[str, Any]
     ) -> None:
+        """A Warning Event ``Failed`` when the TrainJob turns Failed (its condition's message).
+
+        No Normal Events (created, suspended, resumed, completed): upstream's controller
+        records none, and each would cost a write per TrainJob; the conditions say the same
+        (docs/troubleshooting.md, "Events"). A failure is worth a write."""
         before = TrainJobStatus.from_wire(old).conditions if old else None
         after = TrainJobStatus.from_wire(new).conditions
-        for type_, etype, reason in (
-            (c.COND_SUSPENDED, ev.NORMAL, "Suspended"),
-            (c.COND_COMPLETE, ev.NORMAL, "Completed"),
-            (c.COND_FAILED, ev.WARNING, "Failed"),
-        ):
-            if is_true(after, type_) and not is_true(before, type_):
-                cond = next(x for x in after or [] if x.type == type_)
-                await self.events.record(data, etype, reason, "Reconciling", cond.message)
-        if is_true(before, c.COND_SUSPENDED) and not is_true(after, c.COND_SUSPENDED):
-            await self.events.record(data, ev.NORMAL, "Resumed", "Reconciling", c.MSG_RESUMED)
+        if is_true(after, c.COND_FAILED) and not is_true(before, c.COND_FAILED):
+            cond = next(x for x in after or [] if x.type == c.COND_FAILED)
+            await self.events.record(data, ev.WARNING, "Failed", "Reconciling", cond.message)
