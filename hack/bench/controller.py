@@ -24,7 +24,7 @@ B. baseline: on a fresh server, the same creates from the driver while a bare wr
    (``controller_roles.py``'s ``_bare`` mode, pinned where the controller was, same worker
    concurrency, the same :class:`trainer.kube.rest.Kube` client) does per TrainJob what the
    controller's writes amount to: apply the snapshot ConfigMap and apply the JobSet (both
-   rendered and hash-stamped before the clock starts). It learns each
+   rendered before the clock starts). It learns each
    TrainJob's uid from the driver over a pipe as soon as its create returns, so it needs no
    watch: the difference to phase A is the controller's own cost (watch decoding, caches, queue,
    render, diffing). The controller posts no Event for a TrainJob that does not fail (upstream

@@ -38,7 +38,6 @@ from controller_workload import KEYS, RUNTIME, UID_PLACEHOLDER, trainjob_body
 
 from trainer.api.v1alpha1 import TrainJob
 from trainer.cli.process import ProcessOptions, ProcessState, run_controller
-from trainer.controller.applydiff import stamp_config_hash
 from trainer.controller.config import load_config
 from trainer.controller.reconcile import FIELD_MANAGER
 from trainer.kube.client import new_api_client
@@ -291,15 +290,13 @@ class Prepared:
 def prepare_writes(
     namespace: str, name: str, template: dict[str, Any], runtime: Runtime
 ) -> Prepared:
-    """The objects the controller would apply for this TrainJob (hash-stamped, as the
-    controller sends them). No status: the controller writes one once the JobSet reports its
-    own, which no JobSet controller does on the benchmark's server."""
+    """The objects the controller would apply for this TrainJob, as it sends them. No status:
+    the controller writes one once the JobSet reports its own, which no JobSet controller does
+    on the benchmark's server."""
     wire = trainjob_body(template, namespace, name)
     wire["metadata"]["uid"] = UID_PLACEHOLDER
     job = TrainJob.from_wire(wire)
     objects = render(job, runtime, ctx=BuildContext(ssh_keygen=lambda: KEYS))
-    for obj in objects:
-        stamp_config_hash(obj)
     return Prepared(wire, objects)
 
 

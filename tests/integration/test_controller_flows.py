@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import Kube
 from trainer.local.apiserver.hooks import RequestRecord
+from trainer.machinery.gvr import GVR
 
 PODGROUP_CRDS = {
     "coscheduling": ("scheduling.x-k8s.io", "v1alpha1"),
@@ -866,3 +868,91 @@ async def test_only_failures_are_worth_an_event(env: Running) -> None:
     await env.settle(caches.trainjobs, caches.jobsets)
     assert events_about(plane, "quiet") == []
     assert events_about(plane, "loud") == [("Warning", "Failed")]
+
+
+OLD_HASH = "trainer.kubeflow.org/applied-config-hash"
+"""The annotation earlier versions wrote on every object they applied."""
+
+
+class EarlierVersion(Kube):
+    """The controller's client as an earlier version used it: every applied object carries
+    :data:`OLD_HASH`."""
+
+    async def apply(
+        self,
+        obj: dict[str, Any],
+        field_manager: str,
+        force: bool = True,
+        dry_run: bool = False,
+        *,
+        subresource: str | None = None,
+        gvr: GVR | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        stamped = copy.deepcopy(obj)
+        stamped["metadata"].setdefault("annotations", {})[OLD_HASH] = "0123456789abcdef0123"
+        return await super().apply(
+            stamped,
+            field_manager,
+            force,
+            dry_run,
+            subresource=subresource,
+            gvr=gvr,
+            timeout=timeout,
+        )
+
+
+def annotations_of(obj: dict[str, Any] | None) -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get("annotations") or {})
+
+
+async def test_nothing_is_stamped_and_an_earlier_versions_stamp_goes_without_a_loop(
+    plane: Plane,
+) -> None:
+    """What the controller applies carries no annotation of its own (upstream's objects carry
+    none): what it last applied is kept in its memory. An earlier version's stamp never makes
+    a new controller loop: a JobSet it applies again (a suspended TrainJob's: its memory starts
+    empty) loses the stamp, since server-side apply takes away what our field manager stops
+    applying; objects it does not apply again (a running TrainJob's JobSet, a snapshot) keep it
+    and cost nothing. Either way a reconcile after that writes nothing."""
+    old = EarlierVersion(plane.kube.api)
+    async with running(plane, new_controller(plane, old)) as run:
+        await plane.kube.create(trainjob("queued", trainer={"numNodes": 2}, suspend=True))
+        await plane.kube.create(trainjob("started", trainer={"numNodes": 2}))
+        await run.until(
+            lambda: all(
+                OLD_HASH in annotations_of(plane.jobset("default", n))
+                for n in ("queued", "started")
+            ),
+            what="stamped by the earlier version",
+        )
+        await run.until(run.idle, what="idle")
+
+    async with running(plane) as run:
+        caches = run.ctl.caches
+        await run.until(
+            lambda: OLD_HASH not in annotations_of(plane.jobset("default", "queued")),
+            what="the stamp taken away",
+        )
+        await run.settle(caches.trainjobs, caches.jobsets, caches.config_maps)
+        assert OLD_HASH in annotations_of(plane.jobset("default", "started"))  # never applied again
+        snapshot = plane.get("v1", "configmaps", "default", "queued-runtime-snapshot")
+        assert OLD_HASH in annotations_of(snapshot)  # written once, when the TrainJob was new
+        assert run.observer.counts["error"] == 0
+        before = len(plane.server.storage.hooks.log)
+        for key in ("default/queued", "default/started"):
+            await run.ctl.reconciler.reconcile(key)
+        assert [x for x in plane.server.storage.hooks.log[before:] if x.is_write] == []
+
+        await plane.kube.create(trainjob("new", trainer={"numNodes": 2}, suspend=True))
+        await run.until(lambda: plane.jobset("default", "new"), what="JobSet")
+        assert annotations_of(plane.jobset("default", "new")) == {}
+        assert (
+            annotations_of(plane.get("v1", "configmaps", "default", "new-runtime-snapshot")) == {}
+        )
+
+        # What was remembered of a TrainJob goes with it.
+        applied = run.ctl.reconciler.applied
+        assert len(applied) == 2  # the suspended TrainJobs' JobSets: "queued" and "new"
+        await plane.kube.delete(r.TRAINJOBS, "default", "queued")
+        await run.until(lambda: len(applied) == 1 and run.idle(), what="forgotten")

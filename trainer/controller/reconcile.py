@@ -26,14 +26,13 @@ from trainer.api.load import ObjectError, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob, TrainJobStatus
 from trainer.controller import events as ev
 from trainer.controller.applydiff import (
+    AppliedConfigs,
     any_active,
     being_deleted,
     drops_mutable,
     jobset_suspended,
     needs_recreate,
     refused_as_immutable,
-    stamp_config_hash,
-    unchanged,
 )
 from trainer.controller.failures import (
     ContainerFailure,
@@ -194,6 +193,9 @@ class Reconciler:
         self.framework = framework or framework_for(ctx)
         self.watches = self.framework.watches(ctx)
         self.events = ev.EventRecorder(kube, lambda: format_time(self.now()))
+        self.applied = AppliedConfigs()
+        """What this process last applied for each TrainJob it builds (the skip-if-unchanged
+        check; forgotten once the TrainJob is gone or finished)."""
 
     # --- observing ------------------------------------------------------------------------
     def _runtime(self, job: TrainJob) -> tuple[Runtime | None, str | None, BuildFailure | None]:
@@ -248,6 +250,7 @@ class Reconciler:
         namespace, _, name = key.partition("/")
         data = self.caches.trainjobs.get(namespace, name)
         if data is None:
+            self.applied.forget(key)
             if self.failed_pods is not None:
                 self.failed_pods.forget(namespace, name)
             return Result()  # deleted: garbage collection removes what it owned
@@ -273,6 +276,8 @@ class Reconciler:
         runtime: Runtime | None = None
         finished = is_finished(job)
         # Nothing is built for a finished TrainJob; its runtime only for a TTL it does not set.
+        if finished:
+            self.applied.forget(key)
         if not finished:
             runtime, unsupported, failure = self._runtime(job)
         elif job.spec.ttl_seconds_after_finished is None:
@@ -281,7 +286,7 @@ class Reconciler:
         if not finished:
             if runtime is not None:
                 try:
-                    jobset, requeue = await self._apply_objects(job, runtime, jobset, written)
+                    jobset, requeue = await self._apply_objects(key, job, runtime, jobset, written)
                 except BuildError as exc:
                     failure = BuildFailure("BuildError", str(exc))
                 except APIError as exc:
@@ -394,29 +399,31 @@ class Reconciler:
 
     async def _apply_objects(
         self,
+        key: str,
         job: TrainJob,
         runtime: Runtime,
         jobset: dict[str, Any] | None,
         written: list[dict[str, Any]],
     ) -> tuple[dict[str, Any] | None, float | None]:
-        """Apply what changed; returns the JobSet as now known and a requeue delay. Every
-        object the API returned from an apply is appended to ``written`` and recorded in its
-        watch cache, so the next reconcile reads what was written even before the watch
-        delivers it (no second apply, no status patch from a stale TrainJob)."""
+        """Apply what changed for the TrainJob ``key``; returns the JobSet as now known and a
+        requeue delay. What changed: what this process did not apply last, or what the cached
+        object no longer holds (:class:`AppliedConfigs`). Every object the API returned from an
+        apply is appended to ``written`` and recorded in its watch cache, so the next reconcile
+        reads what was written even before the watch delivers it (no second apply, no status
+        patch from a stale TrainJob)."""
         assert job.metadata is not None
         namespace, name = job.metadata.namespace or "default", job.metadata.name or ""
         observed = self._observed(job, runtime, jobset)
         objects = render(job, runtime, observed=observed, ctx=self.ctx, framework=self.framework)
         for obj in objects:
             kind = obj["kind"]
-            stamp_config_hash(obj)
             if kind == jsc.KIND and jobset is not None:
                 if being_deleted(jobset):
                     # A JobSet on its way out (a recreate's Foreground delete lasts until the
                     # garbage collector has deleted its Jobs): an apply would update, even
                     # resume, the object that goes away. Create it anew once it is gone.
                     return jobset, RECREATE_RETRY_SECONDS
-                if unchanged(jobset, obj):
+                if self.applied.unchanged(key, jobset, obj):
                     continue
                 active = any_active(jobset)
                 if needs_recreate(jobset, obj):
@@ -438,7 +445,7 @@ class Reconciler:
                     )
                     await self.kube.delete(r.JOBSETS, namespace, name, propagation="Foreground")
                     return None, RECREATE_RETRY_SECONDS
-            elif kind != jsc.KIND and unchanged(self._cached(obj), obj):
+            elif kind != jsc.KIND and self.applied.unchanged(key, self._cached(obj), obj):
                 continue
             try:
                 applied = await self.kube.apply(obj, FIELD_MANAGER, force=True)
@@ -462,6 +469,7 @@ class Reconciler:
                     await self.kube.delete(r.JOBSETS, namespace, name, propagation="Foreground")
                     return None, RECREATE_RETRY_SECONDS
                 raise
+            self.applied.record(key, obj)
             written.append(applied)
             informer = self._informer_for(obj)
             if informer is not None:
