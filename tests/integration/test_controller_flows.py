@@ -565,13 +565,24 @@ async def test_podgroups_with_crds_installed_first(plane: Plane, scheduler: str)
 
 async def test_podgroup_crds_installed_after_the_controller_started(plane: Plane) -> None:
     """The PodGroup informers are optional: started without the CRDs they report the resource
-    as not served and look again every ``discovery_interval``. A TrainJob that needs a PodGroup
-    meanwhile says why it waits, and converges once the CRD exists."""
+    as not served and list it again only once an apply of the controller's own shows it is
+    served, never on a timer. A TrainJob that needs a PodGroup meanwhile says why it waits,
+    and converges once the CRD exists; the PodGroup kind no TrainJob needs is never listed
+    again."""
+
+    def lists(group: str) -> int:
+        """Lists of PodGroups of ``group`` (the 404 of a path not routed yet reads as a get)."""
+        return sum(
+            1
+            for x in plane.server.storage.hooks.log
+            if x.verb in ("list", "get") and x.path.startswith(f"/apis/{group}/") and not x.name
+        )
+
     ctl, observer = new_controller(plane)
-    for informer in pod_group_informers(ctl):
-        informer.discovery_interval = 0.05  # the default (30 s) is too long for a test
+    assert all(inf.discovery_interval is None for inf in pod_group_informers(ctl))
     async with running(plane, (ctl, observer)) as run:
         assert not any(inf.served for inf in pod_group_informers(ctl))
+        assert (lists("scheduling.x-k8s.io"), lists("scheduling.volcano.sh")) == (1, 1)
         await create_runtime(plane, gang_runtime("coscheduling"))
         job = trainjob("early", trainer={"numNodes": 2})
         job["spec"]["runtimeRef"]["name"] = "gang-coscheduling"
@@ -595,9 +606,12 @@ async def test_podgroup_crds_installed_after_the_controller_started(plane: Plane
             what="BuildFailed cleared",
         )
         await pending_job(plane, "early")
-        await run.settle(*pod_group_informers(ctl))  # both informers serve their PodGroups now
-        assert all(inf.served for inf in pod_group_informers(ctl))
-        assert rv(pod_group_informers(ctl)[0].get("default", "early")) == rv(pod_group)
+        coscheduling, volcano = pod_group_informers(ctl)
+        await run.settle(coscheduling)  # it serves its PodGroups now
+        assert coscheduling.served
+        assert rv(coscheduling.get("default", "early")) == rv(pod_group)
+        assert lists("scheduling.x-k8s.io") == 2  # at start, and once the apply succeeded
+        assert not volcano.served and lists("scheduling.volcano.sh") == 1  # nothing needs it
 
 
 async def test_suspended_gang_follows_limit_ranges_and_runtime_classes(plane: Plane) -> None:
