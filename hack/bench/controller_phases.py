@@ -138,7 +138,7 @@ async def burst(
 # Phase B: the bare writer
 
 
-async def bare_run(env: Env, names: list[str], events: bool, deadline: float) -> dict[str, Any]:
+async def bare_run(env: Env, names: list[str], deadline: float) -> dict[str, Any]:
     """A fresh server; the driver's creates feed the bare writer; wall until its last write."""
     workers = env.workers or DEFAULT_CONCURRENCY
     server = ApiServerProcess.start(env.workdir, env.server_cpu)
@@ -150,7 +150,6 @@ async def bare_run(env: Env, names: list[str], events: bool, deadline: float) ->
             plan = {
                 "template": env.template,
                 "jobs": [[WARM_NAMESPACE, n] for n in warm] + [[NAMESPACE, n] for n in names],
-                "events": events,
                 "concurrency": workers,
             }
             plan_path = env.workdir / f"bare-plan-{time.monotonic_ns()}.json"
@@ -217,9 +216,7 @@ async def bare_run(env: Env, names: list[str], events: bool, deadline: float) ->
     n = result["jobs"]
     writes = sum(v for k, v in result["requests"].items() if k.split()[0] in WRITE_VERBS)
     return {
-        "writes": "snapshot ConfigMap apply, JobSet apply, "
-        + ("JobSetCreated Event create, " if events else "")
-        + "status merge patch",
+        "writes": "snapshot ConfigMap apply, JobSet apply",
         "concurrency": workers,
         "trainjobs": len(names),
         "jobs_written": n,

@@ -96,8 +96,7 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         out["controller_cpu_ms_per_job"] = round(
             median([a["controller_cpu_ms_per_job"] for a in bursts]), 3
         )
-    three = report["baselines"]["three_writes"]
-    event = report["baselines"]["with_event"]
+    three = report["baselines"]["object_writes"]
     if bursts and three:
         out["bare_wall_s"] = round(median([b["wall_s"] for b in three]), 3)
         out["bare_wall_s_fastest"] = min(b["wall_s"] for b in three)
@@ -112,9 +111,6 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         out["ratio_per_round"] = [
             round(a["wall_s"] / b["wall_s"], 3) for a, b in zip(bursts, three, strict=False)
         ]
-    if bursts and event:
-        out["bare_with_event_wall_s"] = round(median([b["wall_s"] for b in event]), 3)
-        out["ratio_to_bare_with_event"] = round(out["wall_s"] / out["bare_with_event_wall_s"], 3)
     mem = report.get("memory")
     if mem is not None:
         out["rss_mb_max"] = TARGET_RSS_MB

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import datetime as dt
 import json
 import os
 import re
@@ -37,19 +36,12 @@ from benchlib import (
 )
 from controller_workload import KEYS, RUNTIME, UID_PLACEHOLDER, trainjob_body
 
-from trainer.api import jobset_contract as jsc
-from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import TrainJob
 from trainer.cli.process import ProcessOptions, ProcessState, run_controller
-from trainer.controller import events as ev
-from trainer.controller.applydiff import stamp_config_hash
 from trainer.controller.config import load_config
 from trainer.controller.reconcile import FIELD_MANAGER
-from trainer.controller.status import desired_status
-from trainer.kube import resources as r
 from trainer.kube.client import new_api_client
 from trainer.kube.rest import APIError, Kube
-from trainer.machinery.times import format_time
 from trainer.plugins.registry import render
 from trainer.runtime.builtin import builtin_runtimes
 from trainer.runtime.info import BuildContext, Runtime
@@ -201,19 +193,19 @@ class ControllerProcess:
     async def wait_done(
         self, session: aiohttp.ClientSession, base: Scrape, jobs: int, deadline: float
     ) -> tuple[float | None, Scrape]:
-        """Poll /metrics until ``jobs`` more JobSets were applied and statuses patched than in
-        ``base``; returns the time (monotonic, None past ``deadline``) and the last scrape."""
+        """Poll /metrics until ``jobs`` more JobSets were applied than in ``base`` (no status is
+        patched: no JobSet reports one here); returns the time (monotonic, None past
+        ``deadline``) and the last scrape."""
         while True:
             now = time.monotonic()
             s = await self.scrape(session)
             applied = s.jobsets_applied() - base.jobsets_applied()
-            patched = s.statuses_patched() - base.statuses_patched()
-            if applied >= jobs and patched >= jobs:
+            if applied >= jobs:
                 return now, s
             if now > deadline:
                 return None, s
             # Each scrape costs the controller a few ms of CPU: poll slowly while far from done.
-            far = jobs - min(applied, patched) > max(10, jobs // 10)
+            far = jobs - applied > max(10, jobs // 10)
             await asyncio.sleep(POLL_FAR_S if far else POLL_S)
 
     async def wait_idle(self, session: aiohttp.ClientSession, limit: float = 30.0) -> Scrape:
@@ -293,31 +285,25 @@ class Prepared:
 
     trainjob: dict[str, Any]
     objects: list[dict[str, Any]]
-    status_patch: dict[str, Any]
 
 
 def prepare_writes(
     namespace: str, name: str, template: dict[str, Any], runtime: Runtime
 ) -> Prepared:
-    """The objects the controller would apply for this TrainJob (hash-stamped, as the
-    controller sends them) and the status it would patch once the JobSet exists."""
+    """The objects the controller would apply for this TrainJob, as it sends them. No status:
+    the controller writes one once the JobSet reports its own, which no JobSet controller does
+    on the benchmark's server."""
     wire = trainjob_body(template, namespace, name)
     wire["metadata"]["uid"] = UID_PLACEHOLDER
     job = TrainJob.from_wire(wire)
     objects = render(job, runtime, ctx=BuildContext(ssh_keygen=lambda: KEYS))
-    for obj in objects:
-        stamp_config_hash(obj)
-    jobset = next(o for o in objects if o["kind"] == jsc.KIND)
-    now = dt.datetime.now(dt.UTC)
-    status = desired_status(job, JobSet.from_wire(jobset), now).to_wire()
-    return Prepared(wire, objects, {"status": status})
+    return Prepared(wire, objects)
 
 
 async def serve_bare(kubeconfig: str, plan_path: Path) -> None:
     """Read ``job <namespace> <name> <uid>`` / ``sync`` / ``end`` lines on stdin; per job,
-    apply the snapshot ConfigMap and the JobSet, optionally post the Event, and patch the
-    status, ``concurrency`` jobs at a time. Answers ``ready``, ``synced`` and ``done <json>``
-    lines on stdout."""
+    apply the snapshot ConfigMap and the JobSet, ``concurrency`` jobs at a time. Answers
+    ``ready``, ``synced`` and ``done <json>`` lines on stdout."""
     plan = json.loads(plan_path.read_text())
     template = plan["template"]
     runtime = builtin_runtimes()[RUNTIME]
@@ -332,7 +318,6 @@ async def serve_bare(kubeconfig: str, plan_path: Path) -> None:
 
     api = await new_api_client(kubeconfig)
     kube = Kube(api, on_request=on_request)
-    recorder = ev.EventRecorder(kube, lambda: format_time(dt.datetime.now(dt.UTC)))
     queue: asyncio.Queue[tuple[str, str, str] | None] = asyncio.Queue()
     errors: dict[str, int] = {}
     last_done = 0.0
@@ -344,11 +329,6 @@ async def serve_bare(kubeconfig: str, plan_path: Path) -> None:
         for obj in p.objects:
             obj["metadata"]["ownerReferences"][0]["uid"] = uid
             await kube.apply(obj, FIELD_MANAGER, force=True)
-        if plan["events"]:
-            await recorder.record(
-                p.trainjob, ev.NORMAL, "JobSetCreated", "Created", f"Created JobSet {name}"
-            )
-        await kube.patch_status(r.TRAINJOBS, ns, name, p.status_patch)
 
     async def worker() -> None:
         nonlocal last_done, jobs_done

@@ -1,6 +1,7 @@
 """A local control plane for integration tests: the embedded API server with our CRDs and
-built-in runtimes, a Kube client, and waiting on API state without sleeping (every store
-write wakes the waiters)."""
+built-in runtimes, a Kube client, waiting on API state without sleeping (every store write
+wakes the waiters), and a stand-in for JobSet's first status report (no JobSet controller
+runs here)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.api import crds
+from trainer.kube import resources as r
 from trainer.kube.client import new_api_client
-from trainer.kube.rest import Kube
+from trainer.kube.rest import APIError, Kube
 from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.store import Event
 from trainer.runtime.builtin import builtin_runtime_documents
@@ -69,6 +71,75 @@ class Plane:
             for r in self.server.storage.hooks.writes()
             if manager is None or r.field_manager == manager or r.user_agent.startswith(manager)
         ]
+
+
+def created_jobset_status(jobset: dict[str, Any]) -> dict[str, Any]:
+    """The status JobSet's controller reports for a JobSet whose Jobs it has just created and
+    whose pods do not exist yet: each replicated job counted, nothing ready or finished (JobSet
+    lists them by name, descending)."""
+    suspended = bool((jobset.get("spec") or {}).get("suspend"))
+    jobs = sorted(
+        (rj for rj in (jobset.get("spec") or {}).get("replicatedJobs") or []),
+        key=lambda rj: str(rj.get("name")),
+        reverse=True,
+    )
+    return {
+        "replicatedJobsStatus": [
+            {
+                "name": rj["name"],
+                "ready": 0,
+                "succeeded": 0,
+                "failed": 0,
+                "active": 0,
+                "suspended": int(rj.get("replicas", 1)) if suspended else 0,
+            }
+            for rj in jobs
+        ]
+    }
+
+
+async def report_jobset_status(plane: Plane, namespace: str, name: str) -> dict[str, Any]:
+    """Wait for the JobSet ``namespace/name`` and give it the status JobSet reports once it made
+    its Jobs (:func:`created_jobset_status`): the TrainJob controller writes a TrainJob's first
+    status only with something of upstream's to say, such as ``jobsStatus`` (as upstream's
+    controller does)."""
+    jobset = await plane.until(lambda: plane.jobset(namespace, name), what=f"JobSet {name}")
+    patched: dict[str, Any] = await plane.kube.patch_status(
+        r.JOBSETS, namespace, name, {"status": created_jobset_status(jobset)}
+    )
+    return patched
+
+
+@asynccontextmanager
+async def jobsets_report_status(plane: Plane) -> AsyncIterator[None]:
+    """While in the block, every JobSet created gets :func:`created_jobset_status` at once,
+    as JobSet's controller would give it (a JobSet deleted meanwhile is skipped)."""
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def report(namespace: str, name: str, jobset: dict[str, Any]) -> None:
+        try:
+            await plane.kube.patch_status(
+                r.JOBSETS, namespace, name, {"status": created_jobset_status(jobset)}
+            )
+        except APIError as exc:
+            if not exc.is_not_found:
+                raise
+
+    def on_write(ev: Event) -> None:
+        if ev.type != "ADDED" or ev.key != (r.JOBSETS.group, r.JOBSETS.plural):
+            return
+        meta = ev.obj.get("metadata") or {}
+        task = loop.create_task(report(ev.namespace, meta["name"], ev.obj))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    plane.server.storage.store.on_write.append(on_write)
+    try:
+        yield
+    finally:
+        plane.server.storage.store.on_write.remove(on_write)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @asynccontextmanager

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.builders import trainjob
-from tests.integration.harness import GROUP, VERSION, Plane, local_plane
+from tests.integration.harness import GROUP, VERSION, Plane, local_plane, report_jobset_status
 from trainer.controller.manager import Controller
 from trainer.kube import resources as r
 from trainer.runtime.info import SSHKeyPair
@@ -72,6 +72,7 @@ async def test_torch_trainjob_gets_its_jobset_snapshot_and_status(
     owner = jobset["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["controller"]) == ("TrainJob", "mnist", True)
     assert plane.get("v1", "configmaps", "default", "mnist-runtime-snapshot") is not None
+    await report_jobset_status(plane, "default", "mnist")
     job = await plane.until(
         lambda: (
             state_of(plane.trainjob("default", "mnist")) == "Pending"
@@ -80,6 +81,7 @@ async def test_torch_trainjob_gets_its_jobset_snapshot_and_status(
         what="Pending",
     )
     assert "Pending" not in conditions(job)  # a state, not a condition (SDK compatibility)
+    assert [j["name"] for j in job["status"]["jobsStatus"]] == ["node"]
 
 
 async def test_jobset_status_is_mirrored_and_running_then_complete(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -17,13 +18,14 @@ import pytest
 import yaml
 
 from tests.builders import trainjob
-from tests.integration.harness import Plane, local_plane
+from tests.integration.harness import Plane, local_plane, report_jobset_status
 from tests.integration.test_controller import KEYS, conditions
 from trainer.controller.manager import Controller
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import Kube
 from trainer.local.apiserver.hooks import RequestRecord
+from trainer.machinery.gvr import GVR
 
 PODGROUP_CRDS = {
     "coscheduling": ("scheduling.x-k8s.io", "v1alpha1"),
@@ -185,7 +187,10 @@ def env_of(ctr: dict[str, Any]) -> dict[str, Any]:
 
 
 async def pending_job(plane: Plane, name: str) -> dict[str, Any]:
-    """The TrainJob once its status says Pending (JobSet created, no pod running)."""
+    """The TrainJob once its status says Pending (JobSet created, no pod running): its JobSet
+    reports its status as JobSet's controller would (none runs here), which the controller
+    mirrors with ``state: Pending``."""
+    await report_jobset_status(plane, "default", name)
     job: dict[str, Any] = await plane.until(
         lambda: (
             ((plane.trainjob("default", name) or {}).get("status") or {}).get("state") == "Pending"
@@ -560,13 +565,24 @@ async def test_podgroups_with_crds_installed_first(plane: Plane, scheduler: str)
 
 async def test_podgroup_crds_installed_after_the_controller_started(plane: Plane) -> None:
     """The PodGroup informers are optional: started without the CRDs they report the resource
-    as not served and look again every ``discovery_interval``. A TrainJob that needs a PodGroup
-    meanwhile says why it waits, and converges once the CRD exists."""
+    as not served and list it again only once an apply of the controller's own shows it is
+    served, never on a timer. A TrainJob that needs a PodGroup meanwhile says why it waits,
+    and converges once the CRD exists; the PodGroup kind no TrainJob needs is never listed
+    again."""
+
+    def lists(group: str) -> int:
+        """Lists of PodGroups of ``group`` (the 404 of a path not routed yet reads as a get)."""
+        return sum(
+            1
+            for x in plane.server.storage.hooks.log
+            if x.verb in ("list", "get") and x.path.startswith(f"/apis/{group}/") and not x.name
+        )
+
     ctl, observer = new_controller(plane)
-    for informer in pod_group_informers(ctl):
-        informer.discovery_interval = 0.05  # the default (30 s) is too long for a test
+    assert all(inf.discovery_interval is None for inf in pod_group_informers(ctl))
     async with running(plane, (ctl, observer)) as run:
         assert not any(inf.served for inf in pod_group_informers(ctl))
+        assert (lists("scheduling.x-k8s.io"), lists("scheduling.volcano.sh")) == (1, 1)
         await create_runtime(plane, gang_runtime("coscheduling"))
         job = trainjob("early", trainer={"numNodes": 2})
         job["spec"]["runtimeRef"]["name"] = "gang-coscheduling"
@@ -590,9 +606,12 @@ async def test_podgroup_crds_installed_after_the_controller_started(plane: Plane
             what="BuildFailed cleared",
         )
         await pending_job(plane, "early")
-        await run.settle(*pod_group_informers(ctl))  # both informers serve their PodGroups now
-        assert all(inf.served for inf in pod_group_informers(ctl))
-        assert rv(pod_group_informers(ctl)[0].get("default", "early")) == rv(pod_group)
+        coscheduling, volcano = pod_group_informers(ctl)
+        await run.settle(coscheduling)  # it serves its PodGroups now
+        assert coscheduling.served
+        assert rv(coscheduling.get("default", "early")) == rv(pod_group)
+        assert lists("scheduling.x-k8s.io") == 2  # at start, and once the apply succeeded
+        assert not volcano.served and lists("scheduling.volcano.sh") == 1  # nothing needs it
 
 
 async def test_suspended_gang_follows_limit_ranges_and_runtime_classes(plane: Plane) -> None:
@@ -746,13 +765,11 @@ def events(records: list[RequestRecord]) -> int:
 TORCH_WRITES = {
     ("patch", "configmaps"): 1,  # the runtime snapshot
     ("patch", "jobsets"): 1,
-    ("patch", "trainjobs/status"): 1,
 }
 MPI_WRITES = {
     ("patch", "configmaps"): 2,  # the snapshot and the hostfile
     ("patch", "secrets"): 1,  # the SSH keys
     ("patch", "jobsets"): 1,
-    ("patch", "trainjobs/status"): 1,
 }
 
 
@@ -764,22 +781,192 @@ MPI_WRITES = {
 async def test_a_trainjob_costs_the_minimum_writes_and_a_resync_none(
     env: Running, runtime: str, expected: dict[tuple[str, str], int]
 ) -> None:
+    """The build costs one apply per object; the status costs one write, made once JobSet
+    reports its status, which carries ``jobsStatus`` and our additive fields together (no
+    write of ``state`` and ``startTime`` alone before it, which upstream does not make)."""
     plane, ctl = env.plane, env.ctl
+    caches = ctl.caches
+    informers = (caches.trainjobs, caches.jobsets, caches.config_maps, caches.secrets)
     start = len(plane.server.storage.hooks.log)
     job = trainjob("cost", trainer={"numNodes": 2})
     job["spec"]["runtimeRef"]["name"] = runtime
     await plane.kube.create(job)
-    await pending_job(plane, "cost")
-    caches = ctl.caches
-    await env.settle(caches.trainjobs, caches.jobsets, caches.config_maps, caches.secrets)
+    await plane.until(lambda: plane.jobset("default", "cost"), what="JobSet")
+    await env.settle(*informers)
     records = [x for x in plane.server.storage.hooks.log[start:] if "marker" not in x.name]
     assert controller_writes(records) == Counter(expected)
-    assert events(records) == 1  # Normal JobSetCreated
+    assert not (plane.trainjob("default", "cost") or {}).get("status")
+    assert events(records) == 0  # no Normal Event: upstream records none
     assert all(x.code < 300 for x in records if x.is_write)
     # One reconcile did it all (plus one of the TrainJob marker, which writes nothing).
     assert env.observer.counts == {"success": 2}
+
+    reported = len(plane.server.storage.hooks.log)
+    await pending_job(plane, "cost")
+    await env.settle(*informers)
+    records = [x for x in plane.server.storage.hooks.log[reported:] if "marker" not in x.name]
+    assert controller_writes(records) == Counter({("patch", "trainjobs/status"): 1})
+    status = (plane.trainjob("default", "cost") or {})["status"]
+    assert {"jobsStatus", "state", "startTime"} <= set(status), status
 
     before = len(plane.server.storage.hooks.log)
     for key in [f"{ns}/{name}" for ns, name in ctl.caches.trainjobs.keys()]:  # noqa: SIM118
         await ctl.reconciler.reconcile(key)
     assert [x for x in plane.server.storage.hooks.log[before:] if x.is_write] == []
+
+
+async def test_a_status_written_by_upstreams_controller_gets_our_additive_fields(
+    plane: Plane,
+) -> None:
+    """A TrainJob whose status upstream's controller wrote (``jobsStatus``, none of our
+    additive fields), then reconciled by ours, gets ``state`` and ``startTime`` at once: only a
+    TrainJob without any status waits for upstream's fields before they are written."""
+    created = await plane.kube.create(trainjob("adopted", trainer={"numNodes": 2}))
+    jobs = [{"name": "node", "ready": 0, "succeeded": 0, "failed": 0, "active": 2, "suspended": 0}]
+    await plane.kube.patch_status(
+        r.TRAINJOBS, "default", "adopted", {"status": {"jobsStatus": jobs}}
+    )
+    async with running(plane) as run:
+        job = await run.until(
+            lambda: (
+                ((plane.trainjob("default", "adopted") or {}).get("status") or {}).get("state")
+                and plane.trainjob("default", "adopted")
+            ),
+            what="state written",
+        )
+    status = job["status"]
+    assert status["state"] == "Pending"
+    assert status["startTime"] == created["metadata"]["creationTimestamp"]
+    assert status["jobsStatus"] == jobs
+
+
+def events_about(plane: Plane, name: str) -> list[tuple[str, str]]:
+    """(type, reason) of the Events about TrainJob ``name``."""
+    return [
+        (e["type"], e["reason"])
+        for e in plane.server.storage.objects("v1", "events", "default")
+        if e["involvedObject"]["kind"] == "TrainJob" and e["involvedObject"]["name"] == name
+    ]
+
+
+async def test_only_failures_are_worth_an_event(env: Running) -> None:
+    """No Normal Event through a TrainJob's life (its JobSet created, suspended, resumed,
+    completed: upstream's controller records none, and each is a write); a failure gets its
+    Warning."""
+    plane, caches = env.plane, env.ctl.caches
+
+    def condition(name: str, type_: str) -> tuple[str, str] | None:
+        return conditions(plane.trainjob("default", name)).get(type_)
+
+    await plane.kube.create(trainjob("quiet", suspend=True))
+    await env.until(lambda: condition("quiet", "Suspended") == ("True", "Suspended"))
+    await plane.kube.patch(r.TRAINJOBS, "default", "quiet", {"spec": {"suspend": False}})
+    await env.until(lambda: condition("quiet", "Suspended") == ("False", "Resumed"))
+    done = {
+        "type": "Completed",
+        "status": "True",
+        "reason": "AllJobsCompleted",
+        "message": "jobset completed successfully",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    await plane.kube.patch_status(r.JOBSETS, "default", "quiet", {"status": {"conditions": [done]}})
+    await env.until(lambda: condition("quiet", "Complete"), what="Complete")
+
+    await plane.kube.create(trainjob("loud"))
+    await plane.until(lambda: plane.jobset("default", "loud"), what="JobSet")
+    failed = {**done, "type": "Failed", "reason": "FailedJobs", "message": "jobset failed"}
+    await plane.kube.patch_status(
+        r.JOBSETS, "default", "loud", {"status": {"conditions": [failed]}}
+    )
+    await env.until(lambda: condition("loud", "Failed"), what="Failed")
+    await env.settle(caches.trainjobs, caches.jobsets)
+    assert events_about(plane, "quiet") == []
+    assert events_about(plane, "loud") == [("Warning", "Failed")]
+
+
+OLD_HASH = "trainer.kubeflow.org/applied-config-hash"
+"""The annotation earlier versions wrote on every object they applied."""
+
+
+class EarlierVersion(Kube):
+    """The controller's client as an earlier version used it: every applied object carries
+    :data:`OLD_HASH`."""
+
+    async def apply(
+        self,
+        obj: dict[str, Any],
+        field_manager: str,
+        force: bool = True,
+        dry_run: bool = False,
+        *,
+        subresource: str | None = None,
+        gvr: GVR | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        stamped = copy.deepcopy(obj)
+        stamped["metadata"].setdefault("annotations", {})[OLD_HASH] = "0123456789abcdef0123"
+        return await super().apply(
+            stamped,
+            field_manager,
+            force,
+            dry_run,
+            subresource=subresource,
+            gvr=gvr,
+            timeout=timeout,
+        )
+
+
+def annotations_of(obj: dict[str, Any] | None) -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get("annotations") or {})
+
+
+async def test_nothing_is_stamped_and_an_earlier_versions_stamp_goes_without_a_loop(
+    plane: Plane,
+) -> None:
+    """What the controller applies carries no annotation of its own (upstream's objects carry
+    none): what it last applied is kept in its memory. An earlier version's stamp never makes
+    a new controller loop: a JobSet it applies again (a suspended TrainJob's: its memory starts
+    empty) loses the stamp, since server-side apply takes away what our field manager stops
+    applying; objects it does not apply again (a running TrainJob's JobSet, a snapshot) keep it
+    and cost nothing. Either way a reconcile after that writes nothing."""
+    old = EarlierVersion(plane.kube.api)
+    async with running(plane, new_controller(plane, old)) as run:
+        await plane.kube.create(trainjob("queued", trainer={"numNodes": 2}, suspend=True))
+        await plane.kube.create(trainjob("started", trainer={"numNodes": 2}))
+        await run.until(
+            lambda: all(
+                OLD_HASH in annotations_of(plane.jobset("default", n))
+                for n in ("queued", "started")
+            ),
+            what="stamped by the earlier version",
+        )
+        await run.until(run.idle, what="idle")
+
+    async with running(plane) as run:
+        caches = run.ctl.caches
+        await run.until(
+            lambda: OLD_HASH not in annotations_of(plane.jobset("default", "queued")),
+            what="the stamp taken away",
+        )
+        await run.settle(caches.trainjobs, caches.jobsets, caches.config_maps)
+        assert OLD_HASH in annotations_of(plane.jobset("default", "started"))  # never applied again
+        snapshot = plane.get("v1", "configmaps", "default", "queued-runtime-snapshot")
+        assert OLD_HASH in annotations_of(snapshot)  # written once, when the TrainJob was new
+        assert run.observer.counts["error"] == 0
+        before = len(plane.server.storage.hooks.log)
+        for key in ("default/queued", "default/started"):
+            await run.ctl.reconciler.reconcile(key)
+        assert [x for x in plane.server.storage.hooks.log[before:] if x.is_write] == []
+
+        await plane.kube.create(trainjob("new", trainer={"numNodes": 2}, suspend=True))
+        await run.until(lambda: plane.jobset("default", "new"), what="JobSet")
+        assert annotations_of(plane.jobset("default", "new")) == {}
+        assert (
+            annotations_of(plane.get("v1", "configmaps", "default", "new-runtime-snapshot")) == {}
+        )
+
+        # What was remembered of a TrainJob goes with it.
+        applied = run.ctl.reconciler.applied
+        assert len(applied) == 2  # the suspended TrainJobs' JobSets: "queued" and "new"
+        await plane.kube.delete(r.TRAINJOBS, "default", "queued")
+        await run.until(lambda: len(applied) == 1 and run.idle(), what="forgotten")

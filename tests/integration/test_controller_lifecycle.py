@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.builders import trainjob
-from tests.integration.harness import Plane, local_plane
+from tests.integration.harness import Plane, local_plane, report_jobset_status
 from tests.integration.test_controller import KEYS, Clock
 from trainer.controller.manager import Controller
 from trainer.kube import resources as r
@@ -102,6 +102,7 @@ async def idle(env: Env, timeout: float = 10.0) -> None:
 async def test_start_and_completion_times_and_deletion_after_the_ttl(env: Env) -> None:
     plane, clock = env.plane, env.clock
     created = await plane.kube.create(trainjob("ttl", ttlSecondsAfterFinished=60))
+    await report_jobset_status(plane, "default", "ttl")  # the first status write comes with it
     job = await plane.until(
         lambda: (
             status_of(plane.trainjob("default", "ttl")).get("startTime")

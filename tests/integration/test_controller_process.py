@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from tests.builders import trainjob
-from tests.integration.harness import Plane, local_plane
+from tests.integration.harness import Plane, local_plane, report_jobset_status
 from tests.integration.test_webhook_cluster import configurations
 from trainer.cli.process import ProcessOptions, ProcessState, run_controller
 from trainer.controller.config import parse_config
@@ -115,7 +115,7 @@ async def test_controller_with_webhook_probes_and_metrics(plane: Plane) -> None:
                 await plane.kube.create(bad)
             assert err.value.status == 403
             await plane.kube.create(trainjob("good", trainer={"numNodes": 2}))
-            await plane.until(lambda: plane.jobset("default", "good"), what="JobSet")
+            await report_jobset_status(plane, "default", "good")  # as JobSet would
             await plane.until(
                 lambda: (plane.trainjob("default", "good") or {}).get("status"), what="status"
             )

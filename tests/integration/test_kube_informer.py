@@ -330,6 +330,57 @@ async def test_optional_resource_waits_until_it_is_served(env: Env) -> None:
     assert await take(events, 1) == [("ADDED", "pg2", None)]
 
 
+async def test_optional_resource_listed_again_only_once_a_write_shows_it_served(
+    env: Env,
+) -> None:
+    """With ``discovery_interval=None`` an unserved resource is not listed on a timer: a write
+    of this process that the API answered (reported through ``record_write``) lists it again,
+    and so does ``recheck``."""
+    kube, server = env.kube, env.server
+    sleeps = Sleeps()
+    served: asyncio.Queue[bool] = asyncio.Queue()
+    inf = env.informer(
+        r.COSCHEDULING_PODGROUPS, optional=True, discovery_interval=None, sleep=sleeps
+    )
+    inf.add_served_handler(served.put_nowait)
+    events = recorder(inf)
+    await inf.start(timeout=WAIT)
+    assert await asyncio.wait_for(served.get(), WAIT) is False
+
+    def lists() -> int:
+        path = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups"
+        # (a 404 on a path not yet routed reads as a get)
+        log = server.storage.hooks.log
+        return sum(1 for rec in log if rec.path == path and rec.verb in ("list", "get"))
+
+    server.storage.create_direct(
+        "apiextensions.k8s.io/v1", "CustomResourceDefinition", POD_GROUP_CRD
+    )
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert sleeps.delays.empty() and lists() == 1  # no timer, no list: nothing asked for one
+    group = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg", "namespace": "default"},
+    }
+    written = await kube.create(group)
+    assert not inf.record_write(written)  # not cached by it: the list it asks for decides
+    assert await asyncio.wait_for(served.get(), WAIT) is True
+    assert await take(events, 1) == [("ADDED", "pg", None)]
+    assert lists() == 2
+
+    assert await kube.delete(r.CRDS, None, "podgroups.scheduling.x-k8s.io")
+    assert [e[:2] for e in await take(events, 1)] == [("DELETED", "pg")]
+    server.storage.store.close_watchers()  # the stream ends, as a real server's does
+    assert await asyncio.wait_for(served.get(), WAIT) is False
+    server.storage.create_direct(
+        "apiextensions.k8s.io/v1", "CustomResourceDefinition", POD_GROUP_CRD
+    )
+    inf.recheck()
+    assert await asyncio.wait_for(served.get(), WAIT) is True
+
+
 async def test_start_times_out_while_the_resource_is_not_served(env: Env) -> None:
     sleeps = Sleeps()
     sleeps.gate.clear()  # park after the first failure

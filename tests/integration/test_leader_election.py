@@ -350,6 +350,75 @@ async def test_expiry_counts_from_when_the_lease_was_observed() -> None:
     assert released["leaseTransitions"] == 5
 
 
+class CountingLeases(MemoryLeases):
+    """:class:`MemoryLeases` that records each call (``conflict`` after an update answered 409)
+    and runs ``on_update[n]`` before serving the n-th update (1-based)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+        self.on_update: dict[int, Callable[[], None]] = {}
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append("get")
+        return await super().get_lease(namespace, name)
+
+    async def create_lease(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("create")
+        return await super().create_lease(obj)
+
+    async def update_lease(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("update")
+        hook = self.on_update.get(self.calls.count("update"))
+        if hook is not None:
+            hook()
+        try:
+            return await super().update_lease(obj)
+        except LeaseConflict:
+            self.calls.append("conflict")
+            raise
+
+    def write_from_outside(self) -> None:
+        """Another client changes the Lease (a label, say): its resourceVersion moves on."""
+        assert self.lease is not None
+        self._store({**self.lease, "metadata": {**self.lease["metadata"], "labels": {"x": "y"}}})
+
+
+async def test_the_leader_renews_without_reading_the_lease() -> None:
+    """client-go's fast path: the leader renews by updating the Lease it last wrote, without a
+    GET first; only when that update fails (here 409: another client changed the Lease) does it
+    read the Lease and renew from what it read, still leading."""
+    leases = CountingLeases()
+    clock = AutoClock(1_700_000_000.0)
+    changes: list[bool] = []
+    elector = LeaderElector(
+        leases,
+        namespace=NAMESPACE,
+        identity="me",
+        clock=clock,
+        sleep=clock.sleep,
+        on_leader_change=changes.append,
+    )
+    leases.on_update = {3: leases.write_from_outside, 5: elector.stop}
+
+    async def work() -> None:
+        await asyncio.Event().wait()
+
+    await asyncio.wait_for(elector.run(work), 5)
+    assert leases.calls == [
+        *("get", "create"),  # no Lease yet: read, then created
+        *("update", "update"),  # two renewals, one request each
+        *("update", "conflict", "get", "update"),  # the third, after the outside write
+        "update",  # the fourth, from what was read
+        "update",  # released on stop
+    ]
+    assert changes == [True, False]  # leading throughout, until stopped
+    assert leases.lease is not None
+    spec = leases.lease["spec"]
+    assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("", 0)
+    assert leases.lease["metadata"]["labels"] == {"x": "y"}  # the outside write kept
+
+
 @pytest.mark.parametrize(
     ("timings", "message"),
     [

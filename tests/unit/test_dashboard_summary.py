@@ -99,7 +99,7 @@ def test_events_are_merged_in_time_order_and_steps_count_jobs() -> None:
     }
     early = {
         "involvedObject": {"kind": "TrainJob", "name": "j"},
-        "reason": "JobSetCreated",
+        "reason": "ContainerFailed",
         "eventTime": "2026-01-01T00:01:00.000000Z",
         "count": 3,
     }

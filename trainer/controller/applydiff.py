@@ -1,7 +1,7 @@
 """What to apply for a TrainJob, pure (docs/design.md, "One reconcile"): whether a desired
-object differs from the cached one (by the hash of what was last applied, and by content),
-and whether a JobSet must be recreated rather than updated because JobSet lets only some of its
-fields change (docs/design.md; the suspend/resume rules of the Kueue contract)."""
+object differs from the cached one (by the hash of what this process last applied, and by
+content), and whether a JobSet must be recreated rather than updated because JobSet lets only
+some of its fields change (docs/design.md; the suspend/resume rules of the Kueue contract)."""
 
 from __future__ import annotations
 
@@ -12,31 +12,63 @@ from typing import Any
 from trainer.api import jobset_contract as jsc
 from trainer.machinery.quantity import Quantity, QuantityError
 
-APPLIED_HASH = "trainer.kubeflow.org/applied-config-hash"
+ObjectKey = tuple[str, str, str, str]
+"""An applied object: apiVersion, kind, namespace, name."""
 
 
-def stamp_config_hash(obj: dict[str, Any]) -> str:
-    """Annotate ``obj`` with a hash of itself (the configuration about to be applied).
-
-    Server-side apply removes fields a manager stops applying, which a "does the live object
-    contain every desired field" check cannot see; comparing the hash of the last applied
-    configuration can. Returns the hash."""
-    meta = obj.setdefault("metadata", {})
-    annotations = dict(meta.get("annotations") or {})
-    annotations.pop(APPLIED_HASH, None)
-    meta["annotations"] = annotations
-    digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]
-    annotations[APPLIED_HASH] = digest
-    return digest
+def config_hash(obj: dict[str, Any]) -> str:
+    """A hash of ``obj``, the configuration about to be applied."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def unchanged(live: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
-    """Applying ``desired`` (hash-stamped) would change nothing in ``live``."""
-    if live is None:
-        return False
-    live_hash = ((live.get("metadata") or {}).get("annotations") or {}).get(APPLIED_HASH)
-    desired_hash = desired["metadata"]["annotations"][APPLIED_HASH]
-    return live_hash == desired_hash and covers(live, desired)
+def object_key(obj: dict[str, Any]) -> ObjectKey:
+    meta = obj.get("metadata") or {}
+    return (
+        str(obj.get("apiVersion", "")),
+        str(obj.get("kind", "")),
+        str(meta.get("namespace") or ""),
+        str(meta.get("name") or ""),
+    )
+
+
+class AppliedConfigs:
+    """The hash of the configuration this process last applied to each object, by the key of
+    the TrainJob it was built for (``namespace/name``).
+
+    Server-side apply removes a field a manager stops applying, which a "does the live object
+    contain every desired field" check (:func:`covers`) cannot see; comparing the hash of what
+    was last applied can. Upstream's objects carry no trace of such a hash, so it is kept here
+    rather than in an annotation on the object: nothing of it reaches the API. Memory is bounded
+    by the TrainJobs: the reconciler calls :meth:`forget` once a TrainJob is gone or finished
+    (nothing is applied for a finished one). A new process (a restart, a new leader) starts
+    empty and applies each object of an unfinished TrainJob once more on its first reconcile:
+    a no-op server-side apply when nothing changed, which also takes away the
+    ``trainer.kubeflow.org/applied-config-hash`` annotation earlier versions wrote (our field
+    manager owns it and no longer applies it)."""
+
+    def __init__(self) -> None:
+        self._by_trainjob: dict[str, dict[ObjectKey, str]] = {}
+
+    def unchanged(
+        self, trainjob: str, live: dict[str, Any] | None, desired: dict[str, Any]
+    ) -> bool:
+        """Applying ``desired`` would change nothing in ``live``: this process last applied
+        exactly ``desired`` to it, and ``live`` still holds every field of it."""
+        if live is None:
+            return False
+        applied = self._by_trainjob.get(trainjob, {}).get(object_key(desired))
+        return applied == config_hash(desired) and covers(live, desired)
+
+    def record(self, trainjob: str, applied: dict[str, Any]) -> None:
+        """``applied`` (the configuration, as sent) was applied for ``trainjob``."""
+        self._by_trainjob.setdefault(trainjob, {})[object_key(applied)] = config_hash(applied)
+
+    def forget(self, trainjob: str) -> None:
+        self._by_trainjob.pop(trainjob, None)
+
+    def __len__(self) -> int:
+        """TrainJobs remembered."""
+        return len(self._by_trainjob)
 
 
 QUANTITY_MAPS = frozenset({"limits", "requests", "minResources", "overhead"})

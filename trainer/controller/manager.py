@@ -139,6 +139,9 @@ class Controller:
                     watch.label_selector,
                     field_selector=watch.field_selector,
                     optional=watch.optional,
+                    # Not served: listed again only once an apply of ours shows it is (the
+                    # reconcile applying a PodGroup records it here), not every 30 s meanwhile.
+                    discovery_interval=None,
                 )
                 by_key[key] = informer
             cs.watched[watch.name] = informer

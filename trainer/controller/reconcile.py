@@ -26,14 +26,13 @@ from trainer.api.load import ObjectError, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob, TrainJobStatus
 from trainer.controller import events as ev
 from trainer.controller.applydiff import (
+    AppliedConfigs,
     any_active,
     being_deleted,
     drops_mutable,
     jobset_suspended,
     needs_recreate,
     refused_as_immutable,
-    stamp_config_hash,
-    unchanged,
 )
 from trainer.controller.failures import (
     ContainerFailure,
@@ -107,15 +106,38 @@ def without_trainer_status(status: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in status.items() if k != "trainerStatus"}
 
 
+ADDITIVE_STATUS_FIELDS = frozenset({"state", "startTime", "completionTime"})
+"""Status fields this project adds to upstream's (README, "Additive API fields")."""
+
+
+def upstream_status(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` without our additive fields and ``trainerStatus``: what upstream's
+    controller writes too."""
+    return {
+        k: v for k, v in without_trainer_status(status).items() if k not in ADDITIVE_STATUS_FIELDS
+    }
+
+
 def status_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any] | None:
     """The merge patch for ``/status`` that takes ``current`` to ``desired``, or None when
-    nothing the controller owns differs.
+    nothing the controller owns differs, or when it would be the TrainJob's first status and
+    would carry only our additive fields.
 
     ``trainerStatus`` belongs to the status server (SSA manager ``trainer-status``): it is
     left out of both the comparison and the patch, so a merge patch built from a cached copy
-    never puts back an older trainerStatus than the one the server just wrote."""
+    never puts back an older trainerStatus than the one the server just wrote.
+
+    The additive fields (``state``, ``startTime``, ``completionTime``) ride along with a
+    write of upstream's own fields, never cost one of their own on a TrainJob without a
+    status: upstream's first write carries ``jobsStatus`` (once JobSet reports its status) or
+    a condition, and so does ours, so a TrainJob costs the status writes upstream's
+    controller makes (docs/design.md, "One reconcile", step 5). A TrainJob that has a status
+    (written by us or by upstream's controller before it) gets them as soon as they differ."""
     status = without_trainer_status(desired)
-    if without_trainer_status(current) == status:
+    now = without_trainer_status(current)
+    if now == status:
+        return None
+    if not now and not upstream_status(status):
         return None
     return {"status": status}
 
@@ -171,6 +193,9 @@ class Reconciler:
         self.framework = framework or framework_for(ctx)
         self.watches = self.framework.watches(ctx)
         self.events = ev.EventRecorder(kube, lambda: format_time(self.now()))
+        self.applied = AppliedConfigs()
+        """What this process last applied for each TrainJob it builds (the skip-if-unchanged
+        check; forgotten once the TrainJob is gone or finished)."""
 
     # --- observing ------------------------------------------------------------------------
     def _runtime(self, job: TrainJob) -> tuple[Runtime | None, str | None, BuildFailure | None]:
@@ -225,6 +250,7 @@ class Reconciler:
         namespace, _, name = key.partition("/")
         data = self.caches.trainjobs.get(namespace, name)
         if data is None:
+            self.applied.forget(key)
             if self.failed_pods is not None:
                 self.failed_pods.forget(namespace, name)
             return Result()  # deleted: garbage collection removes what it owned
@@ -250,6 +276,8 @@ class Reconciler:
         runtime: Runtime | None = None
         finished = is_finished(job)
         # Nothing is built for a finished TrainJob; its runtime only for a TTL it does not set.
+        if finished:
+            self.applied.forget(key)
         if not finished:
             runtime, unsupported, failure = self._runtime(job)
         elif job.spec.ttl_seconds_after_finished is None:
@@ -258,7 +286,7 @@ class Reconciler:
         if not finished:
             if runtime is not None:
                 try:
-                    jobset, requeue = await self._apply_objects(job, runtime, jobset, written)
+                    jobset, requeue = await self._apply_objects(key, job, runtime, jobset, written)
                 except BuildError as exc:
                     failure = BuildFailure("BuildError", str(exc))
                 except APIError as exc:
@@ -371,29 +399,31 @@ class Reconciler:
 
     async def _apply_objects(
         self,
+        key: str,
         job: TrainJob,
         runtime: Runtime,
         jobset: dict[str, Any] | None,
         written: list[dict[str, Any]],
     ) -> tuple[dict[str, Any] | None, float | None]:
-        """Apply what changed; returns the JobSet as now known and a requeue delay. Every
-        object the API returned from an apply is appended to ``written`` and recorded in its
-        watch cache, so the next reconcile reads what was written even before the watch
-        delivers it (no second apply, no status patch from a stale TrainJob)."""
+        """Apply what changed for the TrainJob ``key``; returns the JobSet as now known and a
+        requeue delay. What changed: what this process did not apply last, or what the cached
+        object no longer holds (:class:`AppliedConfigs`). Every object the API returned from an
+        apply is appended to ``written`` and recorded in its watch cache, so the next reconcile
+        reads what was written even before the watch delivers it (no second apply, no status
+        patch from a stale TrainJob)."""
         assert job.metadata is not None
         namespace, name = job.metadata.namespace or "default", job.metadata.name or ""
         observed = self._observed(job, runtime, jobset)
         objects = render(job, runtime, observed=observed, ctx=self.ctx, framework=self.framework)
         for obj in objects:
             kind = obj["kind"]
-            stamp_config_hash(obj)
             if kind == jsc.KIND and jobset is not None:
                 if being_deleted(jobset):
                     # A JobSet on its way out (a recreate's Foreground delete lasts until the
                     # garbage collector has deleted its Jobs): an apply would update, even
                     # resume, the object that goes away. Create it anew once it is gone.
                     return jobset, RECREATE_RETRY_SECONDS
-                if unchanged(jobset, obj):
+                if self.applied.unchanged(key, jobset, obj):
                     continue
                 active = any_active(jobset)
                 if needs_recreate(jobset, obj):
@@ -415,7 +445,7 @@ class Reconciler:
                     )
                     await self.kube.delete(r.JOBSETS, namespace, name, propagation="Foreground")
                     return None, RECREATE_RETRY_SECONDS
-            elif kind != jsc.KIND and unchanged(self._cached(obj), obj):
+            elif kind != jsc.KIND and self.applied.unchanged(key, self._cached(obj), obj):
                 continue
             try:
                 applied = await self.kube.apply(obj, FIELD_MANAGER, force=True)
@@ -439,19 +469,12 @@ class Reconciler:
                     await self.kube.delete(r.JOBSETS, namespace, name, propagation="Foreground")
                     return None, RECREATE_RETRY_SECONDS
                 raise
+            self.applied.record(key, obj)
             written.append(applied)
             informer = self._informer_for(obj)
             if informer is not None:
                 informer.record_write(applied)
             if kind == jsc.KIND:
-                if jobset is None:
-                    await self.events.record(
-                        job.to_wire(),
-                        ev.NORMAL,
-                        "JobSetCreated",
-                        "Created",
-                        f"Created JobSet {name}",
-                    )
                 jobset = applied
         return jobset, None
 
@@ -521,15 +544,13 @@ class Reconciler:
     async def _transition_events(
         self, data: dict[str, Any], old: dict[str, Any], new: dict[str, Any]
     ) -> None:
+        """A Warning Event ``Failed`` when the TrainJob turns Failed (its condition's message).
+
+        No Normal Events (created, suspended, resumed, completed): upstream's controller
+        records none, and each would cost a write per TrainJob; the conditions say the same
+        (docs/troubleshooting.md, "Events"). A failure is worth a write."""
         before = TrainJobStatus.from_wire(old).conditions if old else None
         after = TrainJobStatus.from_wire(new).conditions
-        for type_, etype, reason in (
-            (c.COND_SUSPENDED, ev.NORMAL, "Suspended"),
-            (c.COND_COMPLETE, ev.NORMAL, "Completed"),
-            (c.COND_FAILED, ev.WARNING, "Failed"),
-        ):
-            if is_true(after, type_) and not is_true(before, type_):
-                cond = next(x for x in after or [] if x.type == type_)
-                await self.events.record(data, etype, reason, "Reconciling", cond.message)
-        if is_true(before, c.COND_SUSPENDED) and not is_true(after, c.COND_SUSPENDED):
-            await self.events.record(data, ev.NORMAL, "Resumed", "Reconciling", c.MSG_RESUMED)
+        if is_true(after, c.COND_FAILED) and not is_true(before, c.COND_FAILED):
+            cond = next(x for x in after or [] if x.type == c.COND_FAILED)
+            await self.events.record(data, ev.WARNING, "Failed", "Reconciling", cond.message)

@@ -14,9 +14,12 @@ change:
 - ``optional=True`` is for resources that may not be served (the PodGroup CRDs of the
   coscheduling and Volcano schedulers, the dashboard's Trainer CRDs): a 404 on list leaves the
   cache empty and the list is retried every ``discovery_interval`` seconds, or after the delays
-  of ``discovery_backoff`` when one is given (reset once the resource is served). Handlers added
-  with :meth:`Informer.add_served_handler` are told when the resource starts or stops being
-  served, which its events alone do not say when it has no objects;
+  of ``discovery_backoff`` when one is given (reset once the resource is served), or, with
+  ``discovery_interval=None``, only when asked: :meth:`Informer.recheck`, which a write of this
+  process reported through :meth:`Informer.record_write` does by itself (the API answered it,
+  so the resource is served). Handlers added with :meth:`Informer.add_served_handler` are told
+  when the resource starts or stops being served, which its events alone do not say when it
+  has no objects;
 - ``transform`` turns each object into the form to cache before it is compacted (client-go's
   ``SetTransform``): a cache that needs a few fields of many objects (the dashboard's pods of
   every namespace) keeps only those. It must keep ``metadata.name``, ``namespace`` and
@@ -157,7 +160,7 @@ class Informer:
         transform: Callable[[Obj], Obj] | None = None,
         resync_period: float | None = None,
         optional: bool = False,
-        discovery_interval: float = 30.0,
+        discovery_interval: float | None = 30.0,
         discovery_backoff: Backoff | None = None,
         watch_timeout: float = 300.0,
         backoff: Backoff | None = None,
@@ -188,6 +191,7 @@ class Informer:
         self._handlers: list[Handler] = []
         self._served_handlers: list[ServedHandler] = []
         self._synced = asyncio.Event()
+        self._recheck = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._resync_task: asyncio.Task[None] | None = None
@@ -231,16 +235,20 @@ class Informer:
         Skipped when the watch already delivered this resourceVersion or a later one (the cache
         is then at least as new, and the object may even have been deleted since), for an
         object this informer does not watch (other namespace, or not matching its selectors),
-        and while the resource is not served (the next list, served or not, decides).
+        and while the resource is not served (the next list, served or not, decides; the write
+        was answered, so the resource is served now: :meth:`recheck`).
         When the watch event for the write arrives it carries the same resourceVersion and is
         not reported again; every other change still arrives as its own event. Handlers are not
         called (the writer knows what it wrote) unless ``notify``: then they are told now, as
         the watch event would have told them, which a cache shared by several readers needs
         (the local executor's Pods: its Job controller writes them, its kubelet runs them)."""
+        if not self.served:
+            self.recheck()
+            return False
         rv = _rv_number(_rv(obj))
         if rv is None or rv <= (_rv_number(self.resource_version) or 0):
             return False
-        if not self.served or not self._watches(obj):
+        if not self._watches(obj):
             return False
         key = key_of(obj)
         cached = self._cache.get(key)
@@ -277,6 +285,11 @@ class Informer:
         """Call ``handler`` for every later change. Added after sync, it is not told about
         objects already cached: read :meth:`list` for those."""
         self._handlers.append(handler)
+
+    def recheck(self) -> None:
+        """List an optional resource found not served again now, rather than when its
+        discovery delay ends; with ``discovery_interval=None`` this is what lists it again."""
+        self._recheck.set()
 
     def add_served_handler(self, handler: ServedHandler) -> None:
         """Call ``handler(served)`` each time a list finds an optional resource newly served
@@ -337,7 +350,7 @@ class Informer:
                     self.backoff.reset()
                     if not self.served:
                         need_list = True
-                        await self._sleep(self._discovery_delay())
+                        await self._await_discovery()
                         continue
                 if not await self._watch_once():
                     await self._sleep(self.backoff.next())
@@ -356,15 +369,22 @@ class Informer:
                 log.warning("%r: %s; retrying", self, exc)
                 await self._sleep(self.backoff.next())
 
-    def _discovery_delay(self) -> float:
+    async def _await_discovery(self) -> None:
+        """Until an unserved optional resource is to be listed again."""
         if self.discovery_backoff is not None:
-            return self.discovery_backoff.next()
-        return self.discovery_interval
+            await self._sleep(self.discovery_backoff.next())
+        elif self.discovery_interval is not None:
+            await self._sleep(self.discovery_interval)
+        else:
+            await self._recheck.wait()
+            self._recheck.clear()
 
     def _discovery_plan(self) -> str:
         backoff = self.discovery_backoff
         if backoff is not None:
             return f"after {backoff.base:g}s, backing off to {backoff.cap:g}s"
+        if self.discovery_interval is None:
+            return "once a write shows it is served"
         return f"every {self.discovery_interval:g}s"
 
     async def _relist(self) -> None:

@@ -100,7 +100,9 @@ class Watch:
     field_selector: str | None = None
     optional: bool = False
     """The API may not serve the kind (a CRD that is not installed): the cache then stays
-    empty until it appears, and the controller does not wait for it to sync."""
+    empty, and the controller does not wait for it to sync. It is listed again once an apply
+    of the controller's own of that kind succeeds (the CRD has appeared), not periodically:
+    nothing is listed while no TrainJob needs the kind."""
 
     @property
     def cache_key(self) -> tuple[Kind, str | None, str | None, str | None]:
