@@ -130,11 +130,17 @@ class Settings:
     queue_policy: str = DEFAULT_QUEUE_POLICY
 
 
-def settings(node: Container) -> Settings:
-    """The Flux settings from the env of ``node`` (plain values only; the TrainJob's
-    ``trainer.env`` was upserted there, so it wins over the runtime's). Raises
-    :class:`BuildError` for a value Flux cannot use."""
-    values = {e.name: e.value for e in node.env or [] if e.value is not None}
+def settings(node: Container, info: Info) -> Settings:
+    """The Flux settings from the env of ``node`` and the TrainJob's ``trainer.env``, which
+    wins (plain values only; it reaches the container when the JobSet is built, after this
+    plugin's phase: trainer.runtime.assemble.apply_trainer_env). Raises :class:`BuildError`
+    for a value Flux cannot use."""
+    trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
+    values = {
+        e.name: e.value
+        for e in [*(node.env or []), *((trainer.env if trainer else None) or [])]
+        if e.value is not None
+    }
     found = Settings(
         view_image=values.get(ENV_VIEW_IMAGE, DEFAULT_VIEW_IMAGE),
         network_device=values.get(ENV_NETWORK_DEVICE, DEFAULT_NETWORK_DEVICE),
@@ -331,7 +337,7 @@ class FluxPlugin:
         if not active(info):
             return
         ps, node = _node_container(info)
-        found = settings(node)
+        found = settings(node, info)
         original = shlex.join([*(node.command or []), *(trainjob_args(info) or [])])
         node.command = [
             "/bin/bash",
@@ -353,7 +359,7 @@ class FluxPlugin:
         if not active(info):
             return []
         ps, node = _node_container(info)
-        found = settings(node)
+        found = settings(node, info)
         job = info.name
         config_map = {
             "apiVersion": "v1",

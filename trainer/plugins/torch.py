@@ -29,6 +29,7 @@ from trainer.machinery.errors import INVALID, FieldError
 from trainer.plugins import torchtune
 from trainer.runtime import apply
 from trainer.runtime.apply import find_container
+from trainer.runtime.assemble import apply_trainer_env
 from trainer.runtime.info import BuildError, Info, PodSet
 from trainer.runtime.podsets import resources_per_node
 from trainer.runtime.resources import cpu_count, gpu_count
@@ -225,6 +226,9 @@ class TorchPlugin:
             node = ps.container(c.CONTAINER_NODE)
             if node is not None:
                 tune = is_torchtune(trainer)
+                # The TrainJob's env first, then PET_* (upstream's Torch plugin; the others
+                # get it after theirs, when the JobSet is built: apply_trainer_env).
+                apply_trainer_env(info)
                 apply.upsert_env(
                     node,
                     rendezvous_env(info, nnodes, nproc, master=not tune, elastic=elastic),

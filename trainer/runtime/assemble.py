@@ -194,11 +194,21 @@ def _apply_trainer(info: Info) -> None:
             ctr.command = list(trainer.command)
         if trainer.args is not None:
             ctr.args = list(trainer.args)
-    if trainer.env:
-        for ps in node_pod_sets(info):
-            ctr = ps.container(c.CONTAINER_NODE)
-            if ctr is not None:
-                apply.upsert_env(ctr, trainer.env)
+
+
+def apply_trainer_env(info: Info) -> None:
+    """Upsert ``spec.trainer.env`` into the trainer's ``node`` containers: a name already
+    there keeps its place, a new one is appended. Upstream does it when it builds the
+    JobSet, after every plugin's phase, so the TrainJob's env comes after what JAX, MPI or
+    XGBoost inject; the Torch plugin upserts it itself before its ``PET_*`` env
+    (side by side with upstream's controller, docs/side-by-side.md)."""
+    trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
+    if trainer is None or not trainer.env:
+        return
+    for ps in node_pod_sets(info):
+        ctr = ps.container(c.CONTAINER_NODE)
+        if ctr is not None:
+            apply.upsert_env(ctr, trainer.env)
 
 
 def dataset_goes_to_cache(info: Info) -> bool:

@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import TrainJob, TrainJobStatus
 from trainer.machinery.errors import FieldError
+from trainer.runtime.assemble import apply_trainer_env
 from trainer.runtime.info import BuildContext, Info, Runtime
 from trainer.runtime.validation import ClusterView, Verdict, reserved_envs_error
 from trainer.runtime.watch import Watch, check_watches
@@ -171,6 +172,7 @@ class Framework:
             ps.enforce_pod_spec(info, ctx)
         for pb in self._pre_build:
             pb.pre_build(info)
+        apply_trainer_env(info)
         objects: list[dict[str, Any]] = []
         for builder in self._builders:
             objects.extend(builder.build(info, ctx))
