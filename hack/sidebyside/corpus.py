@@ -72,10 +72,11 @@ MULTIKUEUE_SHARE = 0.02
 MAX_NAME_LENGTH = 40
 
 UPSTREAM_ADMITS = frozenset({"name-over-budget"})
-"""Upstream only checks RFC 1035 and 63 characters on the TrainJob name (spec jobset-kueue
-A.6, kubeflow/trainer#2735): a name whose generated Job or Pod names exceed 63 is admitted and
-then fails inside JobSet's webhook (event TrainJobResourcesCreationFailed, no JobSet). Our
-webhook rejects it up front, on purpose (trainer/admission/names.py)."""
+"""Upstream only checks RFC 1035 and 63 characters on the TrainJob name
+(https://github.com/kubeflow/trainer/issues/2735): a name whose generated Job or Pod names
+exceed 63 is admitted and then fails inside JobSet's webhook (event
+TrainJobResourcesCreationFailed, no JobSet). Our webhook rejects it up front, on purpose
+(trainer/admission/names.py)."""
 
 DISPUTED: list[tuple[str, str]] = []
 """Cases where our validator disagrees with what the spec says upstream does: (reason, why).
@@ -317,7 +318,7 @@ BREAKERS: list[tuple[str, Callable[[Facts], bool], Breaker]] = [
     ),
     (
         # Upstream's released cache runtime: its dataset-initializer does not mount the
-        # initializer volume, so any dataset initializer is refused (spec 2.14).
+        # initializer volume, so any dataset initializer is refused.
         "dataset-initializer-without-mount",
         lambda rt: rt.job("dataset-initializer") is not None and not rt.has_dataset,
         lambda rng, job, rt: job["spec"].update(
@@ -364,7 +365,7 @@ BREAKERS: list[tuple[str, Callable[[Facts], bool], Breaker]] = [
         ),
     ),
     (
-        # numProcPerNode is refused only here: QLoRA on llama3.2 runs on one device (spec 2.6).
+        # numProcPerNode is refused only here: QLoRA on llama3.2 runs on one device.
         "torchtune-qlora-multi-device",
         lambda rt: "llama" in rt.name,
         _qlora_multi_device,

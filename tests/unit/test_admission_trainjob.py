@@ -109,7 +109,7 @@ def test_unsupported_runtime_stops(ref: dict[str, str], message: str) -> None:
     verdict = check(tj, runtime())
     assert brief(verdict) == [(REF, INVALID, message)]
     # Printed as upstream's webhook prints the struct: its JSON, in the Go type's field order.
-    go_order = {k: ref[k] for k in ("name", "apiGroup", "kind") if k in ref}
+    go_order: dict[str, Any] = {k: ref[k] for k in ("name", "apiGroup", "kind") if k in ref}
     assert verdict.errors[0].value == Rendered(go_struct(go_order))
 
 
