@@ -33,7 +33,7 @@ PYTEST_WORKERS ?= 3
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: quickstart test lint typecheck unit crds check-crds check-lock manifests install lock \
-	clean help gpu-check simulate-check image image-check cluster-bins cluster-test
+	clean help gpu-check simulate-check image image-check cluster-bins cluster-test side-by-side
 
 help:
 	@echo "make quickstart  - install the base package and the torch extra into $(VENV), then train the quickstart TrainJob"
@@ -53,6 +53,7 @@ help:
 	@echo "make cluster-bins - build the test bed's real programs (Kubernetes, etcd, JobSet, KWOK, Kueue) from"
 	@echo "                   their Go modules into ~/.cache/trainer-testbed (docs/testbed.md)"
 	@echo "make cluster-test - the cluster tier: tests/cluster on those programs (skipped without Go)"
+	@echo "make side-by-side - upstream's v2.3.0 controller and ours on the full generated corpus (docs/side-by-side.md)"
 	@echo "make gpu-check   - check this machine's NVIDIA GPUs on the local plane, a verdict per scenario"
 	@echo "                   (GPU_CHECK_ARGS='--fake-gpus 2' dry-runs the scheduling without GPUs)"
 	@echo "make clean       - remove $(VENV) and caches"
@@ -155,6 +156,13 @@ cluster-test: install
 		else echo "cluster-test: Go not found: the cluster tier is skipped"; fi
 	$(BIN)/python hack/testbed/netns.py -- $(BIN)/python -m pytest -q tests/cluster \
 		--durations=10 $(CLUSTER_PYTEST_ARGS)
+
+# Upstream's v2.3.0 controller and ours given the full generated corpus on one bed
+# (docs/side-by-side.md); exit 1 on a difference hack/sidebyside/differences.yaml does not list.
+SIDE_BY_SIDE_ARGS ?= --count 500
+side-by-side: install
+	$(PYTHON) hack/testbed/bins.py
+	$(BIN)/python hack/sidebyside/compare.py $(SIDE_BY_SIDE_ARGS)
 
 # hack/gpu-check.sh (docs/local-plane.md, "Checking a GPU machine"). The quickstart install only
 # where there is no venv yet: it would put back the lock's CPU build of torch over the CUDA build

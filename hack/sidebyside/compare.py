@@ -14,11 +14,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+
+import yaml
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "testbed"), str(HERE.parents[1])]
@@ -26,6 +29,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "testbed"), str(HERE.parents[1])]
 import addons  # noqa: E402
 import bed as beds  # noqa: E402
 import corpus as generated  # noqa: E402
+import corpus_shapes  # noqa: E402
 import netns  # noqa: E402
 import upstream_install  # noqa: E402
 from install import install_parts  # noqa: E402
@@ -46,6 +50,7 @@ def corpus_for(count: int, seed: int) -> Corpus:
         corpus.cluster_runtimes += generated.cluster_runtimes()
         corpus.add(generated.namespaced_runtimes())
         corpus.add(generated.trainjobs(count, seed))
+        corpus.support = corpus_shapes.support_objects()
     return corpus
 
 
@@ -82,11 +87,23 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=600, help="seconds to wait per run")
     parser.add_argument("--out", type=Path, help="write the whole record here as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the bed's folder (logs)")
+    parser.add_argument(
+        "--only", default="", help="run only the TrainJobs whose name matches this regex"
+    )
+    parser.add_argument(
+        "--dump",
+        type=Path,
+        help="write both sides' normalised objects here (upstream.yaml, ours.yaml)",
+    )
     args = parser.parse_args()
     if not netns.inside():
         return subprocess.call(netns.wrap([sys.executable, *sys.argv]))
     started = time.monotonic()
     corpus = corpus_for(args.count, args.seed)
+    if args.only:
+        corpus.trainjobs = [
+            j for j in corpus.trainjobs if re.search(args.only, j["metadata"]["name"])
+        ]
     say(
         f"corpus: {len(corpus.trainjobs)} TrainJobs, {len(corpus.runtimes)} TrainingRuntimes, "
         f"{len(corpus.cluster_runtimes)} ClusterTrainingRuntimes"
@@ -104,6 +121,12 @@ def main() -> int:
         bed.stop(keep=args.keep)
     for line in report_lines(outcome):
         print(line)
+    if args.dump:
+        args.dump.mkdir(parents=True, exist_ok=True)
+        for phase in (outcome.upstream, outcome.ours):
+            (args.dump / f"{phase.controller}.yaml").write_text(
+                yaml.safe_dump({"verdicts": phase.verdicts, "objects": phase.objects})
+            )
     if args.out:
         args.out.write_text(json.dumps(to_json(outcome), indent=1, default=str))
     say(f"done in {time.monotonic() - started:.0f} s")

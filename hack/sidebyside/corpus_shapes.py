@@ -22,7 +22,7 @@ GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{GROUP}/v1alpha1"
 ANCESTOR = f"{GROUP}/trainjob-ancestor-step"
 INIT_VOLUME = "initializer"
-# Containers a runtimePatch may not give env to (spec 3.3).
+# Containers a runtimePatch may not give env to.
 NO_PATCH_ENV = ("node", "dataset-initializer", "model-initializer")
 MAX_NAME = 63
 POD_SUFFIX = "-abcde"  # the Job controller's random pod-name suffix
@@ -140,9 +140,9 @@ def training_runtimes() -> list[Obj]:
             "torch",
             [_trainer_job(_container("node", TRAIN, resources=_requests("500m", "1Gi")))],
             mlPolicy={"numNodes": 1, "torch": {}},
-            podGroupPolicy={
-                "volcano": {"networkTopology": {"mode": "soft", "highestTierAllowed": 2}}
-            },
+            # No networkTopology: Volcano v1.10's PodGroup CRD, the newest the module proxy
+            # serves (hack/testbed/crds), lacks the field, and both controllers' applies fail.
+            podGroupPolicy={"volcano": {}},
             template_meta={"annotations": {"scheduling.volcano.sh/queue-name": "default"}},
         ),
         # The CRD's defaults: OpenMPI, sshAuthMountPath /root/.ssh.
@@ -175,7 +175,7 @@ def training_runtimes() -> list[Obj]:
                 "successPolicy": {"operator": "All", "targetReplicatedJobs": ["launcher"]},
             },
         ),
-        # runLauncherAsNode without a launcher job: numNodes >= 2 is refused (spec 2.7).
+        # runLauncherAsNode without a launcher job: numNodes >= 2 is refused.
         _runtime(
             "mpi-solo", "openmpi", [_trainer_job(_container("node", MPI))], mlPolicy=_mpi(1, True)
         ),
@@ -242,7 +242,7 @@ class Facts:
     def name_budget(self) -> int:
         """The longest TrainJob name whose generated Job, Pod and PVC names fit in 63
         characters, for node counts below 10: ``<name>-<rjob>-0-<k>-abcde`` for each job,
-        ``<claim>-<name>`` for the runtime's PVC templates (spec jobset-kueue A.6)."""
+        ``<claim>-<name>`` for the runtime's PVC templates; trainer/admission/names.py)."""
         budget = MAX_NAME
         for job in self.jobs:
             budget = min(budget, MAX_NAME - len(f"-{job.name}-0-0{POD_SUFFIX}"))
@@ -421,7 +421,7 @@ def trainer_spec(rng: Rng, rt: Facts) -> Obj | None:
         trainer["env"] = _trainer_env(rng, rt)
     nodes = rng.choice(_num_nodes_choices(rt))
     if nodes is not None and nodes > 1 and rng.random() < 0.04:
-        nodes = 0  # admitted; the trainer job gets parallelism 0 (spec 6.7, quirk 5)
+        nodes = 0  # admitted: the trainer job gets parallelism 0
     if nodes is not None:
         trainer["numNodes"] = nodes
     if rng.random() < 0.35:
@@ -454,6 +454,27 @@ def initializer_spec(rng: Rng, rt: Facts) -> Obj | None:
     return init or None
 
 
+NODE_LABELS = (("type", "kwok"), ("kubernetes.io/os", "linux"), ("nvidia.com/gpu.present", "true"))
+SERVICE_ACCOUNTS = ("training-sa", "patched-sa")
+"""ServiceAccounts the pod patches name: kube-apiserver refuses a pod whose ServiceAccount
+does not exist, so the run creates them (with the ConfigMap and Secrets the corpus names:
+:func:`support_objects`)."""
+
+
+def support_objects() -> list[Obj]:
+    """What the corpus's pods refer to, created in each run's namespace before its TrainJobs."""
+    objects: list[Obj] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": n}}
+        for n in SERVICE_ACCOUNTS
+    ]
+    objects.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}})
+    objects += [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": n}, "stringData": {"k": "v"}}
+        for n in ("hf-token", "s3-credentials")
+    ]
+    return objects
+
+
 def _meta(rng: Rng, tag: str, kinds: tuple[str, ...] = ("labels", "annotations")) -> Obj:
     meta: Obj = {}
     for kind in rng.sample(kinds, rng.randint(1, len(kinds))):
@@ -464,14 +485,15 @@ def _meta(rng: Rng, tag: str, kinds: tuple[str, ...] = ("labels", "annotations")
 def _pod_spec_patch(rng: Rng, rt: Facts, job: str, k: int) -> Obj:
     spec: Obj = {}
     if rng.random() < 0.4:
-        spec["nodeSelector"] = {"example.com/pool": rng.choice(["gpu", "cpu", f"pool-{k}"])}
+        # Labels the bed's KWOK nodes carry, so that the pods run on both sides.
+        spec["nodeSelector"] = dict([rng.choice(NODE_LABELS)])
     if rng.random() < 0.3:
         spec["tolerations"] = [
             {"key": "example.com/training", "operator": "Exists", "effect": "NoSchedule"},
             {"key": f"dedicated-{k}", "operator": "Equal", "value": "ml", "effect": "NoExecute"},
         ][: rng.randint(1, 2)]
     if rng.random() < 0.2:
-        spec["serviceAccountName"] = rng.choice(["training-sa", f"patched-sa-{k}"])
+        spec["serviceAccountName"] = rng.choice(SERVICE_ACCOUNTS)
     containers: dict[str, Obj] = {}
     names = found.containers if (found := rt.job(job)) else ()
     if rng.random() < 0.3:

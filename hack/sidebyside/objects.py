@@ -9,13 +9,15 @@ exactly those; everything else a controller wrote is compared.
 
 from __future__ import annotations
 
-import fnmatch
+import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
+
+from trainer.machinery.quantity import Quantity, QuantityError
 
 DROPPED_METADATA = (
     "uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink",
@@ -39,6 +41,36 @@ def _drop_times(value: Any) -> Any:
         return [_drop_times(v) for v in value]
     if isinstance(value, dict):
         return {k: _drop_times(v) for k, v in value.items() if k not in TIME_KEYS}
+    return value
+
+
+QUANTITY_MAPS = frozenset({"limits", "requests", "minResources", "overhead"})
+
+
+def _quantities(value: Any, inside: bool = False) -> Any:
+    """Resource quantities in Go's canonical form: a Go webhook that decodes and re-encodes
+    an object (upstream's TrainJob defaulter, JobSet's) stores ``2`` as ``"2"`` and ``1000m``
+    as ``"1"``; the same quantity either way."""
+    if isinstance(value, dict):
+        return {k: _quantities(v, k in QUANTITY_MAPS) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_quantities(v) for v in value]
+    if inside and isinstance(value, str | int | float) and not isinstance(value, bool):
+        try:
+            return str(Quantity.parse(value))
+        except QuantityError:
+            return value
+    return value
+
+
+def _without_empty(value: Any) -> Any:
+    """Empty mappings dropped: Go writes a struct field without ``omitempty`` as ``{}``
+    (``metadata: {}``, ``resources: {}``, ``status: {}`` in upstream's runtime snapshot)."""
+    if isinstance(value, dict):
+        kept = {k: _without_empty(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v != {}}
+    if isinstance(value, list):
+        return [_without_empty(v) for v in value]
     return value
 
 
@@ -70,12 +102,13 @@ def normalise(obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
         except yaml.YAMLError:
             held = None
         if isinstance(held, dict):
-            out["data"] = {**out["data"], "runtime": normalise(held, namespace)}
+            held = normalise(_without_empty(held), namespace)
+            out["data"] = {**out["data"], "runtime": held}
     if kind == "Secret":
         out["data"] = dict.fromkeys(out.get("data") or {}, "<set>")
     if kind == "JobSet":
         out.pop("status", None)
-    normalised: dict[str, Any] = _strings(_drop_times(out), namespace)
+    normalised: dict[str, Any] = _quantities(_strings(_drop_times(out), namespace))
     return normalised
 
 
@@ -150,25 +183,74 @@ class Allowed:
     reason: str
     justification: str
     test: str
+    upstream_value: str = ""
+    """A regular expression the upstream side's value must contain (empty: any)."""
+    ours_value: str = ""
+    """A regular expression our side's value must contain (empty: any)."""
+    object: str = ""
+    """A pattern the object's name must match (empty: any)."""
 
     def matches(self, d: Difference) -> bool:
-        kind = d.object.split("/", 1)[0]
+        kind, _, name = d.object.partition("/")
         return (
-            fnmatch.fnmatchcase(kind, self.kind)
+            glob(self.kind, kind)
+            and (not self.object or glob(self.object, name))
             and (self.change in ("any", d.change))
-            and fnmatch.fnmatchcase(d.pattern_path, self.path)
+            and glob(self.path, d.pattern_path)
+            and _value_matches(self.upstream_value, d.upstream)
+            and _value_matches(self.ours_value, d.ours)
         )
+
+
+def _value_matches(pattern: str, value: Any) -> bool:
+    if not pattern:
+        return True
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return re.search(pattern, text) is not None
+
+
+def glob(pattern: str, text: str) -> bool:
+    """``*`` matches any run of characters; everything else itself (``[*]`` too, unlike
+    fnmatch, where it is a character class)."""
+    regex = ".*".join(re.escape(part) for part in pattern.split("*"))
+    return re.fullmatch(regex, text) is not None
 
 
 def allowed_from(entries: list[dict[str, Any]]) -> list[Allowed]:
     fields = ("id", "kind", "path", "change", "reason", "justification", "test")
+    optional = ("upstream_value", "ours_value", "object")
     out = []
     for i, e in enumerate(entries):
         missing = [f for f in fields if not isinstance(e.get(f), str) or not e[f]]
         if missing:
             raise ValueError(f"differences[{i}]: missing or empty {', '.join(missing)}")
-        out.append(Allowed(**{f: e[f] for f in fields}))
+        unknown = sorted(set(e) - set(fields) - set(optional))
+        if unknown:
+            raise ValueError(f"differences[{i}]: unknown {', '.join(unknown)}")
+        out.append(Allowed(**{f: e[f] for f in (*fields, *optional) if f in e}))
     return out
+
+
+def follow_verdicts(
+    covered: dict[str, list[Difference]], unexplained: list[Difference]
+) -> list[Difference]:
+    """Differences on the objects of a TrainJob one side admitted and the other refused
+    (its ``Verdict/TrainJob/<name>`` difference), moved under the entry that covers that
+    verdict; those left unexplained are returned. A TrainJob's objects are named after it."""
+    entry_of: dict[str, str] = {}
+    for entry, found in covered.items():
+        for d in found:
+            if d.object.startswith("Verdict/TrainJob/"):
+                entry_of[d.object.removeprefix("Verdict/TrainJob/")] = entry
+    left = []
+    for d in unexplained:
+        name = d.object.split("/", 1)[1]
+        owner = next((j for j in entry_of if name == j or name.startswith(j + "-")), None)
+        if owner is None:
+            left.append(d)
+        else:
+            covered[entry_of[owner]].append(d)
+    return left
 
 
 def classify(

@@ -22,6 +22,7 @@ from trainer.kube.resources import (
     COSCHEDULING_PODGROUPS,
     JOBSETS,
     SECRETS,
+    SERVICE_ACCOUNTS,
     TRAINJOBS,
     VOLCANO_PODGROUPS,
 )
@@ -33,6 +34,7 @@ NAMESPACES = GVR("", "v1", "namespaces", False, "Namespace")
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 RECORDED = (JOBSETS, SECRETS, CONFIGMAPS, COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS)
 ADMITTED = "admitted"
+SUPPORT = {"ServiceAccount": SERVICE_ACCOUNTS, "ConfigMap": CONFIGMAPS, "Secret": SECRETS}
 
 
 @dataclass
@@ -46,6 +48,8 @@ class Phase:
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     """``Kind/name`` -> normalised object."""
     unsettled: list[str] = field(default_factory=list)
+    support: list[str] = field(default_factory=list)
+    """Names of the objects created for the corpus (not written by a controller)."""
     """TrainJobs still without a JobSet or unfinished when the settle time ran out."""
     seconds: float = 0.0
 
@@ -87,11 +91,18 @@ async def run_phase(
     settle: float,
     say: Callable[[str], None] = lambda _: None,
     concurrency: int = 8,
+    support: list[dict[str, Any]] | None = None,
 ) -> Phase:
+    """``support``: objects the TrainJobs' pods refer to (ServiceAccounts, ConfigMaps,
+    Secrets), created first in the namespace."""
     started = time.monotonic()
-    phase = Phase(controller, namespace)
+    phase = Phase(controller, namespace, support=[o["metadata"]["name"] for o in support or []])
     namespace_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     await kube.create(namespace_obj, gvr=NAMESPACES)
+    for obj in support or []:
+        body = copy.deepcopy(obj)
+        body["metadata"]["namespace"] = namespace
+        await kube.create(body, gvr=SUPPORT[body["kind"]])
     for runtime in [*cluster_runtimes, *runtimes]:
         verdict = await _create(kube, runtime, namespace)
         phase.verdicts[f"{runtime['kind']}/{runtime['metadata']['name']}"] = verdict
@@ -155,7 +166,7 @@ async def record(kube: Kube, phase: Phase) -> None:
                 continue
             raise
         for item in items:
-            if item["kind"] == "ConfigMap" and item["metadata"]["name"] == "kube-root-ca.crt":
+            if item["metadata"]["name"] in ("kube-root-ca.crt", *phase.support):
                 continue
             phase.objects[key(item)] = normalise(item, phase.namespace)
     jobs, _ = await kube.list(TRAINJOBS, phase.namespace)

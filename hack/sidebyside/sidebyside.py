@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from objects import Allowed, Difference, allowed_from, classify, diff, short
+from objects import (
+    Allowed,
+    Difference,
+    allowed_from,
+    classify,
+    diff,
+    follow_verdicts,
+    short,
+)
 from phase import Phase, run_phase
 
 from trainer.kube.rest import Kube
@@ -53,6 +61,8 @@ class Corpus:
     cluster_runtimes: list[dict[str, Any]] = field(default_factory=list)
     runtimes: list[dict[str, Any]] = field(default_factory=list)
     trainjobs: list[dict[str, Any]] = field(default_factory=list)
+    support: list[dict[str, Any]] = field(default_factory=list)
+    """Objects the TrainJobs' pods refer to, created in each run's namespace."""
     left_out: dict[str, list[str]] = field(default_factory=dict)
     """``Kind/name`` -> the additive fields that kept it out (:func:`extensions`)."""
 
@@ -153,14 +163,16 @@ async def run_both(
     for controller in ("upstream", "ours"):
         switch(controller)
         phases[controller] = await run_phase(
-            kube, controller, f"{PREFIX}{label}-{controller}", cluster, runtimes, jobs, settle, say
-        )
+            kube, controller, f"{PREFIX}{label}-{controller}", cluster, runtimes, jobs, settle,
+            say, support=corpus.support,
+        )  # fmt: skip
     verdicts_a = {f"Verdict/{k}": {"verdict": v} for k, v in phases["upstream"].verdicts.items()}
     verdicts_b = {f"Verdict/{k}": {"verdict": v} for k, v in phases["ours"].verdicts.items()}
     found = diff(
         {**verdicts_a, **phases["upstream"].objects}, {**verdicts_b, **phases["ours"].objects}
     )
     covered, unexplained = classify(found, load_allowed())
+    unexplained = follow_verdicts(covered, unexplained)
     return Outcome(phases["upstream"], phases["ours"], found, covered, unexplained, corpus.left_out)
 
 
