@@ -70,6 +70,11 @@ class Bed:
     procs: dict[str, Proc] = field(default_factory=dict)
     say: Callable[[str], None] = lambda _: None
     on_stop: list[Callable[[], None]] = field(default_factory=list)
+    apiserver_args: list[str] = field(default_factory=list)
+    """More kube-apiserver flags (the cluster benchmark's audit log)."""
+    client_qps: int = 0
+    """kube-controller-manager's and kube-scheduler's client QPS (burst twice that); 0 keeps
+    their defaults (20 and 50), which a cluster of a thousand nodes raises."""
 
     @property
     def port(self) -> int:
@@ -168,7 +173,7 @@ def _apiserver(bed: Bed) -> None:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={pki.front_proxy_client.cert}",
             f"--proxy-client-key-file={pki.front_proxy_client.key}",
-            "--allow-privileged=true", "--profiling=false", "--v=1",
+            "--allow-privileged=true", "--profiling=false", "--v=1", *bed.apiserver_args,
         ], None  # fmt: skip
 
     def ready(proc: Proc) -> None:
@@ -191,12 +196,18 @@ def _component(bed: Bed, name: str, pair: Pair, extra: Callable[[Path], list[str
         bed.root / f"{name}.kubeconfig", bed.server, bed.pki.ca.cert, pair
     )
 
+    qps = (
+        [f"--kube-api-qps={bed.client_qps}", f"--kube-api-burst={2 * bed.client_qps}"]
+        if bed.client_qps
+        else []
+    )
+
     def build(ports: dict[str, int]) -> tuple[list[str], None]:
         return [
             str(bed.bins[name]), f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
             "--bind-address=127.0.0.1", f"--secure-port={ports['secure']}",
-            "--leader-elect=false", "--v=1", *extra(kubeconfig),
+            "--leader-elect=false", "--v=1", *extra(kubeconfig), *qps,
         ], None  # fmt: skip
 
     def ready(proc: Proc) -> None:
@@ -291,7 +302,9 @@ def node_object(name: str, gpus: int, labels: dict[str, str] | None = None) -> d
     }
 
 
-def add_nodes(bed: Bed, count: int, gpus: int, prefix: str = "kwok-node-") -> list[str]:
+def add_nodes(
+    bed: Bed, count: int, gpus: int, prefix: str = "kwok-node-", timeout: float = 30
+) -> list[str]:
     names = [f"{prefix}{i}" for i in range(count)]
     text = yaml.safe_dump_all([node_object(n, gpus) for n in names])
     bed.kubectl("create", "-f", "-", input=text)
@@ -306,7 +319,7 @@ def add_nodes(bed: Bed, count: int, gpus: int, prefix: str = "kwok-node-") -> li
         }
         return set(names) <= ready
 
-    wait_for(f"{count} KWOK nodes Ready", all_ready, 30, bed.procs["kwok"], 0.3)
+    wait_for(f"{count} KWOK nodes Ready", all_ready, timeout, bed.procs["kwok"], 0.3)
     return names
 
 
@@ -315,6 +328,8 @@ def start_bed(
     gpus_per_node: int = 8,
     root: Path | None = None,
     say: Callable[[str], None] = lambda _: None,
+    apiserver_args: Sequence[str] = (),
+    client_qps: int = 0,
 ) -> Bed:
     """Start the core cluster (no JobSet, Kueue or Trainer yet) and return it, ready."""
     started = time.monotonic()
@@ -322,6 +337,8 @@ def start_bed(
     folder = root or Path(tempfile.mkdtemp(prefix="trainer-testbed-"))
     folder.chmod(0o700)
     bed = Bed(root=folder, bins=bins, pki=make_pki(folder / "pki"), say=say)
+    bed.apiserver_args = list(apiserver_args)
+    bed.client_qps = client_qps
     try:
         say("starting etcd")
         _etcd(bed)
@@ -331,7 +348,7 @@ def start_bed(
         _controller_manager(bed)
         _scheduler(bed)
         _kwok(bed)
-        add_nodes(bed, nodes, gpus_per_node)
+        add_nodes(bed, nodes, gpus_per_node, timeout=30 + nodes / 20)
         wait_for(
             "the default ServiceAccount (kube-controller-manager's serviceaccount controller)",
             lambda: bed.kubectl("get", "serviceaccount", "default", check=False).returncode == 0,

@@ -136,7 +136,8 @@ def test_flux_builds_without_num_nodes(tmp_path: Path) -> None:
     job["spec"]["trainer"] = {}  # set, without numNodes
     objects = render(tmp_path, yaml.safe_dump(job), FLUX_RUNTIME)
     assert "ConfigMap/job-flux-entrypoint" in objects
-    assert objects["JobSet/job"]["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 2
+    node = objects["JobSet/job"]["spec"]["replicatedJobs"][0]
+    assert node["template"]["spec"]["parallelism"] == 2
 
 
 def test_rules_upstream_added_after_v2_3_are_kept() -> None:
