@@ -52,6 +52,8 @@ def _quantities(value: Any, inside: bool = False) -> Any:
     an object (upstream's TrainJob defaulter, JobSet's) stores ``2`` as ``"2"`` and ``1000m``
     as ``"1"``; the same quantity either way."""
     if isinstance(value, dict):
+        if inside:  # a map of resource names to quantities
+            return {k: _quantities(v, True) for k, v in value.items()}
         return {k: _quantities(v, k in QUANTITY_MAPS) for k, v in value.items()}
     if isinstance(value, list):
         return [_quantities(v) for v in value]

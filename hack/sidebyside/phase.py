@@ -92,6 +92,7 @@ async def run_phase(
     say: Callable[[str], None] = lambda _: None,
     concurrency: int = 8,
     support: list[dict[str, Any]] | None = None,
+    quiet: float = 15.0,
 ) -> Phase:
     """``support``: objects the TrainJobs' pods refer to (ServiceAccounts, ConfigMaps,
     Secrets), created first in the namespace."""
@@ -128,6 +129,8 @@ async def run_phase(
         f"{len(want_jobset)} JobSets and {len(want_finish)} finished TrainJobs"
     )
     deadline = time.monotonic() + settle
+    last: tuple[frozenset[str], frozenset[str]] | None = None
+    changed = time.monotonic()
     while True:
         jobsets, _ = await kube.list(JOBSETS, namespace)
         jobs, _ = await kube.list(TRAINJOBS, namespace)
@@ -135,9 +138,15 @@ async def run_phase(
         running = want_finish - {j["metadata"]["name"] for j in jobs if _terminal(j)}
         if not missing and not running:
             break
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        state = (frozenset(missing), frozenset(running))
+        if state != last:
+            last, changed = state, now
+        # KWOK's pods finish seconds after they start: when nothing has moved for ``quiet``
+        # seconds, what is left is stuck (pods no node fits, a controller that gave up).
+        if now > deadline or (not missing and now - changed > quiet):
             phase.unsettled = sorted(missing | running)
-            say(f"{controller}: {len(phase.unsettled)} TrainJobs unsettled after {settle:.0f} s")
+            say(f"{controller}: {len(phase.unsettled)} TrainJobs unsettled")
             break
         await asyncio.sleep(1.0)
     # Once every TrainJob finished, nothing changes any more; a second look after the

@@ -187,6 +187,7 @@ def report_lines(outcome: Outcome, limit: int = 200) -> list[str]:
             f"{phase.controller}: {admitted}/{len(phase.verdicts)} admitted, "
             f"{len(phase.objects)} objects recorded, {len(phase.unsettled)} unsettled, "
             f"{phase.seconds:.0f} s"
+            + (f"; unsettled: {', '.join(phase.unsettled)}" if phase.unsettled else "")
         )
     for entry, found in outcome.covered.items():
         if found:

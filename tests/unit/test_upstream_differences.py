@@ -150,3 +150,18 @@ def test_names_over_the_budget_are_refused_at_admission() -> None:
     job["metadata"]["name"] = "a" * 60
     code, out = validate(yaml.safe_dump(job))
     assert code == 1 and "metadata.name" in out
+
+
+def test_a_wrong_json_type_is_refused_naming_the_field() -> None:
+    # Upstream's defaulting webhook fails to decode it first: 400 with Go's json error.
+    job = trainjob("torch-distributed", "ClusterTrainingRuntime", numProcPerNode="auto")
+    code, out = validate(job)
+    assert code == 1 and "spec.trainer.numProcPerNode" in out
+
+
+def test_xgboost_env_comes_before_the_trainjobs(tmp_path: Path) -> None:
+    env = [{"name": "HF_HOME", "value": "/cache"}]
+    job = trainjob("xgboost-distributed", "ClusterTrainingRuntime", env=env)
+    node = pod_spec(render(tmp_path, job)["JobSet/job"])["containers"][0]
+    names = [e["name"] for e in node["env"]]
+    assert names.index("DMLC_TRACKER_URI") < names.index("HF_HOME")

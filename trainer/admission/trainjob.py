@@ -170,8 +170,10 @@ def validate_trainjob(
         return Verdict(errors=[FieldError("spec", REQUIRED, "spec.runtimeRef is required")])
     ref = new.spec.runtime_ref
     if ref.api_group != c.GROUP or ref.kind not in SUPPORTED_KINDS:
+        # Upstream answers with this error alone, no field path or value (side by side,
+        # docs/side-by-side.md): an error printed as its type.
         message = f"unsupported runtime: {runtime_key(ref)}"
-        return Verdict(errors=[FieldError(RUNTIME_REF_PATH, INVALID, message, _struct_value(ref))])
+        return Verdict(errors=[FieldError("", message)])
     runtime = view.runtime
     if runtime is None:
         # Upstream reports a missing ClusterTrainingRuntime at ``spec.RuntimeRef`` (a typo in

@@ -200,8 +200,9 @@ def apply_trainer_env(info: Info) -> None:
     """Upsert ``spec.trainer.env`` into the trainer's ``node`` containers: a name already
     there keeps its place, a new one is appended. Upstream does it when it builds the
     JobSet, after every plugin's phase, so the TrainJob's env comes after what JAX, MPI or
-    XGBoost inject; the Torch plugin upserts it itself before its ``PET_*`` env
-    (side by side with upstream's controller, docs/side-by-side.md)."""
+    XGBoost inject (for XGBoost upstream's order varies from run to run: Go's map iteration
+    orders its plugins); the Torch plugin upserts it itself before its ``PET_*`` env (side by
+    side with upstream's controller, docs/side-by-side.md)."""
     trainer = info.trainjob.spec.trainer if info.trainjob.spec else None
     if trainer is None or not trainer.env:
         return
