@@ -158,8 +158,8 @@ async def test_deny_lists_every_error_with_403(running: Running) -> None:
     message = status["message"]
     assert message.startswith("[") and message.endswith("]")
     assert (
-        'spec.trainer.env: Invalid value: "array": must not have reserved envs, invalid envs '
-        "configured: [PET_NNODES]" in message
+        'spec.trainer.env: Invalid value: [{"name":"PET_NNODES","value":"1"}]: must not have '
+        "reserved envs, invalid envs configured: [PET_NNODES]" in message
     )
     assert (
         'spec.runtimePatches[0].manager: Invalid value: "kueue.k8s.io/": must be a '

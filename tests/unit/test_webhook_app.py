@@ -232,8 +232,8 @@ async def test_trainjob_denied_with_every_error_aggregated() -> None:
     message = status["message"]
     assert message.startswith("[") and message.endswith("]")
     assert (
-        'spec.trainer.env: Invalid value: "array": must not have reserved envs, invalid envs '
-        "configured: [PET_NNODES]" in message
+        'spec.trainer.env: Invalid value: [{"name":"PET_NNODES","value":"4"}]: must not have '
+        "reserved envs, invalid envs configured: [PET_NNODES]" in message
     )
     assert (
         'spec.runtimePatches[0].manager: Invalid value: "no-domain": must be a domain-prefixed '

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.jobset import JobSet, JobSetSpec, ReplicatedJob
 from trainer.api.v1alpha1 import Trainer
-from trainer.machinery.errors import INVALID, FieldError
+from trainer.machinery.errors import INVALID, FieldError, Rendered
+from trainer.machinery.gofmt import go_struct
 from trainer.runtime.info import Info, Runtime
 
 PATH_TRAINER_ENV = "spec.trainer.env"
@@ -97,7 +97,9 @@ def reserved_envs_error(info: Info, reserved: Iterable[str]) -> list[FieldError]
     found = [e.name for e in trainer.env if e.name in names]
     if not found:
         return []
-    value: list[dict[str, Any]] = [e.to_wire() for e in trainer.env]
+    # Printed as upstream's webhook prints the env list: each EnvVar struct's JSON
+    # (side by side, docs/side-by-side.md).
+    value = Rendered("[" + ",".join(go_struct(e.to_wire()) for e in trainer.env) + "]")
     return [FieldError(PATH_TRAINER_ENV, INVALID, reserved_envs_message(found), value)]
 
 
