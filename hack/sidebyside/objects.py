@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from trainer.controller.applydiff import QUANTITY_MAPS
 from trainer.machinery.quantity import Quantity, QuantityError
 
 DROPPED_METADATA = (
@@ -42,9 +43,6 @@ def _drop_times(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _drop_times(v) for k, v in value.items() if k not in TIME_KEYS}
     return value
-
-
-QUANTITY_MAPS = frozenset({"limits", "requests", "minResources", "overhead"})
 
 
 def _quantities(value: Any, inside: bool = False) -> Any:

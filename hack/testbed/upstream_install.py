@@ -134,7 +134,6 @@ def switch(bed: Bed, to: str, say: Callable[[str], None] = lambda _: None) -> Pr
     old_name, new_name = ("upstream", "trainer") if to == "ours" else ("trainer", "upstream")
     for name in [n for n in bed.procs if n == old_name or n.startswith(old_name + "-")]:
         bed.procs.pop(name).stop()
-        route_service(bed, NAMESPACE, SERVICE, 1, replica=name, ready=False)
         bed.kubectl(
             "delete", "endpointslice", f"{SERVICE}-{name}", "-n", NAMESPACE, "--ignore-not-found"
         )
