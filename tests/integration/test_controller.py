@@ -3,6 +3,7 @@ need pods to run (the JobSet's status is written here the way JobSet would write
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import AsyncIterator
 from typing import Any
@@ -413,3 +414,108 @@ async def test_a_settled_trainjob_costs_no_writes_on_resync(
     for _ in range(3):
         await controller.reconciler.reconcile("default/settled")
     assert len(plane.server.storage.hooks.writes()) == before
+
+
+def _counts(active: int, ready: int, succeeded: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "node",
+            "ready": ready,
+            "succeeded": succeeded,
+            "failed": 0,
+            "active": active,
+            "suspended": 0,
+        }
+    ]
+
+
+async def _cached(controller: Controller, name: str, counts: Any) -> None:
+    """Until the controller's JobSet cache holds ``counts`` (re-checked on its every event)."""
+    informer = controller.caches.jobsets
+    changed = asyncio.Event()
+    informer.add_handler(lambda *_: changed.set())
+
+    def seen() -> bool:
+        jobset = informer.get("default", name) or {}
+        return bool((jobset.get("status") or {}).get("replicatedJobsStatus") == counts)
+
+    async with asyncio.timeout(10):
+        while not seen():
+            changed.clear()
+            await changed.wait()
+
+
+def _status_writes(plane: Plane, name: str) -> int:
+    return sum(
+        1
+        for w in plane.server.storage.hooks.writes()
+        if w.resource == "trainjobs/status" and w.name == name
+    )
+
+
+async def test_a_change_of_counts_alone_waits_a_moment_and_goes_with_what_follows(
+    env: tuple[Plane, Controller, Clock],
+) -> None:
+    """A Job whose pods all finished moves its counts, and completes a moment later: the
+    TrainJob gets one write (Complete, with the final counts), not two."""
+    plane, controller, _ = env
+    await plane.kube.create(trainjob("held"))
+    await plane.until(lambda: plane.jobset("default", "held"), what="JobSet")
+    await set_jobset_status(plane, "held", {"replicatedJobsStatus": _counts(1, 1, 0)})
+    await plane.until(
+        lambda: state_of(plane.trainjob("default", "held")) == "Running", what="Running"
+    )
+    before = _status_writes(plane, "held")
+
+    await set_jobset_status(plane, "held", {"replicatedJobsStatus": _counts(0, 1, 0)})
+    await _cached(controller, "held", _counts(0, 1, 0))
+    result = await controller.reconciler.reconcile("default/held")
+    assert result.requeue_after == 1.0  # the clock stands: the hold has its whole second left
+    assert _status_writes(plane, "held") == before
+    assert (plane.trainjob("default", "held") or {})["status"]["jobsStatus"] == _counts(1, 1, 0)
+
+    done = {
+        "type": "Completed",
+        "status": "True",
+        "reason": "AllJobsCompleted",
+        "message": "jobset completed successfully",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    await set_jobset_status(
+        plane, "held", {"conditions": [done], "replicatedJobsStatus": _counts(0, 0, 1)}
+    )
+    job = await plane.until(
+        lambda: (
+            state_of(plane.trainjob("default", "held")) == "Complete"
+            and plane.trainjob("default", "held")
+        ),
+        what="Complete",
+    )
+    assert job["status"]["jobsStatus"] == _counts(0, 0, 1)
+    assert _status_writes(plane, "held") == before + 1
+
+
+async def test_a_change_of_counts_alone_is_written_once_the_hold_passed(
+    env: tuple[Plane, Controller, Clock],
+) -> None:
+    plane, controller, clock = env
+    await plane.kube.create(trainjob("counts"))
+    await plane.until(lambda: plane.jobset("default", "counts"), what="JobSet")
+    await set_jobset_status(plane, "counts", {"replicatedJobsStatus": _counts(0, 0, 0)})
+    await plane.until(
+        lambda: state_of(plane.trainjob("default", "counts")) == "Pending", what="Pending"
+    )
+    await set_jobset_status(plane, "counts", {"replicatedJobsStatus": _counts(1, 0, 0)})
+    await _cached(controller, "counts", _counts(1, 0, 0))
+    assert (await controller.reconciler.reconcile("default/counts")).requeue_after == 1.0
+    clock.now += dt.timedelta(seconds=1)
+    job = await plane.until(
+        lambda: (
+            (plane.trainjob("default", "counts") or {}).get("status", {}).get("jobsStatus")
+            == _counts(1, 0, 0)
+            and plane.trainjob("default", "counts")
+        ),
+        what="the counts written",
+    )
+    assert state_of(job) == "Pending"
+    assert "default/counts" not in controller.reconciler.status_held

@@ -142,6 +142,22 @@ def status_patch(current: dict[str, Any], desired: dict[str, Any]) -> dict[str, 
     return {"status": status}
 
 
+STATUS_HOLD_SECONDS = 1.0
+"""How long a change of ``jobsStatus``'s counts alone waits before it is written (docs/design.md,
+"One reconcile", step 5)."""
+
+
+def counts_only(current: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """Whether ``desired`` differs from an existing ``current`` status in ``jobsStatus`` alone:
+    the same conditions, state and times, only a replicated job's counts moved."""
+    now, want = without_trainer_status(current), without_trainer_status(desired)
+    if not now or now == want:
+        return False
+    return {k: v for k, v in now.items() if k != "jobsStatus"} == {
+        k: v for k, v in want.items() if k != "jobsStatus"
+    }
+
+
 def build_context(
     *,
     ssh_keygen: Callable[[], SSHKeyPair],
@@ -194,6 +210,8 @@ class Reconciler:
         self.watches = self.framework.watches(ctx)
         self.events = ev.EventRecorder(kube, lambda: format_time(self.now()))
         self.applied = AppliedConfigs()
+        self.status_held: dict[str, dt.datetime] = {}
+        """When a counts-only status change was first seen, per TrainJob (:meth:`_status_hold`)."""
         """What this process last applied for each TrainJob it builds (the skip-if-unchanged
         check; forgotten once the TrainJob is gone or finished)."""
 
@@ -251,6 +269,7 @@ class Reconciler:
         data = self.caches.trainjobs.get(namespace, name)
         if data is None:
             self.applied.forget(key)
+            self.status_held.pop(key, None)
             if self.failed_pods is not None:
                 self.failed_pods.forget(namespace, name)
             return Result()  # deleted: garbage collection removes what it owned
@@ -322,7 +341,11 @@ class Reconciler:
             framework=self.framework,
             failure_cause=describe(failures[0]) if failures else None,
         )
-        if not await self._write_status(job, data, status.to_wire()):
+        wire = status.to_wire()
+        held = self._status_hold(key, data, wire, now)
+        if held is not None:
+            requeue = held if requeue is None else min(requeue, held)
+        elif not await self._write_status(job, data, wire):
             # Deleted while this reconcile ran: what it applied may postdate the deletion, and
             # a garbage collector only collects dependents it sees when the owner goes.
             await self._delete_written(written)
@@ -497,6 +520,26 @@ class Reconciler:
     async def _delete_jobset(self, namespace: str, name: str) -> None:
         if self.caches.jobsets.get(namespace, name) is not None:
             await self.kube.delete(r.JOBSETS, namespace, name, propagation="Background")
+
+    def _status_hold(
+        self, key: str, data: dict[str, Any], status: dict[str, Any], now: dt.datetime
+    ) -> float | None:
+        """Seconds to wait before writing ``status``, or None to write it now.
+
+        A change of ``jobsStatus``'s counts alone (:func:`counts_only`) is written
+        :data:`STATUS_HOLD_SECONDS` after it was first seen, with whatever the JobSet reports
+        by then: a Job's last pods finishing moves its counts, and its completion follows within
+        a fraction of a second, one write instead of two. Conditions, ``state`` and the times are
+        written at once, and carry the counts along."""
+        if not counts_only(data.get("status") or {}, status):
+            self.status_held.pop(key, None)
+            return None
+        first = self.status_held.setdefault(key, now)
+        left = STATUS_HOLD_SECONDS - (now - first).total_seconds()
+        if left <= 0:
+            del self.status_held[key]
+            return None
+        return left
 
     async def _write_status(
         self, job: TrainJob, data: dict[str, Any], status: dict[str, Any]

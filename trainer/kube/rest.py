@@ -30,6 +30,7 @@ from kubernetes_asyncio.client.api_client import ApiClient
 
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.resources import PODS, gvr_of
+from trainer.machinery import jsondecode
 from trainer.machinery import requests as rq
 from trainer.machinery.gvr import GVR
 from trainer.machinery.requests import (
@@ -159,7 +160,7 @@ class Kube:
             raise error_from(code, data)
         if not data.strip():
             return {}
-        parsed = json.loads(data)
+        parsed = jsondecode.loads(data)
         return parsed if isinstance(parsed, dict) else {"items": parsed}
 
     async def request(

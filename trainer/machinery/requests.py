@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from trainer.machinery import jsondecode
 from trainer.machinery.gvr import GVR
 from trainer.machinery.status import reason_for
 
@@ -134,7 +135,7 @@ def status_error(status: dict[str, Any]) -> APIError:
 
 def watch_event(line: bytes) -> dict[str, Any]:
     """One line of a watch stream; an ERROR event becomes the matching exception."""
-    event: dict[str, Any] = json.loads(line)
+    event: dict[str, Any] = jsondecode.loads(line)
     if event.get("type") == "ERROR":
         obj = event.get("object")
         raise status_error(obj if isinstance(obj, dict) else {})

@@ -9,6 +9,8 @@ validity checks, each an error prefixed ``invalid runtime snapshot:``.
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,7 +28,12 @@ PREFIX = "invalid runtime snapshot: "
 # libyaml's emitter when PyYAML was built with it (it is ~10x faster); same output.
 _Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
-"""libyaml's safe loader when PyYAML was built with it (about 10x faster), else SafeLoader."""
+
+@functools.lru_cache(maxsize=64)
+def _document(text: str) -> Any:
+    """The snapshot's YAML parsed: every reconcile reads it, and the TrainJobs of one runtime
+    hold the same text, so it is parsed once (copied for each reader, who may change it)."""
+    return load_yaml(text, "the runtime snapshot")
 
 
 def snapshot_name(trainjob_name: str) -> str:
@@ -69,7 +76,10 @@ def read_snapshot(trainjob: TrainJob, config_map: Mapping[str, Any]) -> Runtime:
     if c.RUNTIME_SNAPSHOT_KEY not in data:
         raise BuildError(PREFIX + f'snapshot ConfigMap missing "{c.RUNTIME_SNAPSHOT_KEY}" data key')
     try:
-        doc = load_yaml(data[c.RUNTIME_SNAPSHOT_KEY], "the runtime snapshot")
+        text = data[c.RUNTIME_SNAPSHOT_KEY]
+        if not isinstance(text, str):
+            raise InputError("the runtime snapshot", "not a string")
+        doc = copy.deepcopy(_document(text))
         runtime = parse_object(doc)
     except (InputError, ObjectError) as exc:
         raise BuildError(PREFIX + f"cannot decode the runtime: {exc}") from None
