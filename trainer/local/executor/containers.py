@@ -70,6 +70,21 @@ def should_restart(
     return policy == "Always" or (policy == "OnFailure" and code != 0)
 
 
+def exited_for_good(c: Container, policy: str) -> bool:
+    """Whether the regular container ``c`` has exited and will not be started again under the
+    pod's restart ``policy`` (:func:`should_restart`)."""
+    terminated = c.state.get("terminated")
+    if terminated is None or c.proc is not None or c.stop_requested:
+        return False
+    return not should_restart(
+        code=int(terminated.get("exitCode") or 0),
+        policy=policy,
+        init=c.init,
+        sidecar=c.sidecar,
+        killed_by_probe=c.killed_by_probe,
+    )
+
+
 def terminated_state(
     returncode: int,
     *,
