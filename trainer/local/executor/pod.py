@@ -324,11 +324,7 @@ class LocalPod:
                 self.reason, self.message = "FailedCreatePodSandBox", message
                 return False
             if self.sandbox.egress:
-                host.warn_once(
-                    "sandbox-egress",
-                    "pods reach nothing beyond their JobSet and the plane's services "
-                    f'({self.sandbox.egress}; docs/local-plane.md, "The network sandbox")',
-                )
+                host.warn_once("sandbox-egress", sandbox.no_egress(self.sandbox.egress))
                 if ssh.runs_sshd(self.pod):
                     host.warn_once("sandbox-mpi", MPI_WITHOUT_INTERFACE)
             return True
