@@ -70,6 +70,21 @@ def should_restart(
     return policy == "Always" or (policy == "OnFailure" and code != 0)
 
 
+def exited_for_good(c: Container, policy: str) -> bool:
+    """Whether the regular container ``c`` has exited and will not be started again under the
+    pod's restart ``policy`` (:func:`should_restart`)."""
+    terminated = c.state.get("terminated")
+    if terminated is None or c.proc is not None or c.stop_requested:
+        return False
+    return not should_restart(
+        code=int(terminated.get("exitCode") or 0),
+        policy=policy,
+        init=c.init,
+        sidecar=c.sidecar,
+        killed_by_probe=c.killed_by_probe,
+    )
+
+
 def terminated_state(
     returncode: int,
     *,
@@ -194,18 +209,35 @@ def _mpi_peers(pod: RunningPod) -> list[tuple[str, list[str]]]:
     return [(LOOPBACK, names)] if names else []
 
 
+def reverse_name(names: list[str], namespace: str, *, subdomain: bool) -> str:
+    """The name the pods' address resolves back to, as cluster DNS answers for a pod's IP:
+    ``<hostname>.<subdomain>.<namespace>.svc.cluster.local`` for a pod with a subdomain (the
+    last of ``names``), else the pod's A record ``127-0-0-1.<namespace>.pod.cluster.local``.
+    The pods of a sandbox share one address, so from a pod it names the pod itself, whichever
+    peer connected (docs/local-plane.md, "The network sandbox")."""
+    if subdomain:
+        return names[-1]
+    return f"{LOOPBACK.replace('.', '-')}.{namespace}.pod.cluster.local"
+
+
 async def _hosts_file(pod: RunningPod) -> str | None:
     """The pod's ``/etc/hosts`` (this host's plus the pod's own names at 127.0.0.1, as the
     kubelet writes a pod's, an MPI node pod's peers (:func:`_mpi_peers`) and the Services it
     can reach by name from its sandbox: :mod:`~trainer.local.executor.servicedns`), written
     into the pod's directory; None when it cannot be."""
     spec = pod.pod.get("spec") or {}
-    names = host_names(pod_hostname(pod.pod), str(spec.get("subdomain") or ""), pod.namespace)
+    subdomain = str(spec.get("subdomain") or "")
+    names = host_names(pod_hostname(pod.pod), subdomain, pod.namespace)
     path = pod_dir(pod.host.state_dir, pod.pod) / "etc-hosts"
     services = _mpi_peers(pod) + await _reachable_services(pod)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        uts.write_hosts(str(path), names, extra=services)
+        uts.write_hosts(
+            str(path),
+            names,
+            extra=services,
+            reverse=reverse_name(names, pod.namespace, subdomain=bool(subdomain)),
+        )
     except OSError as exc:
         log.warning("pod %s: no hosts file of its own: %s", pod.key, exc)
         return None

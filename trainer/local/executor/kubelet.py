@@ -289,11 +289,16 @@ class Kubelet:
             log.warning("%s", message)
 
     def warn_image(self, image: str) -> None:
-        self.warn_once(
-            f"image:{image}",
-            f"image {image!r} is not pulled: the local executor runs container commands with "
-            "this host's tools (install what the command needs here)",
-        )
+        # At debug level: nothing to do while the command runs, and a command this host lacks
+        # fails its container with a message that says what to install (containers.exec_once).
+        key = f"image:{image}"
+        if key not in self._warned:
+            self._warned.add(key)
+            log.debug(
+                "image %r is not pulled: the local executor runs container commands with this "
+                "host's tools",
+                image,
+            )
 
     def track_group(self, pgid: int) -> None:
         self._groups.add(pgid)

@@ -31,7 +31,7 @@ from trainer.kube.resources import CONFIGMAPS, PODS, SECRETS, SERVICE_ACCOUNTS
 from trainer.kube.rest import APIError
 from trainer.local.executor import incluster, podenv, podfields, sandbox, ssh, sshpod, termination
 from trainer.local.executor.api import TRANSIENT, append_log, request_token
-from trainer.local.executor.containers import run_container
+from trainer.local.executor.containers import exited_for_good, run_container
 from trainer.local.executor.devices import AllocationError, device_env
 from trainer.local.executor.logsink import AppendLog, LogSink
 from trainer.local.executor.pod_status import PodState, final_phase, pod_status
@@ -58,6 +58,7 @@ MPI_WITHOUT_INTERFACE = (
 )
 
 DEFAULT_GRACE = 30.0
+TERMINAL = ("Succeeded", "Failed")
 
 
 def _append_for(host: PodHost, c: Container) -> AppendLog:
@@ -171,6 +172,8 @@ class LocalPod:
             for c in self.containers:  # no loop (a sidecar's) starts another process
                 c.stop_requested = True
             self._signal(signal.SIGKILL)
+            if self.host.devices is not None:  # first: the pod may already read Succeeded
+                self.host.devices.release(self.uid)
             for sink in self.sinks.values():
                 with contextlib.suppress(Exception):
                     await sink.close()
@@ -178,12 +181,9 @@ class LocalPod:
                 self.sandbox = None
                 with contextlib.suppress(Exception):
                     await self.host.sandboxes.release(self.pod)  # type: ignore[union-attr]
-            if self.host.devices is not None:
-                self.host.devices.release(self.uid)
             self.finished = True
-            self.phase = final_phase(
-                failed=self.failed, reason=self.reason, main=[c.report() for c in self.main]
-            )
+            if self.phase not in TERMINAL:  # a terminal phase already reported stays
+                self.phase = self._final_phase()
             with contextlib.suppress(Exception):
                 await self.sync_status()
             self.done.set()
@@ -324,11 +324,7 @@ class LocalPod:
                 self.reason, self.message = "FailedCreatePodSandBox", message
                 return False
             if self.sandbox.egress:
-                host.warn_once(
-                    "sandbox-egress",
-                    "pods reach nothing beyond their JobSet and the plane's services "
-                    f'({self.sandbox.egress}; docs/local-plane.md, "The network sandbox")',
-                )
+                host.warn_once("sandbox-egress", sandbox.no_egress(self.sandbox.egress))
                 if ssh.runs_sshd(self.pod):
                     host.warn_once("sandbox-mpi", MPI_WITHOUT_INTERFACE)
             return True
@@ -520,6 +516,13 @@ class LocalPod:
         return str(answer["status"]["token"])
 
     # --- status -----------------------------------------------------------------------------------
+    def _exited_for_good(self) -> bool:
+        """Every regular container has exited and none will start again: not ending (a deleted
+        or timed-out pod writes its phase once ended), no sidecar to stop first."""
+        if self.terminating.is_set() or any(c.sidecar for c in self.init):
+            return False
+        return bool(self.main) and all(exited_for_good(c, self.policy) for c in self.main)
+
     def status(self) -> dict[str, Any]:
         """The pod status this kubelet reports: :func:`pod_status` of the containers as they
         are now; the conditions are kept for the next report."""
@@ -541,13 +544,26 @@ class LocalPod:
         self._conditions = computed.conditions
         return computed.status
 
+    def _final_phase(self) -> str:
+        return final_phase(
+            failed=self.failed, reason=self.reason, main=[c.report() for c in self.main]
+        )
+
     async def sync_status(self) -> None:
-        """Patch ``pods/status`` when what this kubelet reports changed."""
+        """Patch ``pods/status`` when what this kubelet reports changed. Once every regular
+        container has exited for good (:func:`exited_for_good`), the status carries the
+        terminal phase with the last one's termination, as a kubelet's does (the pod is then
+        Succeeded or Failed, no longer Running and unready); what is left to do (the sandbox,
+        the logs) follows. Reported Running and unready in between, each finishing pod made its
+        Job's ready plus succeeded count drop below its parallelism and rise again, so the
+        JobSet's and TrainJob's ready counts went 1, 0, 1, 0 as the pods of a Job ended."""
         if self.deleted or self.host.stopping:
             return
         async with self._status_lock:
             if self.deleted or self.host.stopping:
                 return
+            if self.phase == "Running" and self._exited_for_good():
+                self.phase = self._final_phase()
             status = self.status()
             if status == self._last_status:
                 return

@@ -73,6 +73,23 @@ EXPOSED = (
     'coordinator, the data cache (docs/local-plane.md, "The network sandbox")'
 )
 """The one warning line when pods cannot be sandboxed."""
+PASTA_MISSING = "pasta (Debian's passt package) is not installed"
+
+
+def no_egress(why: str) -> str:
+    """The one warning line when the pods' sandbox has no way out (``why``: pasta's absence or
+    failure), with what to do about it."""
+    todo = (
+        "install it (`sudo apt-get install passt`, or `make install`) for them to reach the network"
+        if why == PASTA_MISSING
+        else "fix what pasta reports for them to reach the network"
+    )
+    return (
+        f"pods reach nothing beyond their JobSet and the plane's services: {why}; {todo} "
+        '(docs/local-plane.md, "The network sandbox")'
+    )
+
+
 ELASTIC_REFUSED = (
     "this host cannot give pods a network sandbox ({why}), and container {container!r} runs "
     "torchrun's elastic rendezvous (c10d), whose store unpickles whatever anyone who can "
@@ -276,7 +293,7 @@ class Sandbox:
         """Give the namespace egress through pasta; why not, or ``""``."""
         pasta = shutil.which("pasta")
         if pasta is None:
-            return "pasta (Debian's passt package) is not installed"
+            return PASTA_MISSING
         args = [pasta, *PASTA_ARGS]
         if os.getuid() == 0:
             # As root pasta drops to nobody unless told, and cannot open a root process's

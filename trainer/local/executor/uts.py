@@ -56,6 +56,12 @@ MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 ETC_HOSTS = "/etc/hosts"
+V4_MAPPED_LOOPBACK = "::ffff:127.0.0.1"
+"""127.0.0.1 as a dual-stack (IPv6) socket reports a peer there: torch's TCPStore server
+accepts on one, and looks the peer's name up (getnameinfo). glibc's hosts file lookup does not
+map such an address to its IPv4 lines, so without a line of its own the lookup goes to DNS,
+which a sandbox without egress cannot reach (``EAI_AGAIN``: torch's ``[c10d] The hostname of
+the client socket cannot be retrieved. err=-3``); docs/local-plane.md, "The network sandbox"."""
 SCRIPT = os.path.abspath(__file__)
 CHECK = "--check"
 """Argument for a dry run: unshare, set a hostname and bind-mount /etc/hosts onto itself."""
@@ -190,9 +196,11 @@ def write_hosts(
     names: Iterable[str],
     base: str = ETC_HOSTS,
     extra: Iterable[tuple[str, Iterable[str]]] = (),
+    reverse: str = "",
 ) -> None:
     """Write the pod's hosts file: this host's (``base``) plus its own names at 127.0.0.1,
-    and ``extra`` (address, names) lines (the Services it can reach)."""
+    ``extra`` (address, names) lines (the Services it can reach) and, with ``reverse``, that
+    name for 127.0.0.1 as an IPv6 socket sees it (:data:`V4_MAPPED_LOOPBACK`)."""
     try:
         with open(base, encoding="utf-8", errors="replace") as f:
             text = f.read()
@@ -204,6 +212,11 @@ def write_hosts(
     lines = [f"{address}\t{' '.join(aliases)}\n" for address, aliases in extra]
     if lines:
         text += "# peers and Services (trainer's local kubelet)\n" + "".join(lines)
+    if reverse:
+        text += (
+            "# the pods' address as a dual-stack socket reports a peer (trainer's local kubelet)\n"
+            f"{V4_MAPPED_LOOPBACK}\t{reverse}\n"
+        )
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
 
