@@ -14,7 +14,7 @@ import yaml
 from kubernetes_asyncio import client, watch
 
 from tests import builders
-from tests.conformance.cluster import REAL, Cluster, body, cluster_fixture, install_crds
+from tests.conformance.cluster import Cluster, body, cluster_fixture, install_crds
 
 __all__ = ["cluster_fixture"]  # the `cluster` fixture
 
@@ -29,6 +29,7 @@ async def raw(
     *,
     content_type: str = "application/json",
     query: list[tuple[str, str]] | None = None,
+    accept: str = "application/json",
 ) -> tuple[int, Any]:
     """A raw request: (HTTP status, decoded JSON or text)."""
     try:
@@ -36,7 +37,7 @@ async def raw(
             path,
             method,
             query_params=query or [],
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            header_params={"Content-Type": content_type, "Accept": accept},
             body=payload,
             auth_settings=["BearerToken"],
             _preload_content=False,
@@ -112,12 +113,16 @@ async def test_get_not_found_and_already_exists(cluster: Cluster) -> None:
 
 async def test_list_per_namespace_and_across_namespaces(cluster: Cluster) -> None:
     core = cluster.core
+    # A cluster's namespaces hold kube-root-ca.crt (kube-controller-manager publishes it).
+    before = [
+        i.metadata.name for i in (await core.list_namespaced_config_map(cluster.namespace)).items
+    ]
     for i in range(3):
         await core.create_namespaced_config_map(
             cluster.namespace, {"metadata": {"name": f"cm-{i}", "labels": {"i": str(i)}}}
         )
     listed = await core.list_namespaced_config_map(cluster.namespace)
-    assert [i.metadata.name for i in listed.items] == ["cm-0", "cm-1", "cm-2"]
+    assert [i.metadata.name for i in listed.items] == sorted([*before, "cm-0", "cm-1", "cm-2"])
     assert listed.metadata.resource_version.isdigit()
     everywhere = await core.list_config_map_for_all_namespaces()
     assert {i.metadata.name for i in everywhere.items} >= {"cm-0", "cm-1", "cm-2"}
@@ -434,7 +439,9 @@ async def test_custom_resource_put(cluster: Cluster) -> None:
 
 
 async def test_status_subresource_separation(cluster: Cluster) -> None:
-    await create_tj(cluster, "st")
+    # Managed by another controller (MultiKueue's name): a cluster's Trainer controller writes
+    # no status of its own between this probe's read and its PUT.
+    await create_tj(cluster, "st", managedBy="kueue.x-k8s.io/multikueue")
     co = cluster.custom
     cond = {
         "type": "Complete",
@@ -562,9 +569,7 @@ async def test_finalizers_hold_deletion(cluster: Cluster) -> None:
             "fin", ns, {"metadata": {"finalizers": ["example.com/hold", "example.com/new"]}}
         )
     assert err.value.status == 422
-    await core.patch_namespaced_config_map(
-        "fin", ns, {"metadata": {"$patch": "merge", "finalizers": None}}
-    )
+    await core.patch_namespaced_config_map("fin", ns, {"metadata": {"finalizers": None}})
     with pytest.raises(client.ApiException) as gone:
         await core.read_namespaced_config_map("fin", ns)
     assert gone.value.status == 404
@@ -912,6 +917,19 @@ async def test_invalid_name_is_422(cluster: Cluster) -> None:
     assert body(err.value)["details"]["causes"][0]["field"] == "metadata.name"
 
 
+async def established(ext: Any, name: str) -> None:
+    """Until the CRD is Established: kube-apiserver serves its resource only from then on."""
+    stream = watch.Watch()
+    async with asyncio.timeout(30):
+        async for event in stream.stream(
+            ext.list_custom_resource_definition, field_selector=f"metadata.name={name}"
+        ):
+            conds = event["object"].status.conditions or []
+            if any(c.type == "Established" and c.status == "True" for c in conds):
+                stream.stop()
+                return
+
+
 async def test_crd_post_makes_a_new_resource_served(cluster: Cluster) -> None:
     crd = {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -950,6 +968,7 @@ async def test_crd_post_makes_a_new_resource_served(cluster: Cluster) -> None:
     }
     ext: Any = client.ApiextensionsV1Api(cluster.api)
     await ext.create_custom_resource_definition(crd)
+    await established(ext, "widgets.example.com")
     co = cluster.custom
     created = await co.create_namespaced_custom_object(
         "example.com",
@@ -974,7 +993,7 @@ async def test_crd_post_makes_a_new_resource_served(cluster: Cluster) -> None:
         )
     assert err.value.status == 422
     assert body(err.value)["details"]["causes"][0]["field"] == "spec.size"
-    if not REAL:
+    if cluster.server is not None:
         await client.ApiextensionsV1Api(cluster.api).delete_custom_resource_definition(
             "widgets.example.com"
         )

@@ -304,7 +304,8 @@ def _denied(user: User, attrs: Attributes) -> APIError:
         f'{subject} is forbidden: User "{user.name}" cannot {attrs.verb} resource '
         f'"{resource}" in API group "{attrs.group}" {scope}'
     )
-    err.details = {"name": attrs.name, "kind": attrs.resource}
+    err.details = {"name": attrs.name, "kind": attrs.resource} if attrs.name else {}
+    err.details["kind"] = attrs.resource
     if attrs.group:
         err.details["group"] = attrs.group
     return err

@@ -25,8 +25,20 @@ class APIError(Exception):
         return failure(self.code, self.reason, self.message, self.details)
 
 
+class PageNotFound(APIError):
+    """A path no API group serves: kube-apiserver's last handler answers it in plain text
+    (``404 page not found``), not with a Status. Paths of built-in group versions get a
+    Status (``the server could not find the requested resource``)."""
+
+    TEXT = "404 page not found\n"
+
+    def __init__(self) -> None:
+        super().__init__(404, "NotFound", "404 page not found")
+
+
 def _details(kind: str, group: str, name: str) -> dict[str, Any]:
-    d: dict[str, Any] = {"name": name, "kind": kind}
+    """A Status's details: an empty name is left out, as Go's ``omitempty`` leaves it."""
+    d: dict[str, Any] = {"name": name, "kind": kind} if name else {"kind": kind}
     if group:
         d["group"] = group
     return d

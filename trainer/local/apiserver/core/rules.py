@@ -33,7 +33,7 @@ from trainer.local.apiserver.patch import (
     strategic_merge_patch,
 )
 from trainer.local.apiserver.resources import ResourceType
-from trainer.machinery.errors import FORBIDDEN, INVALID, REQUIRED, FieldError
+from trainer.machinery.errors import FORBIDDEN, INVALID, REQUIRED, UNSUPPORTED, FieldError
 
 MODIFIED = (
     "the object has been modified; please apply your changes to the latest version and try again"
@@ -354,3 +354,32 @@ def pod_grace(pod: dict[str, Any], requested: int | None, *, has_node: bool) -> 
         value = spec.get("terminationGracePeriodSeconds")
         requested = DEFAULT_TERMINATION_GRACE if value is None else int(value)
     return 1 if requested < 0 else requested
+
+
+MATCHES = ("Exact", "NotOlderThan")
+
+
+def check_list_options(query: dict[str, str]) -> None:
+    """A list's ``resourceVersionMatch`` checked as kube-apiserver checks ListOptions (a 422
+    on ``ListOptions.meta.k8s.io``): it needs a ``resourceVersion``, goes without ``continue``,
+    is ``Exact`` or ``NotOlderThan``, and ``Exact`` is not for version 0. This server always
+    lists its current state, which satisfies every match it lets through."""
+    match = query.get("resourceVersionMatch") or ""
+    if not match:
+        return
+    rv, path = query.get("resourceVersion") or "", "resourceVersionMatch"
+    errors: list[FieldError] = []
+    if not rv:
+        message = "resourceVersionMatch is forbidden unless resourceVersion is provided"
+        errors.append(FieldError(path, FORBIDDEN, message))
+    if query.get("continue"):
+        message = "resourceVersionMatch is forbidden when continue is provided"
+        errors.append(FieldError(path, FORBIDDEN, message))
+    if match not in MATCHES:
+        allowed = ", ".join(f'"{m}"' for m in (*MATCHES, ""))
+        errors.append(FieldError(path, UNSUPPORTED, f"supported values: {allowed}", value=match))
+    if match == "Exact" and rv == "0":
+        message = 'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'
+        errors.append(FieldError(path, FORBIDDEN, message))
+    if errors:
+        raise invalid("ListOptions", "meta.k8s.io", "", errors)

@@ -176,6 +176,7 @@ class Storage:
         self, rt: ResourceType, namespace: str, query: dict[str, str]
     ) -> dict[str, Any]:
         """A list as ``query`` asks (label and field selectors, ``limit`` and ``continue``)."""
+        rules.check_list_options(query)
         match = matcher(query.get("labelSelector"), query.get("fieldSelector"))
         limit = metadata.int_param(query, "limit") or 0
         token = query.get("continue")

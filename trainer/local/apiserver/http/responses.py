@@ -18,7 +18,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from trainer.local.apiserver import protobuf
-from trainer.local.apiserver.errors import APIError, bad_request, too_large
+from trainer.local.apiserver.errors import APIError, PageNotFound, bad_request, too_large
 from trainer.local.apiserver.patch import APPLY
 from trainer.machinery.safeload import Limits, load_json, load_yaml
 
@@ -92,6 +92,8 @@ def status_response(err: APIError) -> web.Response:
     """The Status of ``err``. ``Retry-After`` is its ``details.retryAfterSeconds`` when it has
     one, as kube-apiserver's ``ErrorNegotiated`` sets it (an eviction a budget refuses has
     none: client-go then leaves the retry to its caller); a bare 429 says 1 s."""
+    if isinstance(err, PageNotFound):
+        return web.Response(text=err.TEXT, status=404, content_type="text/plain")
     retry = err.details.get("retryAfterSeconds") if err.details else None
     headers = (
         {"Retry-After": str(retry)}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trainer.local.apiserver.errors import APIError, not_found
+from trainer.local.apiserver.errors import APIError, PageNotFound, not_found
 from trainer.local.apiserver.resources import Registry, ResourceType
 from trainer.local.apiserver.selectors import flag
 
@@ -70,6 +70,10 @@ def route(registry: Registry, path: str) -> Route | None:
     if not rest:
         raise not_found("", group, path)
     rt = registry.get(group, version, rest[0])
+    if rt is None and not any(
+        t.builtin and (t.group, t.version) == (group, version) for t in registry
+    ):
+        raise PageNotFound()  # custom resources' groups: apiextensions' fallthrough
     if rt is None or len(rest) > 3 or (namespace and not rt.namespaced):
         raise APIError(404, "NotFound", NOT_FOUND)
     name = rest[1] if len(rest) > 1 else ""
