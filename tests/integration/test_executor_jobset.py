@@ -3,6 +3,7 @@ finished by hand here: the kubelet has its own tests)."""
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -294,16 +295,20 @@ async def test_jobset_webhook_rules_are_enforced(env: tuple[Plane, Executor]) ->
     long_name = "a" * 50  # a-...-node-0-0-abcde is longer than 63
     with pytest.raises(APIError) as err:
         await create_jobset(plane := env[0], long_name, [rjob("node")])
-    assert err.value.status == 403
-    assert "vjobset.kb.io" in err.value.message and "63" in err.value.message
+    assert err.value.status == 422
+    assert 'admission webhook "vjobset.kb.io" denied the request' in err.value.message
+    assert "pod names generated for this JobSet will exceed 63 characters" in err.value.message
     await create_jobset(plane, "frozen", [rjob("node")], suspend=True)
-    # While suspended, nodeSelector may change; the image may not.
-    patch_ok = {"spec": {"replicatedJobs": [rjob("node")]}}
+    # While suspended, nodeSelector may change; the image may not. Each patch edits the
+    # replicated jobs as stored (with JobSet's defaults), as a client that read them would.
+    stored = plane.get(JS, "jobsets", "default", "frozen")
+    assert stored is not None
+    patch_ok = {"spec": {"replicatedJobs": copy.deepcopy(stored["spec"]["replicatedJobs"])}}
     patch_ok["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
         "nodeSelector"
     ] = {"pool": "a"}
     await plane.kube.patch(r.JOBSETS, "default", "frozen", patch_ok)
-    patch_bad = {"spec": {"replicatedJobs": [rjob("node")]}}
+    patch_bad = copy.deepcopy(patch_ok)
     patch_bad["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0][
         "image"
     ] = "other"

@@ -70,6 +70,8 @@ FAILURE_ACTIONS: Final = (
     "RestartJobAndIgnoreMaxRestarts",
 )
 """The actions a ``failurePolicy`` rule may take."""
+RESTART_JOB_ACTIONS: Final = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
+"""The actions behind JobSet's ``RestartJob`` feature gate (off by default in v0.12.0)."""
 JOB_FAILURE_REASONS: Final = (
     "BackoffLimitExceeded",
     "DeadlineExceeded",

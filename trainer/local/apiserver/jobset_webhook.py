@@ -1,65 +1,42 @@
-"""What JobSet's own validating webhook enforces, built into the local API server so
-violations show up locally as they would on a cluster (upstream:
-https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/webhooks/jobset_webhook.go):
+"""What JobSet's own webhooks do, built into the local API server so a JobSet is defaulted and
+refused locally as on a cluster (upstream:
+https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/webhooks/jobset_webhook.go; the
+checks and their order in :mod:`trainer.admission.jobset_rules`):
 
-* on create: every generated name (Job, pod with the 5-character suffix, hostname,
-  subdomain) is a DNS-1035 label of at most 63 characters; and the limits JobSet checks here
-  rather than in its CRD (``managedBy``, ``groupName``, failure-policy rules), with JobSet's
-  messages, from :mod:`trainer.admission.jobset_rules`, and its checks of the subdomain, the
-  success policy's targets and the coordinator;
+* on create: the defaulting webhook's defaults (:func:`default_create`), then the validating
+  webhook's checks, answered as JobSet v0.12.0 answers them: a 422 Invalid of the JobSet whose
+  errors without a field read ``<nil>: Internal error: ...`` (JobSet wraps them so);
 * on update: ``spec.replicatedJobs`` is immutable except, while the old or the new object is
   suspended, each pod template's labels, annotations, nodeSelector, tolerations and
   schedulingGates; ``managedBy`` never changes.
+
+docs/local-plane.md, "JobSet's admission checks": the test bed's JobSet answered each case of
+tests/jobset_webhook_cases.py as this module does.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from trainer.admission.jobset_rules import (
-    failure_policy_errors,
-    group_name_errors,
-    managed_by_errors,
-    structure_errors,
-)
+from trainer.admission.jobset_rules import Message, create_errors, default_create
 from trainer.api.jobset import JobSetSpec
 from trainer.api.jobset_contract import mask_pod_templates
-from trainer.machinery.errors import INVALID, FieldError
-from trainer.runtime import naming
+from trainer.machinery.errors import INTERNAL, INVALID, NIL_PATH, FieldError
 
-DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+__all__ = ["default_create", "validate_create", "validate_update"]
 
 
 def validate_create(obj: dict[str, Any]) -> list[FieldError]:
+    """The validating webhook's errors for a defaulted JobSet, as JobSet reports them."""
     name = (obj.get("metadata") or {}).get("name", "")
     try:
         spec = JobSetSpec.from_wire(obj.get("spec") or {})
     except Exception:  # the CRD schema reports malformed specs
         return []
-    errors = managed_by_errors(spec.managed_by) + group_name_errors(spec)
-    explicit_subdomain = bool(spec.network and spec.network.subdomain)
-    for gen in naming.generated_names(name, spec):
-        if gen.kind in ("PersistentVolumeClaim", "Volume"):
-            continue  # not JobSet's to check (the Job API refuses a volume name over 63)
-        if gen.kind == "subdomain" and explicit_subdomain:
-            continue  # a given subdomain is checked with JobSet's messages (structure_errors)
-        if len(gen.name) > naming.MAX_NAME or not DNS1035.match(gen.name):
-            where = (
-                f"spec.replicatedJobs[{gen.replicated_job}]"
-                if gen.replicated_job
-                else "spec.network.subdomain"
-            )
-            errors.append(
-                FieldError(
-                    where if gen.kind == "subdomain" else "metadata.name",
-                    INVALID,
-                    f"generated {gen.kind} name {gen.name!r} ({len(gen.name)} characters) must be "
-                    "a valid DNS-1035 label of at most 63 characters",
-                    name,
-                )
-            )
-    return errors + failure_policy_errors(spec) + structure_errors(spec)
+    return [
+        FieldError(NIL_PATH, INTERNAL, error.message) if isinstance(error, Message) else error
+        for error in create_errors(name, spec)
+    ]
 
 
 def validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
