@@ -175,6 +175,9 @@ def test_jobset_refuses_a_volume_claim_template_namespace(upstream: Kubectl) -> 
     template = {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
     claims: dict[str, Any] = {"templates": [template], "retentionPolicy": {"whenDeleted": "Delete"}}
     jobset["spec"]["volumeClaimPolicies"] = [claims]
+    for job in jobset["spec"]["replicatedJobs"]:  # JobSet wants every claim mounted
+        for container in job["template"]["spec"]["template"]["spec"]["containers"]:
+            container.setdefault("volumeMounts", []).append({"name": "data", "mountPath": "/d"})
     accepted = upstream.run(
         "apply", "--server-side", "--dry-run=server", "-f", "-", stdin=json.dumps(jobset)
     )

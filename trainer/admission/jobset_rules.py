@@ -86,35 +86,41 @@ def default_create(obj: dict[str, Any]) -> dict[str, Any]:
     defaults, and the empty objects its answer adds by writing the JobSet out as Go's JSON of
     JobSet's types (a template's ``metadata``, a container's ``resources``), as the test bed
     stores them."""
+    original = obj
     obj = copy.deepcopy(obj)
-    spec = obj.setdefault("spec", {})
-    spec.setdefault("successPolicy", {"operator": "All"})
-    spec.setdefault("startupPolicy", {"startupPolicyOrder": "AnyOrder"})
-    for job in spec.get("replicatedJobs") or []:
-        job_template = job.setdefault("template", {})
-        job_template.setdefault("metadata", {})  # an empty struct Go's JSON writes out
-        job_spec = job_template.setdefault("spec", {})
-        job_spec.setdefault("completionMode", "Indexed")
-        pod = job_spec.setdefault("template", {})
-        pod.setdefault("metadata", {})
-        pod_spec = pod.setdefault("spec", {})
-        if not pod_spec.get("restartPolicy"):
-            pod_spec["restartPolicy"] = "OnFailure"
-        for kind in ("initContainers", "containers", "ephemeralContainers"):
-            for container in pod_spec.get(kind) or []:
-                container.setdefault("resources", {})
-    network = spec.setdefault("network", {})
-    network.setdefault("enableDNSHostnames", True)
-    network.setdefault("publishNotReadyAddresses", True)
-    for i, rule in enumerate((spec.get("failurePolicy") or {}).get("rules") or []):
-        if not rule.get("name"):
-            rule["name"] = DEFAULT_RULE_NAME.format(i)
-    for policy in spec.get("volumeClaimPolicies") or []:
-        if policy.get("retentionPolicy") is None:
-            policy["retentionPolicy"] = {"whenDeleted": "Delete"}
-        for claim in policy.get("templates") or []:
-            claim.setdefault("spec", {}).setdefault("resources", {})
-            claim.setdefault("status", {})
+    try:
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("successPolicy", {"operator": "All"})
+        spec.setdefault("startupPolicy", {"startupPolicyOrder": "AnyOrder"})
+        for job in spec.get("replicatedJobs") or []:
+            job_template = job.setdefault("template", {})
+            job_template.setdefault("metadata", {})  # an empty struct Go's JSON writes out
+            job_spec = job_template.setdefault("spec", {})
+            job_spec.setdefault("completionMode", "Indexed")
+            pod = job_spec.setdefault("template", {})
+            pod.setdefault("metadata", {})
+            pod_spec = pod.setdefault("spec", {})
+            if not pod_spec.get("restartPolicy"):
+                pod_spec["restartPolicy"] = "OnFailure"
+            for kind in ("initContainers", "containers", "ephemeralContainers"):
+                for container in pod_spec.get(kind) or []:
+                    container.setdefault("resources", {})
+        network = spec.setdefault("network", {})
+        network.setdefault("enableDNSHostnames", True)
+        network.setdefault("publishNotReadyAddresses", True)
+        for i, rule in enumerate((spec.get("failurePolicy") or {}).get("rules") or []):
+            if not rule.get("name"):
+                rule["name"] = DEFAULT_RULE_NAME.format(i)
+        for policy in spec.get("volumeClaimPolicies") or []:
+            if policy.get("retentionPolicy") is None:
+                policy["retentionPolicy"] = {"whenDeleted": "Delete"}
+            for claim in policy.get("templates") or []:
+                claim.setdefault("spec", {}).setdefault("resources", {})
+                claim.setdefault("status", {})
+    except (AttributeError, TypeError):
+        # A field of the wrong type (a list for spec, a string for a job): nothing defaulted,
+        # and the schema's validation refuses the object, naming the field.
+        return copy.deepcopy(original)
     return obj
 
 
