@@ -153,7 +153,28 @@ def builtin_types() -> list[ResourceType]:
             "mutatingwebhookconfigurations",
             False,
         ),
+        *(rt(g, v, k, p, ns, short_names=sn, status=st) for g, v, k, p, ns, sn, st in WATCHED),
     ]
+
+
+WATCHED: tuple[tuple[str, str, str, str, bool, tuple[str, ...], bool], ...] = (
+    ("", "v1", "PersistentVolume", "persistentvolumes", False, ("pv",), True),
+    ("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", True, ("pvc",), True),
+    ("", "v1", "ReplicationController", "replicationcontrollers", True, ("rc",), True),
+    ("apps", "v1", "StatefulSet", "statefulsets", True, ("sts",), True),
+    ("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, ("sc",), False),
+    ("storage.k8s.io", "v1", "CSINode", "csinodes", False, (), False),
+    ("storage.k8s.io", "v1", "CSIDriver", "csidrivers", False, (), False),
+    ("storage.k8s.io", "v1", "CSIStorageCapacity", "csistoragecapacities", True, (), False),
+    ("storage.k8s.io", "v1", "VolumeAttachment", "volumeattachments", False, (), True),
+    ("resource.k8s.io", "v1", "DeviceClass", "deviceclasses", False, (), False),
+    ("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims", True, (), True),
+    ("resource.k8s.io", "v1", "ResourceSlice", "resourceslices", False, (), False),
+)
+"""Kinds kube-scheduler's informers list and watch (volumes, storage, DRA, the workloads its
+default topology spreading reads) and wait for before they schedule a pod: stored and served
+with no behaviour of their own, so that their caches sync (docs/local-plane.md, "Running the
+real programs against the plane")."""
 
 
 def new_registry() -> Registry:
