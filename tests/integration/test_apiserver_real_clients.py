@@ -146,3 +146,36 @@ async def test_kinds_kube_scheduler_waits_for_are_served(client: Client, path: s
     status, listed = await client.call("GET", path)
     assert status == 200, listed
     assert listed["kind"].endswith("List") and listed["items"] == []
+
+
+async def test_a_job_gets_kube_apiservers_selector_and_defaults(client: Client) -> None:
+    # JobSet creates Jobs without a selector; kube-controller-manager's Job controller finds a
+    # Job's pods by the selector kube-apiserver generates, and reads parallelism unguarded
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j", "namespace": "default"},
+        "spec": {
+            "completions": 2,
+            "template": {
+                "metadata": {"labels": {"app": "x"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]},
+            },
+        },
+    }
+    body = json.dumps(job).encode()
+    status, created = await client.call("POST", "/apis/batch/v1/namespaces/default/jobs", body)
+    assert status == 201, created
+    uid = created["metadata"]["uid"]
+    spec = created["spec"]
+    assert spec["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    assert spec["template"]["metadata"]["labels"] == {
+        "app": "x",
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": "j",
+        "controller-uid": uid,
+        "job-name": "j",
+    }
+    assert (spec["parallelism"], spec["completions"], spec["backoffLimit"]) == (1, 2, 6)
+    assert spec["podReplacementPolicy"] == "TerminatingOrFailed"
+    assert (spec["completionMode"], spec["suspend"]) == ("NonIndexed", False)

@@ -266,7 +266,7 @@ class Storage:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self.now()
         meta["generation"] = 1
-        builtin.prepare(rt, created)
+        builtin.prepare(rt, created, creating=True)
         ssa.track_update(rt, None, created, "bootstrap", now=self.now())
         self.store.put(rt.key, created, None)
         self._after_write(rt, created, None)
