@@ -83,6 +83,7 @@ async def test_a_protobuf_pod_binding_and_delete(client: Client) -> None:
     assert status == 201, pod
     assert pod["spec"]["containers"][0]["name"] == "c"
     assert "stdin" not in pod["spec"]["containers"][0]
+    assert pod["spec"]["schedulerName"] == "default-scheduler"  # kube-scheduler binds only those
     # kube-scheduler binds it as protobuf
     target = ld(1, "Node") + ld(3, "kwok-node-0")
     binding = envelope("v1", "Binding", ld(1, meta("p", "default")) + ld(2, target))

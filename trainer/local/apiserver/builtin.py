@@ -290,6 +290,9 @@ def prepare(rt: ResourceType, obj: dict[str, Any], *, creating: bool = False) ->
         status = obj.setdefault("status", {})
         status.setdefault("phase", "Pending")
         spec.setdefault("restartPolicy", "Always")
+        # kube-apiserver's default (SetDefaults_PodSpec): kube-scheduler binds only the pods
+        # whose schedulerName names one of its profiles, and left none pending without it.
+        spec.setdefault("schedulerName", "default-scheduler")
     elif kind == "Service":
         spec = obj.setdefault("spec", {})
         spec.setdefault("type", "ClusterIP")
