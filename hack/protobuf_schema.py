@@ -35,6 +35,13 @@ PACKAGES = (
     ("k8s.io/api", "scheduling/v1", "scheduling.k8s.io/v1"),
     ("k8s.io/api", "authentication/v1", "authentication.k8s.io/v1"),
     ("k8s.io/api", "authorization/v1", "authorization.k8s.io/v1"),
+    ("k8s.io/api", "apps/v1", "apps/v1"),
+    ("k8s.io/api", "discovery/v1", "discovery.k8s.io/v1"),
+    ("k8s.io/api", "rbac/v1", "rbac.authorization.k8s.io/v1"),
+    ("k8s.io/api", "node/v1", "node.k8s.io/v1"),
+    ("k8s.io/api", "storage/v1", "storage.k8s.io/v1"),
+    ("k8s.io/api", "resource/v1", "resource.k8s.io/v1"),
+    ("k8s.io/api", "admissionregistration/v1", "admissionregistration.k8s.io/v1"),
     ("k8s.io/apimachinery", "pkg/apis/meta/v1", ""),
     ("k8s.io/apimachinery", "pkg/runtime", ""),
 )

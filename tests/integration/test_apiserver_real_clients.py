@@ -180,3 +180,28 @@ async def test_a_job_gets_kube_apiservers_selector_and_defaults(client: Client) 
     assert (spec["parallelism"], spec["completions"], spec["backoffLimit"]) == (1, 2, 6)
     assert spec["podReplacementPolicy"] == "TerminatingOrFailed"
     assert (spec["completionMode"], spec["suspend"]) == ("NonIndexed", False)
+
+
+async def test_a_node_is_created_with_its_status(client: Client) -> None:
+    # KWOK's nodes are created with their capacity (kube-apiserver keeps a new Node's status);
+    # without it kube-scheduler found "0/2 nodes are available: 2 Insufficient nvidia.com/gpu"
+    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "kwok-node-0"},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+    status, created = await client.call("POST", "/api/v1/nodes", json.dumps(node).encode())
+    assert status == 201, created
+    assert created["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    # a Pod's status is still the server's to set
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": "Running"},
+    }
+    status, created = await client.call("POST", PODS, json.dumps(pod).encode())
+    assert created["status"]["phase"] == "Pending"

@@ -2,16 +2,15 @@
 
 client-go sends built-in kinds as protobuf when its ``ContentType`` asks for it: kubectl 1.32's
 typed clients (``kubectl create namespace|configmap|secret|serviceaccount|priorityclass|token``,
-``kubectl auth whoami|can-i``), and kube-scheduler and kube-controller-manager for every write
+``kubectl auth whoami|can-i``), kube-scheduler and kube-controller-manager for every write
 (``--kube-api-content-type``'s default: a scheduler's Bindings and Events, the Job
-controller's Pods and Job statuses). A body is the 4-byte magic ``k8s\\x00`` and a
-``runtime.Unknown`` envelope (typeMeta, raw) whose ``raw`` is the object's generated protobuf
-message. This module turns it into the object's JSON form, as kube-apiserver's decoding and
-Go's JSON encoding would, for the kinds of ``protobuf_schema.json`` (generated from the pinned
-k8s.io/api by ``hack/protobuf_schema.py``: core/v1, batch/v1, events.k8s.io/v1,
-coordination.k8s.io/v1, policy/v1, scheduling.k8s.io/v1, authentication and authorization);
-other kinds answer 415 Unsupported Media Type (clients then need JSON). Unknown fields are
-skipped, as a protobuf decoder does.
+controller's Pods and Job statuses), and controller-runtime's clients (JobSet's manager). A
+body is the 4-byte magic ``k8s\\x00`` and a ``runtime.Unknown`` envelope (typeMeta, raw) whose
+``raw`` is the object's generated protobuf message. This module turns it into the object's
+JSON form, as kube-apiserver's decoding and Go's JSON encoding would, for the kinds of
+``protobuf_schema.json`` (generated from the pinned k8s.io/api by ``hack/protobuf_schema.py``:
+the groups of the kinds this server serves); other kinds answer 415 Unsupported Media Type
+(clients then need JSON). Unknown fields are skipped, as a protobuf decoder does.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import struct
 from importlib import resources
 from typing import Any
 
-from trainer.local.apiserver.errors import bad_request, unsupported_media_type
+from trainer.local.apiserver.errors import APIError, bad_request
 from trainer.machinery.times import time_from_epoch
 
 CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
@@ -278,6 +277,17 @@ def _envelope(data: bytes) -> tuple[str, str, bytes, str]:
     return api_version, kind, raw, encoding
 
 
+def _unsupported(what: str) -> APIError:
+    """kube-apiserver's 415 for a body its serializers cannot decode (a custom resource's
+    protobuf, say): the media types it would have decoded."""
+    return APIError(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: "
+        f'application/json, application/yaml (got "{what}")',
+    )
+
+
 def decode(body: bytes) -> dict[str, Any]:
     """The JSON form of a protobuf-encoded object, or 400/415."""
     if not body.startswith(MAGIC):
@@ -285,13 +295,13 @@ def decode(body: bytes) -> dict[str, Any]:
     try:
         api_version, kind, raw, encoding = _envelope(body[len(MAGIC) :])
         if encoding:
-            raise unsupported_media_type(f"{CONTENT_TYPE} with encoding {encoding}")
+            raise _unsupported(f"{CONTENT_TYPE} with encoding {encoding}")
         message = _schema()[1].get(f"{api_version} {kind}")
         if message is None and kind == "DeleteOptions":
             # client-go's typed clients encode DeleteOptions in their own group's version
             message = DELETE_OPTIONS
         if message is None:
-            raise unsupported_media_type(f"{CONTENT_TYPE} for {api_version} {kind}")
+            raise _unsupported(f"{CONTENT_TYPE} for {api_version} {kind}")
         obj = _message(message, raw)
     except (_Truncated, UnicodeDecodeError, ValueError, struct.error) as exc:
         raise bad_request(f"the request body is not valid protobuf: {exc}") from None
