@@ -9,6 +9,8 @@ them."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +41,8 @@ def plane() -> Iterator[realclients.Plane]:
             errors = "\n".join(running.errors(name)[:5]) if name in running.procs else ""
             print(f"--- {name}: first errors of {root}/logs/{name}.log\n{errors or '(none)'}")
         running.stop()
+        if not os.environ.get("TRAINER_TESTBED_KEEP"):  # as the bed's folder (docs/testbed.md)
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def get(plane: realclients.Plane, *args: str) -> dict[str, Any]:
