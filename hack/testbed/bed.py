@@ -243,6 +243,11 @@ def _scheduler(bed: Bed) -> None:
 
 def kwok_stages(bed: Bed) -> Path:
     """KWOK's own node and general pod stages, from its module, and the bed's failure stage."""
+    return write_kwok_stages(bed.root)
+
+
+def write_kwok_stages(folder: Path) -> Path:
+    """:func:`kwok_stages` into ``folder`` (KWOK against the local plane: realclients.py)."""
     stages = source_dir("sigs.k8s.io/kwok") / "kustomize/stage"
     files = [
         stages / "node/fast/node-initialize.yaml",
@@ -250,7 +255,7 @@ def kwok_stages(bed: Bed) -> Path:
     ]
     files += sorted((stages / "pod/general").glob("pod-*.yaml"))
     files.append(HERE / "kwok-stages.yaml")
-    out = bed.root / "kwok-stages.yaml"
+    out = folder / "kwok-stages.yaml"
     out.write_text("\n---\n".join(f.read_text() for f in files))
     return out
 

@@ -222,6 +222,7 @@ async def start_local_plane(
     node_config: NodeConfig | None = None,
     simulation: Simulation | None = None,
     with_controller: bool = True,
+    without: frozenset[str] = frozenset(),
 ) -> LocalPlane:
     """Start the local plane. With ``feature_gates`` TrainJobStatus=true the status server
     runs too, on 127.0.0.1 (its certificate covers 127.0.0.1), and pods are told
@@ -229,7 +230,8 @@ async def start_local_plane(
     TrainJobs run where pods cannot get a network sandbox. Without ``with_controller`` the
     plane runs no controller or webhook of its own and installs nothing of Trainer's: an
     admin applies the production install to it (docs/install.md, "Rehearsing an install
-    locally")."""
+    locally"). ``without`` names the executor's roles left to the real programs
+    (:mod:`trainer.local.executor.roles`)."""
     server = APIServer(port=port, state_file=state_file, reset_damaged_state=reset_damaged_state)
     await server.start()
     install_basics(server, trainer=with_controller)
@@ -288,6 +290,7 @@ async def start_local_plane(
         allow_exposed_ports=allow_exposed_ports,
         node_config=node_config,
         simulation=simulation,
+        without=without,
     )
     await executor.start()
     server.attach_pods(executor.dial)

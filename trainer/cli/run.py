@@ -27,6 +27,7 @@ from trainer.kube.client import KubeconfigError, new_api_client
 from trainer.kube.rest import APIError, Kube
 from trainer.local.apiserver.statefile import StateFileError
 from trainer.local.executor.nodeconfig import NodeConfig, NodeConfigError, load_node_config
+from trainer.local.executor.roles import ROLES, RoleError, parse_roles
 from trainer.local.executor.simulation import Simulation, load_simulation
 from trainer.machinery.safeload import InputError
 from trainer.observability.logging import setup_logging
@@ -272,6 +273,13 @@ FEATURE_GATES_HELP = (
 )
 
 
+WITHOUT_HELP = (
+    "Switch off one of the executor's roles, for the real program to play it against the "
+    f"kubeconfig: {', '.join(ROLES)} (repeatable, or comma-separated; docs/local-plane.md, "
+    '"Running the real programs against the plane").'
+)
+
+
 def _gates(text: str | None) -> dict[str, bool]:
     try:
         return parse_feature_gates(text) if text else {}
@@ -405,6 +413,7 @@ async def _up(
     node_config: NodeConfig | None = None,
     simulation: Simulation | None = None,
     with_controller: bool = True,
+    without: frozenset[str] = frozenset(),
 ) -> None:
     printer = Printer()
     plane = await start_local_plane(
@@ -418,6 +427,7 @@ async def _up(
         node_config=node_config,
         simulation=simulation,
         with_controller=with_controller,
+        without=without,
     )
     plane.server.write_kubeconfig(str(kubeconfig))
     printer.line(f"local control plane ready: API server {plane.server.url}")
@@ -441,6 +451,11 @@ async def _up(
             "no controller or webhook of its own: apply the production install, e.g. "
             f"KUBECONFIG={kubeconfig} kubectl apply --server-side -k manifests/overlays/standalone"
             ' (docs/install.md, "Rehearsing an install locally")'
+        )
+    if without:
+        printer.line(
+            "switched off, for other programs to play: "
+            + ", ".join(role for role in ROLES if role in without)
         )
     if dashboard is not None:
         try:
@@ -494,6 +509,14 @@ def up(
             '(docs/install.md, "Rehearsing an install locally").',
         ),
     ] = False,
+    without: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--without",
+            metavar="ROLE",
+            help=WITHOUT_HELP,
+        ),
+    ] = None,
 ) -> None:
     """Start the local control plane and leave it running (kubectl, the Kubeflow SDK and
     `trainer` commands work against the kubeconfig it writes) until SIGINT/SIGTERM.
@@ -504,6 +527,11 @@ def up(
     gates = _gates(feature_gates)
     node = _node_config(node_config)
     simulation = _simulation(simulate)
+    try:
+        roles = parse_roles(without or [])
+    except RoleError as exc:
+        typer.echo(f"error: --without: {exc}", err=True)
+        raise typer.Exit(2) from None
     setup_logging("DEBUG" if verbose else "INFO", "text")
     try:
         board = (
@@ -523,6 +551,7 @@ def up(
                 node_config=node,
                 simulation=simulation,
                 with_controller=not without_controller,
+                without=roles,
             )
         )
     except StateFileError as err:

@@ -326,7 +326,7 @@ ACCEPTED = {
     "POST": (JSON, YAML, PROTOBUF),
     "PUT": (JSON, YAML, PROTOBUF),
     "PATCH": (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH),
-    "DELETE": (JSON,),
+    "DELETE": (JSON, PROTOBUF),  # DeleteOptions; client-go's typed clients send protobuf
 }
 
 

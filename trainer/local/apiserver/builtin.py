@@ -153,7 +153,28 @@ def builtin_types() -> list[ResourceType]:
             "mutatingwebhookconfigurations",
             False,
         ),
+        *(rt(g, v, k, p, ns, short_names=sn, status=st) for g, v, k, p, ns, sn, st in WATCHED),
     ]
+
+
+WATCHED: tuple[tuple[str, str, str, str, bool, tuple[str, ...], bool], ...] = (
+    ("", "v1", "PersistentVolume", "persistentvolumes", False, ("pv",), True),
+    ("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", True, ("pvc",), True),
+    ("", "v1", "ReplicationController", "replicationcontrollers", True, ("rc",), True),
+    ("apps", "v1", "StatefulSet", "statefulsets", True, ("sts",), True),
+    ("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, ("sc",), False),
+    ("storage.k8s.io", "v1", "CSINode", "csinodes", False, (), False),
+    ("storage.k8s.io", "v1", "CSIDriver", "csidrivers", False, (), False),
+    ("storage.k8s.io", "v1", "CSIStorageCapacity", "csistoragecapacities", True, (), False),
+    ("storage.k8s.io", "v1", "VolumeAttachment", "volumeattachments", False, (), True),
+    ("resource.k8s.io", "v1", "DeviceClass", "deviceclasses", False, (), False),
+    ("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims", True, (), True),
+    ("resource.k8s.io", "v1", "ResourceSlice", "resourceslices", False, (), False),
+)
+"""Kinds kube-scheduler's informers list and watch (volumes, storage, DRA, the workloads its
+default topology spreading reads) and wait for before they schedule a pod: stored and served
+with no behaviour of their own, so that their caches sync (docs/local-plane.md, "Running the
+real programs against the plane")."""
 
 
 def new_registry() -> Registry:
@@ -216,8 +237,9 @@ def _data_size(values: Any, *, encoded: bool) -> int:
     return total
 
 
-def prepare(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
-    """Per-kind defaulting and checks on every write of a built-in kind (in place)."""
+def prepare(rt: ResourceType, obj: dict[str, Any], *, creating: bool = False) -> list[FieldError]:
+    """Per-kind defaulting and checks on every write of a built-in kind (in place);
+    ``creating``: what kube-apiserver does only when the object is created."""
     errors: list[FieldError] = []
     kind = rt.kind
     if kind == "Secret":
@@ -268,6 +290,9 @@ def prepare(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
         status = obj.setdefault("status", {})
         status.setdefault("phase", "Pending")
         spec.setdefault("restartPolicy", "Always")
+        # kube-apiserver's default (SetDefaults_PodSpec): kube-scheduler binds only the pods
+        # whose schedulerName names one of its profiles, and left none pending without it.
+        spec.setdefault("schedulerName", "default-scheduler")
     elif kind == "Service":
         spec = obj.setdefault("spec", {})
         spec.setdefault("type", "ClusterIP")
@@ -276,10 +301,43 @@ def prepare(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
         spec = obj.setdefault("spec", {})
         if not spec.get("template"):
             errors.append(FieldError("spec.template", REQUIRED, ""))
-        spec.setdefault("backoffLimit", 6)
+        spec.setdefault(
+            "backoffLimit", 6 if spec.get("backoffLimitPerIndex") is None else MAX_INT32
+        )
         spec.setdefault("completionMode", "NonIndexed")
         spec.setdefault("suspend", False)
+        if spec.get("parallelism") is None:
+            spec["parallelism"] = 1
+            if "completions" not in spec or spec["completions"] is None:
+                spec["completions"] = 1
+        failure_policy = spec.get("podFailurePolicy") is not None
+        spec.setdefault(
+            "podReplacementPolicy", "Failed" if failure_policy else "TerminatingOrFailed"
+        )
+        if creating and not spec.get("manualSelector"):
+            _job_selector(obj)
     return errors
+
+
+MAX_INT32 = 2**31 - 1
+
+
+def _job_selector(job: dict[str, Any]) -> None:
+    """The selector kube-apiserver gives a Job at its creation (pkg/registry/batch/job
+    generateSelector): its pods' labels name the Job and its uid, and the selector matches the
+    uid. kube-controller-manager's Job controller finds the Job's pods by it (a Job without
+    one selects none of them)."""
+    meta = job.get("metadata") or {}
+    uid, name = str(meta.get("uid") or ""), str(meta.get("name") or "")
+    template = job["spec"].setdefault("template", {})
+    labels = template.setdefault("metadata", {}).setdefault("labels", {})
+    labels.setdefault("job-name", name)
+    labels["batch.kubernetes.io/job-name"] = name
+    labels.setdefault("controller-uid", uid)
+    labels["batch.kubernetes.io/controller-uid"] = uid
+    selector = job["spec"].get("selector") or {}
+    selector.setdefault("matchLabels", {}).setdefault("batch.kubernetes.io/controller-uid", uid)
+    job["spec"]["selector"] = selector
 
 
 def _default_requests(container: Any) -> None:

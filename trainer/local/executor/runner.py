@@ -34,6 +34,7 @@ from trainer.local.executor.disruption import DisruptionController, budgets_for_
 from trainer.local.executor.job import JobController
 from trainer.local.executor.jobset import JobSetController
 from trainer.local.executor.nodeconfig import NodeConfig
+from trainer.local.executor.roles import JOB_CONTROLLER, JOBSET_CONTROLLER, KUBELET, SCHEDULER
 from trainer.local.executor.servicedns import ServiceDirectory
 from trainer.local.executor.simkubelet import stage_keys
 from trainer.local.executor.simulation import Simulation
@@ -74,7 +75,8 @@ class Executor:
     per queue (Jobs, JobSets): :data:`WORKERS` where it shares its event loop with the API
     server and the controller; more where it runs alone and waits on round trips (the
     simulation benchmark runs it in a process of its own with 8, as kube-controller-manager
-    syncs 5 Jobs at once)."""
+    syncs 5 Jobs at once). ``without`` names roles (:mod:`~trainer.local.executor.roles`) it
+    leaves to the real programs; ``kubelet=False`` switches off the kubelet and the scheduler."""
 
     def __init__(
         self,
@@ -90,8 +92,10 @@ class Executor:
         node_config: NodeConfig | None = None,
         simulation: Simulation | None = None,
         workers: int = WORKERS,
+        without: frozenset[str] = frozenset(),
     ) -> None:
         self.kube = kube
+        self.without = without
         self.workers = workers
         self.node_config = node_config
         self.simulation = simulation
@@ -133,7 +137,8 @@ class Executor:
         self.replicaset_queue = WorkQueue("replicaset")
         self.service_queue = WorkQueue("endpointslice")
         self.workdir, self.state_dir, self.on_log = workdir, state_dir, on_log
-        self.run_kubelet = kubelet
+        self.run_kubelet = kubelet and KUBELET not in without
+        self.run_scheduler = kubelet and SCHEDULER not in without
         self.plane_ports, self.allow_exposed_ports = plane_ports, allow_exposed_ports
         self._tasks: list[asyncio.Task[Any]] = []
         self._ttl: set[str] = set()
@@ -159,10 +164,15 @@ class Executor:
 
     @property
     def queues(self) -> tuple[tuple[WorkQueue, Callable[[str, str], Awaitable[Any]]], ...]:
-        """Each work queue and the reconcile its workers call."""
+        """Each work queue and the reconcile its workers call (the Job and JobSet queues
+        only where their controllers run here)."""
+        own: tuple[tuple[WorkQueue, Callable[[str, str], Awaitable[Any]]], ...] = ()
+        if JOB_CONTROLLER not in self.without:
+            own += ((self.job_queue, self.job_controller.reconcile),)
+        if JOBSET_CONTROLLER not in self.without:
+            own += ((self.jobset_queue, self.jobset_controller.reconcile),)
         return (
-            (self.job_queue, self.job_controller.reconcile),
-            (self.jobset_queue, self.jobset_controller.reconcile),
+            *own,
             (self.deployment_queue, self.deployment_controller.reconcile),
             (self.replicaset_queue, self.replicaset_controller.reconcile),
             (self.service_queue, self.endpoint_controller.reconcile),
@@ -170,6 +180,9 @@ class Executor:
         )
 
     def _wire(self) -> None:
+        jobs_here = JOB_CONTROLLER not in self.without
+        jobsets_here = JOBSET_CONTROLLER not in self.without
+
         def on_jobset(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
             meta = obj.get("metadata") or {}
             self.jobset_queue.add(_key(meta.get("namespace", ""), meta.get("name", "")))
@@ -177,15 +190,16 @@ class Executor:
 
         def on_job(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
             meta = obj.get("metadata") or {}
-            self.job_queue.add(_key(meta.get("namespace", ""), meta.get("name", "")))
+            if jobs_here:
+                self.job_queue.add(_key(meta.get("namespace", ""), meta.get("name", "")))
             owner = _owner(obj, jc.KIND)
-            if owner:
+            if owner and jobsets_here:
                 self.jobset_queue.add(_key(meta.get("namespace", ""), owner))
 
         def on_pod(_event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
             namespace = (obj.get("metadata") or {}).get("namespace", "")
             owner = _owner(obj, "Job")
-            if owner:
+            if owner and jobs_here:
                 self.job_queue.add(_key(namespace, owner))
             owner = _owner(obj, "ReplicaSet")
             if owner:
@@ -222,7 +236,8 @@ class Executor:
             if service:
                 self.service_queue.add(_key(meta.get("namespace", ""), service))
 
-        self.jobsets.add_handler(on_jobset)
+        if jobsets_here:
+            self.jobsets.add_handler(on_jobset)
         self.jobs.add_handler(on_job)
         self.pods.add_handler(on_pod)
         self.deployments.add_handler(on_deployment)
@@ -291,7 +306,7 @@ class Executor:
             )
             self.sim_kubelet = SimKubelet(sim_kube, self.pods, simulation, trainjobs=self.trainjobs)
             self._tasks.append(asyncio.create_task(self.sim_kubelet.run(), name="sim-kubelet"))
-        if self.run_kubelet:
+        if self.run_scheduler:
             from trainer.local.executor.scheduler import Scheduler  # noqa: PLC0415
 
             config = self.node_config

@@ -160,7 +160,7 @@ class Admission:
             )
         else:
             errors = builtin.validate_name(rt, name) if operation == "CREATE" else []
-            errors += builtin.prepare(rt, obj)
+            errors += builtin.prepare(rt, obj, creating=operation == "CREATE")
             if old is not None:
                 errors += builtin.validate_update(rt, obj, old)
             if rt.kind == "CustomResourceDefinition":

@@ -48,6 +48,8 @@ from trainer.local.apiserver.store import Event, Store
 from trainer.machinery.times import format_time
 
 PATCH_RETRIES = 5
+STATUS_ON_CREATE = frozenset({"Namespace", "Node"})
+"""Kinds with a status subresource whose status a create keeps."""
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -235,7 +237,9 @@ class Storage:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self.now()
         meta["generation"] = 1
-        if rt.status and rt.kind not in ("Namespace",):
+        # kube-apiserver keeps a new Node's status (a kubelet, or KWOK's user, registers a node
+        # with its capacity: pkg/registry/core/node PrepareForCreate); a Namespace's is defaulted.
+        if rt.status and rt.kind not in STATUS_ON_CREATE:
             obj.pop("status", None)
         obj = await self.admission.admit(
             rt,
@@ -267,7 +271,7 @@ class Storage:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self.now()
         meta["generation"] = 1
-        builtin.prepare(rt, created)
+        builtin.prepare(rt, created, creating=True)
         ssa.track_update(rt, None, created, "bootstrap", now=self.now())
         self.store.put(rt.key, created, None)
         self._after_write(rt, created, None)

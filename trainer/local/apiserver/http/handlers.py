@@ -23,7 +23,7 @@ from trainer.local.apiserver.core.eviction import evict as evict_pod
 from trainer.local.apiserver.core.rules import WriteOptions
 from trainer.local.apiserver.core.storage import Storage
 from trainer.local.apiserver.errors import APIError, method_not_allowed
-from trainer.local.apiserver.http import table
+from trainer.local.apiserver.http import partial, table
 from trainer.local.apiserver.http.logs import PodLogs
 from trainer.local.apiserver.http.responses import (
     json_or_empty,
@@ -87,7 +87,10 @@ Handler = Callable[[Call], Awaitable[web.StreamResponse]]
 
 
 def respond(c: Call, body: dict[str, Any], *, is_list: bool = False) -> web.Response:
-    """A read's answer: the object or list, or a Table when the client asks for one."""
+    """A read's answer: the object or list, or a Table or its metadata alone
+    (:mod:`~trainer.local.apiserver.http.partial`) when the client asks for one."""
+    if partial.wanted(c.request.headers.get("Accept", "")):
+        return json_response(partial.partial_list(body) if is_list else partial.partial(body))
     if "as=Table" in c.request.headers.get("Accept", ""):
         include = c.request.query.get("includeObject", "Metadata")
         rt = c.route.rt
@@ -186,7 +189,9 @@ async def patch(c: Call) -> web.StreamResponse:
 
 async def delete(c: Call) -> web.StreamResponse:
     r = c.route
-    options = metadata.delete_options(json_or_empty(await c.request.read()), c.query)
+    options = metadata.delete_options(
+        json_or_empty(await c.request.read(), c.request.content_type), c.query
+    )
     result = await c.storage.delete(
         r.rt,
         r.namespace,
@@ -201,7 +206,9 @@ async def delete(c: Call) -> web.StreamResponse:
 
 async def delete_collection(c: Call) -> web.StreamResponse:
     rt = c.route.rt
-    options = metadata.delete_options(json_or_empty(await c.request.read()), c.query)
+    options = metadata.delete_options(
+        json_or_empty(await c.request.read(), c.request.content_type), c.query
+    )
     items = await c.storage.delete_collection(
         rt,
         c.route.namespace,

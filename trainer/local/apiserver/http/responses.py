@@ -50,10 +50,12 @@ async def read_body(request: web.Request, max_body: int) -> Any:
         ) from None
 
 
-def json_or_empty(raw: bytes) -> Any:
-    """An optional JSON body (DeleteOptions): ``{}`` when there is none."""
+def json_or_empty(raw: bytes, content_type: str = "application/json") -> Any:
+    """An optional JSON (or protobuf) body (DeleteOptions): ``{}`` when there is none."""
     if not raw:
         return {}
+    if content_type == protobuf.CONTENT_TYPE:
+        return protobuf.decode(raw)
     try:
         return load_json(raw, "body")
     except ValueError:

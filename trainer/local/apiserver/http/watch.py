@@ -12,7 +12,7 @@ from aiohttp import web
 
 from trainer.local.apiserver import metadata
 from trainer.local.apiserver.errors import APIError, bad_request
-from trainer.local.apiserver.http import table
+from trainer.local.apiserver.http import partial, table
 from trainer.local.apiserver.resources import served
 from trainer.local.apiserver.selectors import flag, matcher
 from trainer.local.apiserver.store import Event
@@ -63,8 +63,11 @@ async def serve_watch(
     # object is a one-row Table, rendered like the list kubectl printed first.
     as_table = table.wants_table(request.headers.get("Accept", ""))
     include_object = table.check_include_object(query.get("includeObject", ""))
+    as_meta = partial.wanted(request.headers.get("Accept", ""))
 
     def encode(ev_type: str, obj: dict[str, Any], ev: Event | None = None) -> bytes:
+        if as_meta and ev_type != "ERROR":
+            return _line(ev_type, partial.partial(obj))
         if as_table:
             return table.watch_line(server, rt, ev_type, obj, include_object=include_object)
         if ev is not None:
@@ -109,7 +112,7 @@ async def serve_watch(
         for ev_type, obj in initial:
             await out.add(encode(ev_type, obj))
         if send_initial:
-            await out.add(_bookmark(rt, str(start_rv), initial_end=True))
+            await out.add(_bookmark(rt, str(start_rv), initial_end=True, as_meta=as_meta))
         for ev in replay:
             replay_type = _transition(ev, match)
             if replay_type is not None:
@@ -127,7 +130,8 @@ async def serve_watch(
                 item = await asyncio.wait_for(watcher.queue.get(), timeout=wait)
             except TimeoutError:
                 if bookmarks:
-                    await resp.write(_bookmark(rt, str(max(last_rv, server.store.rv))))
+                    rv = str(max(last_rv, server.store.rv))
+                    await resp.write(_bookmark(rt, rv, as_meta=as_meta))
                 continue
             # Everything already queued goes out together (in writes of up to FLUSH_BYTES): a
             # burst costs a few sends rather than one per event; the lines are the same.
@@ -183,10 +187,12 @@ def _line(ev_type: str, obj: dict[str, Any]) -> bytes:
     return json.dumps({"type": ev_type, "object": obj}, separators=(",", ":")).encode() + b"\n"
 
 
-def _bookmark(rt: Any, rv: str, *, initial_end: bool = False) -> bytes:
+def _bookmark(rt: Any, rv: str, *, initial_end: bool = False, as_meta: bool = False) -> bytes:
     meta: dict[str, Any] = {"resourceVersion": rv}
     if initial_end:
         meta["annotations"] = {INITIAL_EVENTS_END: "true"}
+    if as_meta:
+        return _line("BOOKMARK", partial.partial({"metadata": meta}))
     return _line("BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta})
 
 
