@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-JOBSET_CONTROLLER = "jobset-controller"
+from trainer.api import jobset_contract as jsc
+
+JOBSET_CONTROLLER = jsc.CONTROLLER_NAME
 JOB_CONTROLLER = "job-controller"
 SCHEDULER = "scheduler"
 KUBELET = "kubelet"
