@@ -32,7 +32,7 @@ from sidebyside import Outcome, release_corpus, report_lines, run_both
 from trainer.kube.client import new_api_client
 from trainer.kube.rest import Kube
 
-COUNT = int(os.environ.get("TRAINER_SIDEBYSIDE_COUNT", "40"))
+COUNT = int(os.environ.get("TRAINER_SIDEBYSIDE_COUNT", "30"))
 SETTLE = 60.0
 
 
