@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import bed as beds
 import pytest
 import yaml
 
-import bed as beds
 from tests.cluster.conftest import ROOT, kubectl_json
 
 NODE = "agent-0"
