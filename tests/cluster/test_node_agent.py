@@ -177,9 +177,14 @@ def test_a_pod_bound_by_kube_scheduler_succeeds(
     (status,) = stored["status"]["containerStatuses"]
     terminated = status["state"]["terminated"]
     assert (terminated["exitCode"], terminated["reason"]) == (0, "Completed")
+    conditions = {c["type"]: c["status"] for c in stored["status"]["conditions"]}
+    assert conditions["PodScheduled"] == "True" and conditions["Ready"] == "False"
+    assert stored["status"]["hostIP"] == "127.0.0.1" and stored["status"]["startTime"]
     events = kubectl_json(bed, "get", "events", "-n", namespace)["items"]
     scheduled = [e for e in events if e["reason"] == "Scheduled"]
     assert scheduled and f"to {NODE}" in scheduled[0]["message"]
+    started = [e for e in events if e["reason"] == "Started"]
+    assert started and started[0]["source"] == {"component": "kubelet", "host": NODE}
     logs = list((agent.state / "logs").glob(f"{namespace}_hello_*/main/0.log"))
     assert [p.read_text() for p in logs] == ["42\n"]
 

@@ -104,10 +104,12 @@ class NodeAgent:
             ) from None
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Register, then run the node's pods until ``stop`` is set; their processes are
-        ended on the way out (the Node is left registered, as a stopped kubelet leaves it:
-        the cluster's node lifecycle controller marks it NotReady once its Lease expires)."""
-        await self.register()
+        """Register (unless :meth:`register` did), then run the node's pods until ``stop`` is
+        set; their processes are ended on the way out (the Node is left registered, as a
+        stopped kubelet leaves it: the cluster's node lifecycle controller marks it NotReady
+        once its Lease expires)."""
+        if not self.kubelet.heartbeat.registered.is_set():
+            await self.register()
         task = asyncio.get_running_loop().create_task(self.kubelet.run(), name="node-agent")
         stopped = asyncio.get_running_loop().create_task(stop.wait())
         try:
