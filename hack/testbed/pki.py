@@ -129,6 +129,8 @@ class ClusterPKI:
     controller_manager: Pair
     scheduler: Pair
     kwok: Pair
+    node_agent: Pair
+    """Node ``agent-0``'s credentials, as a kubelet's (tests/cluster/test_node_agent.py)."""
     sa_key: Path
     sa_pub: Path
 
@@ -159,6 +161,8 @@ def make_pki(folder: Path) -> ClusterPKI:
         scheduler=ca.issue("scheduler", "system:kube-scheduler"),
         # KWOK stands in for the kubelets of many nodes; kwokctl gives it the admin's rights.
         kwok=ca.issue("kwok", "kwok-controller", groups=("system:masters",)),
+        # Our node agent as the Node authorizer and NodeRestriction see a kubelet.
+        node_agent=ca.issue("node-agent-0", "system:node:agent-0", groups=("system:nodes",)),
         sa_key=sa_key,
         sa_pub=sa_pub,
     )

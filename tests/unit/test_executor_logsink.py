@@ -4,6 +4,7 @@ once and to ``pods/log`` in order, in batches; a failed append is dropped, never
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,8 @@ from trainer.local.executor.logsink import (
     LOG_FLUSH_BYTES,
     TERMINATION_LOG_BYTES,
     LogSink,
+    append_file,
+    log_file,
     read_lines,
 )
 
@@ -112,3 +115,11 @@ async def test_read_lines_splits_a_stream(chunks: list[bytes], lines: list[str])
     await read_lines(stream, sink)
     assert [text for _, _, text in seen] == lines
     await sink.close()
+
+
+async def test_a_run_s_log_file_follows_the_kubelet_s_layout(tmp_path: Path) -> None:
+    path = log_file(tmp_path, "team", "train-0", "uid-1", "main", 2)
+    assert path == tmp_path / "team_train-0_uid-1" / "main" / "2.log"
+    await append_file(path, "one\n")
+    await append_file(path, "two\n")
+    assert path.read_text() == "one\ntwo\n"

@@ -10,7 +10,7 @@ import pytest
 
 from trainer.local.apiserver.http.table.printers import BUILTIN_PRINTERS
 from trainer.local.executor.devices import Gpu, discover_gpus, parse_gpus
-from trainer.local.executor.node import LEASE_NAMESPACE, lease_object, node_object
+from trainer.local.executor.node import LEASE_NAMESPACE, kept_taints, lease_object, node_object
 from trainer.local.executor.podfields import Node
 
 STAMP = "2026-11-27T09:00:00Z"
@@ -90,3 +90,22 @@ async def test_gpus_are_found_with_the_hosts_nvidia_smi(
     assert "NVIDIA-SMI has failed" in caplog.text
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert await discover_gpus() == []
+
+
+MARK = {"key": "dedicated", "value": "training", "effect": "NoSchedule"}
+NOT_READY = {
+    "key": "node.kubernetes.io/not-ready",
+    "effect": "NoSchedule",
+    "timeAdded": "2026-01-01T00:00:00Z",
+}
+
+
+def test_registering_again_keeps_the_taints_others_added_when_ours_are_there() -> None:
+    # kube-apiserver's NodeRestriction refused "node ... is not allowed to modify taints" when
+    # the agent applied only its own taints over the node lifecycle controller's.
+    existing = {"spec": {"taints": [MARK, NOT_READY]}}
+    assert kept_taints([MARK], existing) == [MARK, NOT_READY]
+    assert kept_taints([], existing) == [MARK, NOT_READY]
+    # A node first registered, or whose declared taints changed: ours are applied.
+    assert kept_taints([MARK], {"spec": {}}) is None
+    assert kept_taints([{**MARK, "value": "other"}], existing) is None

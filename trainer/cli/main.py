@@ -20,6 +20,7 @@ from trainer.cli.pipes import closed_pipe_ends_quietly
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("trainer.cli.run", "run"),
     "up": ("trainer.cli.run", "up"),
+    "node": ("trainer.cli.node", "node"),
     "render": ("trainer.cli.render", "render"),
     "validate": ("trainer.cli.validate", "validate"),
     "crds": ("trainer.cli.crds", "crds"),
@@ -65,7 +66,7 @@ def version() -> None:
     typer.echo(f"trainer {__version__} (API trainer.kubeflow.org/v1alpha1, Kubeflow Trainer v2.3)")
 
 
-SERVING = frozenset({"apiserver", "controller", "webhook", "up", "run"})
+SERVING = frozenset({"apiserver", "controller", "webhook", "up", "run", "node"})
 """Commands that serve for long with large caches: their collector is set for it
 (:func:`trainer.machinery.gctuning.tune_for_serving`; docs/local-plane.md, "Python's garbage
 collector"). Only here, for the process ``trainer`` runs in, not where a command's function is

@@ -36,10 +36,11 @@ caller."""
 LOG_APPEND = "application/octet-stream"
 
 
-def recorder(kube: Kube, component: str) -> Recorder:
+def recorder(kube: Kube, component: str, host: str = NODE_NAME) -> Recorder:
     """The Event recorder of one of the executor's parts (``jobset-controller``,
-    ``job-controller``, ``kubelet``, ``default-scheduler``), reporting from this host's node."""
-    return Recorder(kube, component, host=NODE_NAME)
+    ``job-controller``, ``kubelet``, ``default-scheduler``), reporting from this host's node
+    (``host``: its name)."""
+    return Recorder(kube, component, host=host)
 
 
 async def executor_kube(kubeconfig: str) -> Kube:

@@ -93,7 +93,7 @@ from trainer.kube.rest import Kube
 from trainer.local.executor import cgroups, incluster, probes, volumes
 from trainer.local.executor.api import confirm_deletion, recorder
 from trainer.local.executor.devices import CHECKPOINT, DeviceManager
-from trainer.local.executor.logsink import LogCallback
+from trainer.local.executor.logsink import LogCallback, log_file
 from trainer.local.executor.node import NodeHeartbeat
 from trainer.local.executor.nodeconfig import NodeConfig
 from trainer.local.executor.pod import LocalPod
@@ -156,7 +156,11 @@ class Kubelet:
     status server's, the API server's) are forwarded; ``sandbox=False`` runs them in the host's
     network namespace, as happens anyway where the kernel refuses namespaces, and then a pod
     with an elastic rendezvous is refused unless ``allow_exposed_ports``. ``pods`` is a watch
-    cache of every pod to share (the executor's); without one the kubelet keeps its own.
+    cache of every pod to share (the executor's); without one the kubelet keeps its own, of
+    the pods bound to its node. ``node_name`` is the Node it registers and runs the pods of
+    (``local`` on the local plane; another name as a node of a real cluster, ``trainer
+    node``). ``log_dir``: keep container logs as files there rather than appending them to
+    ``pods/log`` (an extension of the local API server that kube-apiserver lacks).
     """
 
     def __init__(
@@ -173,8 +177,12 @@ class Kubelet:
         plane_ports: Iterable[int] = (),
         sandbox: bool = True,
         allow_exposed_ports: bool = False,
+        node_name: str = NODE_NAME,
+        log_dir: Path | None = None,
     ) -> None:
         self.kube = kube
+        self.node_name = node_name
+        self.log_dir = Path(log_dir).resolve() if log_dir is not None else None
         self.informer = pods
         self._own_informer = pods is None
         self.workdir = Path(workdir).resolve()
@@ -184,7 +192,7 @@ class Kubelet:
         api_port = urlsplit(str(kube.api.configuration.host)).port
         self.service_env = incluster.service_env(LOOPBACK, api_port) if api_port else {}
         self.node = node or local_node(self.state_dir)
-        self.heartbeat = NodeHeartbeat(kube, self.node, config=node_config)
+        self.heartbeat = NodeHeartbeat(kube, self.node, name=node_name, config=node_config)
         """Registers this host's Node and renews its Lease (:mod:`~trainer.local.executor.node`)."""
         self.allow_exposed_ports = allow_exposed_ports
         self.devices: DeviceManager | None = None
@@ -205,7 +213,7 @@ class Kubelet:
         self._shutdown_task: asyncio.Task[None] | None = None
         self.synced = asyncio.Event()
         """Set once the first list of pods has been handled."""
-        self.events = recorder(kube, "kubelet")
+        self.events = recorder(kube, "kubelet", host=node_name)
 
     # --- public -----------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -266,7 +274,7 @@ class Kubelet:
             None,
         )
         if pod is None:
-            raise OSError(f"pod {namespace}/{name} is not running on node {NODE_NAME}")
+            raise OSError(f"pod {namespace}/{name} is not running on node {self.node_name}")
         return await probes.connect(pod, parse_ports(pod.pod).get(port, port))
 
     def owns(self, path: str) -> bool:
@@ -337,7 +345,11 @@ class Kubelet:
         self.devices = DeviceManager(gpus, self.state_dir / CHECKPOINT)
         informer = self.informer
         if informer is None:
-            informer = self.informer = Informer(self.kube, PODS)
+            # Only this node's pods, as a kubelet watches them (a node's credentials may
+            # read no more under the Node authorizer's rules).
+            informer = self.informer = Informer(
+                self.kube, PODS, field_selector=f"spec.nodeName={self.node_name}"
+            )
         if self._own_informer:
             await informer.start()
         else:
@@ -350,7 +362,7 @@ class Kubelet:
             {
                 str((p.get("metadata") or {}).get("uid"))
                 for p in items
-                if (p.get("spec") or {}).get("nodeName") == NODE_NAME
+                if (p.get("spec") or {}).get("nodeName") == self.node_name
                 and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
             }
         )
@@ -382,7 +394,7 @@ class Kubelet:
                 known.pod = obj
                 self._deleted(known)
             return
-        if (obj.get("spec") or {}).get("nodeName") != NODE_NAME:
+        if (obj.get("spec") or {}).get("nodeName") != self.node_name:
             return  # not bound to this node (yet: the scheduler binds it)
         if known is not None:
             known.pod = obj
@@ -430,6 +442,9 @@ class Kubelet:
                 await pod.done.wait()
                 directory = volumes.pod_dir(self.state_dir, pod.pod)
                 await asyncio.to_thread(shutil.rmtree, directory, True)
+                if self.log_dir is not None:  # its logs go with it, as a kubelet's do
+                    logs = log_file(self.log_dir, pod.namespace, pod.name, pod.uid, "-", 0)
+                    await asyncio.to_thread(shutil.rmtree, logs.parent.parent, True)
             finally:
                 if self._pods.get(pod.uid) is pod:
                     del self._pods[pod.uid]

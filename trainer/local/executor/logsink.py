@@ -9,7 +9,10 @@ log could not be written). The sink keeps the current run's last lines for
 ``terminationMessagePolicy: FallbackToLogsOnError`` (:meth:`LogSink.termination_message`).
 
 What it writes to and whom it tells are passed in (``append`` and ``on_log``), so the sink
-knows nothing of the kubelet or the client.
+knows nothing of the kubelet or the client. Against a real kube-apiserver, which takes no log
+appends (the local API server's extension), the node agent keeps each run's log in a file
+instead (:func:`log_file`, :func:`append_file`; docs/local-plane.md, "A node of a real
+cluster").
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from trainer.local.executor.api import API_TIMEOUT, TRANSIENT
 
@@ -38,6 +42,24 @@ LogCallback = Callable[[str, str, str], None]
 
 AppendLog = Callable[[str, str, str, str], Awaitable[object]]
 """``append(namespace, pod, container, text)``: add text to ``pods/log``."""
+
+
+def log_file(log_dir: Path, namespace: str, pod: str, uid: str, container: str, run: int) -> Path:
+    """Where one run of a container keeps its log when the API server takes no appends: the
+    kubelet's layout under ``/var/log/pods``
+    (``<namespace>_<pod>_<uid>/<container>/<restartCount>.log``)."""
+    return log_dir / f"{namespace}_{pod}_{uid}" / container / f"{run}.log"
+
+
+async def append_file(path: Path, text: str) -> None:
+    """Add ``text`` to the log file ``path`` (its folders made as needed), off the loop."""
+
+    def write() -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as out:
+            out.write(text)
+
+    await asyncio.to_thread(write)
 
 
 class LogSink:

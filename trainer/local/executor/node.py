@@ -184,6 +184,25 @@ def lease_object(name: str, stamp: str) -> dict[str, Any]:
     }
 
 
+def kept_taints(
+    declared: Sequence[Mapping[str, Any]], existing: Mapping[str, Any]
+) -> list[dict[str, Any]] | None:
+    """The taints to apply when the Node ``existing`` is registered again: its own, as they
+    are, when they already hold every ``declared`` one (None: apply ``declared``). Node taints
+    are an atomic list, so applying only ours would drop those the node lifecycle controller
+    added (``node.kubernetes.io/not-ready`` while the node was not Ready yet), and
+    kube-apiserver's NodeRestriction refuses a node that changes its taints ("node ... is not
+    allowed to modify taints"); a kubelet sets them only when it creates its Node."""
+    have = [dict(t) for t in (existing.get("spec") or {}).get("taints") or []]
+
+    def same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+        return all(a.get(k) == b.get(k) for k in ("key", "value", "effect"))
+
+    if have and all(any(same(want, t) for t in have) for want in declared):
+        return have
+    return None
+
+
 class NodeHeartbeat:
     """Registers the Node, then renews its Lease until stopped. Failures are logged and
     retried at the next beat: a heartbeat never stops the kubelet."""
@@ -209,6 +228,11 @@ class NodeHeartbeat:
     async def register(self) -> None:
         gpus = await self.find_gpus()
         obj = node_object(self.node, now(), name=self.name, gpus=gpus, config=self.config)
+        existing = await self.kube.get(r.NODES, None, self.name)
+        if existing is not None:
+            kept = kept_taints(obj["spec"].get("taints") or [], existing)
+            if kept is not None:
+                obj["spec"]["taints"] = kept
         status = {"status": obj.pop("status")}
         await self.kube.apply(obj, FIELD_MANAGER, gvr=r.NODES)
         await self.kube.patch(r.NODES, None, self.name, status, subresource="status")

@@ -33,7 +33,7 @@ from trainer.local.executor import incluster, podenv, podfields, sandbox, ssh, s
 from trainer.local.executor.api import TRANSIENT, append_log, request_token
 from trainer.local.executor.containers import exited_for_good, run_container
 from trainer.local.executor.devices import AllocationError, device_env
-from trainer.local.executor.logsink import AppendLog, LogSink
+from trainer.local.executor.logsink import AppendLog, LogSink, append_file, log_file
 from trainer.local.executor.pod_status import PodState, final_phase, pod_status
 from trainer.local.executor.podfields import ConfigError, Sources
 from trainer.local.executor.podhost import (
@@ -61,11 +61,20 @@ DEFAULT_GRACE = 30.0
 TERMINAL = ("Succeeded", "Failed")
 
 
-def _append_for(host: PodHost, c: Container) -> AppendLog:
+def _append_for(host: PodHost, c: Container, uid: str) -> AppendLog:
     """Appending to ``pods/log`` through the host's client, saying which run of ``c`` the
     text is from (its restartCount when the batch goes out: a run's last batch is flushed
     before the restart is counted), so the API server keeps each run's log apart and serves
-    the previous one."""
+    the previous one. With a ``log_dir`` (a node of a real cluster, whose API server takes
+    no appends) each run's log goes to its file there instead."""
+    log_dir = host.log_dir
+    if log_dir is not None:
+
+        async def append_run_file(namespace: str, pod: str, container: str, text: str) -> None:
+            path = log_file(log_dir, namespace, pod, uid, container, c.restart_count)
+            await append_file(path, text)
+
+        return append_run_file
 
     async def append_run(namespace: str, pod: str, container: str, text: str) -> None:
         await append_log(host.kube, namespace, pod, container, text, run=c.restart_count)
@@ -112,7 +121,7 @@ class LocalPod:
                 namespace=self.namespace,
                 pod=self.name,
                 container=c.name,
-                append=_append_for(host, c),
+                append=_append_for(host, c, self.uid),
                 on_log=host.on_log,
             )
             for c in [*self.init, *self.main]

@@ -11,7 +11,8 @@ The container plan (:mod:`~trainer.local.executor.podenv`), the rewrites
 (:mod:`~trainer.local.executor.volumes`) are built on this module; it imports none of them.
 
 ``fieldRef`` paths: ``metadata.name``, ``metadata.namespace``, ``metadata.uid``,
-``metadata.labels['k']``, ``metadata.annotations['k']``, ``spec.nodeName`` = ``local``,
+``metadata.labels['k']``, ``metadata.annotations['k']``, ``spec.nodeName`` (the node the pod
+is bound to; ``local`` on the local plane),
 ``spec.serviceAccountName``, ``status.podIP`` / ``status.hostIP`` (and the plural forms) =
 ``127.0.0.1``. ``resourceFieldRef``: cpu rounded up to whole cores, memory and
 ephemeral-storage in bytes, both divided by ``divisor``; an unset limit is this host's
@@ -171,7 +172,7 @@ def field_value(pod: dict[str, Any], field_path: str, *, volume: bool = False) -
         "metadata.name": str(meta.get("name") or ""),
         "metadata.namespace": str(meta.get("namespace") or ""),
         "metadata.uid": str(meta.get("uid") or ""),
-        "spec.nodeName": NODE_NAME,
+        "spec.nodeName": str(spec.get("nodeName") or NODE_NAME),
         "spec.serviceAccountName": str(spec.get("serviceAccountName") or "default"),
         "status.podIP": LOOPBACK,
         "status.podIPs": LOOPBACK,

@@ -50,6 +50,9 @@ class PodHost(Protocol):
     """The ``kubernetes`` Service's variables every container gets
     (:func:`~trainer.local.executor.incluster.service_env`)."""
     on_log: LogCallback | None
+    log_dir: Path | None
+    """Where container logs are kept as files (None: appended to ``pods/log`` through the
+    API, the local API server's extension)."""
     sandboxes: Sandboxes | None
     services: ServiceDirectory | None
     """The Services pods reach by name from their sandboxes (None: none)."""

@@ -1,0 +1,205 @@
+"""Our node agent (``trainer node``: the executor's kubelet alone) as Node ``agent-0`` of the
+bed's real control plane, with a node's credentials (``system:node:agent-0``, so the Node
+authorizer and NodeRestriction judge every request as a kubelet's): it registers Ready, renews
+its Lease, runs the pods kube-scheduler binds to it as local processes, and kube-apiserver
+stores the status it reports (docs/local-plane.md, "A node of a real cluster").
+
+The node is tainted and labelled so that only this module's pods land there."""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import bed as beds
+import pytest
+import yaml
+
+from tests.cluster.conftest import ROOT, kubectl_json
+
+NODE = "agent-0"
+MARK = "trainer.kubeflow.org/node-agent"
+# What the project's client says of a refused request (trainer.machinery.requests.APIError).
+REFUSAL = re.compile(r"\b[45]\d\d [A-Z][A-Za-z]+: ")
+
+
+@dataclass
+class Lines:
+    """A process's output lines as they come, read by a thread (a blocking read, no polling)."""
+
+    stream: IO[str]
+    seen: list[str] = field(default_factory=list)
+    fresh: queue.Queue[str | None] = field(default_factory=queue.Queue)
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.stream:
+            self.seen.append(line.rstrip("\n"))
+            self.fresh.put(line.rstrip("\n"))
+        self.fresh.put(None)
+
+    def until(self, wanted: Any, timeout: float, what: str) -> str:
+        """The first new line for which ``wanted(line)`` holds."""
+        while True:
+            try:
+                line = self.fresh.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"{what}: nothing within {timeout} s") from None
+            if line is None:
+                raise AssertionError(f"{what}: the output ended")
+            if wanted(line):
+                return line
+
+
+@dataclass
+class Agent:
+    proc: subprocess.Popen[str]
+    out: Lines
+    state: Path
+    leases: Lines | None = None
+    watch: subprocess.Popen[str] | None = None
+
+    def refusals(self) -> list[str]:
+        return [line for line in self.out.seen if REFUSAL.search(line)]
+
+
+@pytest.fixture(scope="module")
+def agent(bed: beds.Bed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
+    folder = tmp_path_factory.mktemp("node-agent")
+    kubeconfig = beds.write_kubeconfig(
+        folder / "node.kubeconfig", bed.server, bed.pki.ca.cert, bed.pki.node_agent
+    )
+    config = folder / "node.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "gpus": [],
+                "capacity": {"cpu": "4", "memory": "8Gi"},
+                "labels": {MARK: "test"},
+                "taints": [{"key": MARK, "value": "test", "effect": "NoSchedule"}],
+            }
+        )
+    )
+    state = folder / "state"
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "trainer.cli.main", "node", f"--kubeconfig={kubeconfig}",
+            f"--node-name={NODE}", f"--node-config={config}", f"--state-dir={state}",
+            f"--workdir={folder}",
+        ],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    running = Agent(proc, Lines(proc.stdout), state)
+    try:
+        yield running
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if running.watch is not None:
+            running.watch.kill()
+            running.watch.wait()
+        bed.kubectl("delete", "node", NODE, "--wait=false", check=False)
+        print(f"node agent's output:\n{chr(10).join(running.out.seen[-60:])}")
+        refused = running.refusals()
+        print(f"first request kube-apiserver refused: {refused[0] if refused else 'none'}")
+
+
+def pod(name: str, command: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "tolerations": [{"key": MARK, "operator": "Exists", "effect": "NoSchedule"}],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": "python:3.12-slim", "command": command}],
+        },
+    }
+
+
+def run_pod(bed: beds.Bed, namespace: str, body: dict[str, Any], phase: str) -> dict[str, Any]:
+    """Create the pod, await ``phase`` through a watch (kubectl wait), return it as stored."""
+    bed.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(body))
+    name = body["metadata"]["name"]
+    done = bed.kubectl(
+        "wait", "-n", namespace, f"pod/{name}", f"--for=jsonpath={{.status.phase}}={phase}",
+        "--timeout=30s", check=False, timeout=40,
+    )  # fmt: skip
+    stored = kubectl_json(bed, "get", "pod", name, "-n", namespace)
+    assert done.returncode == 0, f"{name}: not {phase}: {done.stderr}\n{yaml.safe_dump(stored)}"
+    return stored
+
+
+def test_the_node_registers_ready(bed: beds.Bed, agent: Agent) -> None:
+    agent.out.until(lambda line: f"node {NODE} registered" in line, 30, "registration")
+    done = bed.kubectl(
+        "wait", f"node/{NODE}", "--for=condition=Ready", "--timeout=30s", check=False, timeout=40
+    )
+    assert done.returncode == 0, done.stderr
+    node = kubectl_json(bed, "get", "node", NODE)
+    assert node["metadata"]["labels"][MARK] == "test"
+    assert {"key": MARK, "value": "test", "effect": "NoSchedule"} in node["spec"]["taints"]
+    assert node["status"]["allocatable"]["cpu"] == "4"
+    # The Lease's renewals, watched from now on (checked last: one comes every 10 s).
+    watch = subprocess.Popen(
+        [
+            "kubectl", f"--kubeconfig={bed.kubeconfig}", "get", "lease", NODE, "-n",
+            "kube-node-lease", "--watch", "-o", "jsonpath={.spec.renewTime}{'\\n'}",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    assert watch.stdout is not None
+    agent.watch, agent.leases = watch, Lines(watch.stdout)
+
+
+def test_a_pod_bound_by_kube_scheduler_succeeds(
+    bed: beds.Bed, agent: Agent, namespace: str
+) -> None:
+    stored = run_pod(bed, namespace, pod("hello", ["python3", "-c", "print(6 * 7)"]), "Succeeded")
+    assert stored["spec"]["nodeName"] == NODE
+    (status,) = stored["status"]["containerStatuses"]
+    terminated = status["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (0, "Completed")
+    conditions = {c["type"]: c["status"] for c in stored["status"]["conditions"]}
+    assert conditions["PodScheduled"] == "True" and conditions["Ready"] == "False"
+    assert stored["status"]["hostIP"] == "127.0.0.1" and stored["status"]["startTime"]
+    events = kubectl_json(bed, "get", "events", "-n", namespace)["items"]
+    scheduled = [e for e in events if e["reason"] == "Scheduled"]
+    assert scheduled and f"to {NODE}" in scheduled[0]["message"]
+    started = [e for e in events if e["reason"] == "Started"]
+    assert started and started[0]["source"] == {"component": "kubelet", "host": NODE}
+    logs = list((agent.state / "logs").glob(f"{namespace}_hello_*/main/0.log"))
+    assert [p.read_text() for p in logs] == ["42\n"]
+
+
+def test_a_failing_pod_reports_its_exit_code(bed: beds.Bed, agent: Agent, namespace: str) -> None:
+    body = pod("fails", ["sh", "-c", "echo cannot go on >&2; exit 3"])
+    stored = run_pod(bed, namespace, body, "Failed")
+    (status,) = stored["status"]["containerStatuses"]
+    terminated = status["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (3, "Error")
+
+
+def test_the_lease_renews_and_no_request_was_refused(agent: Agent) -> None:
+    assert agent.leases is not None, "the node never registered"
+    first = agent.leases.until(bool, 15, "the Lease")
+    agent.leases.until(lambda line: bool(line) and line != first, 15, "a renewal of the Lease")
+    assert agent.proc.poll() is None, "the node agent exited"
+    assert not agent.refusals(), "\n".join(agent.refusals())

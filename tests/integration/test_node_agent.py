@@ -1,0 +1,185 @@
+"""The node agent (``trainer node``) against the local API server standing in for a cluster:
+it runs the pods bound to its own node name and no others, reads its name through the
+downward API, and keeps container logs as files (docs/local-plane.md, "A node of a real
+cluster"). Against the real kube-apiserver: tests/cluster/test_node_agent.py."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainer.kube import resources as r
+from trainer.kube.informer import DELETED
+from trainer.kube.rest import Kube
+from trainer.local.apiserver import APIServer
+from trainer.local.apiserver.store import Event
+from trainer.local.executor.api import executor_kube
+from trainer.local.executor.nodeagent import NodeAgent, NodeAgentError, check_node_name
+
+NODE = "agent-1"
+
+
+@dataclass
+class Env:
+    server: APIServer
+    kube: Kube
+    agent: NodeAgent
+
+    async def until(self, check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
+        """Wait until ``check()`` is truthy, re-checking after every write to the server."""
+        changed = asyncio.Event()
+
+        def wake(_ev: Event) -> None:
+            changed.set()
+
+        self.server.storage.store.on_write.append(wake)
+        try:
+            async with asyncio.timeout(timeout):
+                while not (result := check()):
+                    changed.clear()
+                    await changed.wait()
+                return result
+        except TimeoutError:
+            raise AssertionError(f"timed out waiting for {what}") from None
+        finally:
+            self.server.storage.store.on_write.remove(wake)
+
+    def pod(self, name: str) -> dict[str, Any]:
+        found = self.server.storage.get_object("v1", "pods", "default", name)
+        assert found is not None, name
+        return found
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    server = APIServer()
+    await server.start()
+    server.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    kube = await executor_kube(str(tmp_path / "kubeconfig"))
+    agent = NodeAgent(kube, node_name=NODE, state_dir=tmp_path / "state", workdir=tmp_path)
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    try:
+        yield Env(server, kube, agent)
+    finally:
+        stop.set()
+        await task
+        await kube.api.close()
+        await server.stop()
+
+
+def pod(name: str, node: str, command: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "command": command,
+                    "env": [
+                        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+                    ],
+                }
+            ],
+        },
+    }
+
+
+async def test_runs_the_pods_of_its_node_and_keeps_their_logs_in_files(env: Env) -> None:
+    node = await env.until(
+        lambda: env.server.storage.get_object("v1", "nodes", "", NODE), "the Node"
+    )
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
+    await env.kube.create(pod("elsewhere", "local", ["sh", "-c", "echo no"]), gvr=r.PODS)
+    await env.kube.create(pod("mine", NODE, ["sh", "-c", 'echo "on $NODE"']), gvr=r.PODS)
+    done = await env.until(
+        lambda: (env.pod("mine").get("status") or {}).get("phase") == "Succeeded", "mine"
+    )
+    assert done
+    uid = env.pod("mine")["metadata"]["uid"]
+    log = env.agent.log_dir / f"default_mine_{uid}" / "main" / "0.log"
+    assert log.read_text() == f"on {NODE}\n"
+    # The pod bound to another node was left to it.
+    assert env.pod("elsewhere")["status"] == {"phase": "Pending"}  # as the server created it
+    assert not list(env.agent.log_dir.glob("default_elsewhere_*"))
+    lease = env.server.storage.get_object(
+        "coordination.k8s.io/v1", "leases", "kube-node-lease", NODE
+    )
+    assert lease is not None and lease["spec"]["holderIdentity"] == NODE
+
+
+async def test_a_deleted_pod_takes_its_logs_with_it(env: Env) -> None:
+    kubelet = env.agent.kubelet
+    await env.kube.create(pod("gone", NODE, ["sh", "-c", "echo bye"]), gvr=r.PODS)
+    await env.until(
+        lambda: (env.pod("gone").get("status") or {}).get("phase") == "Succeeded", "gone"
+    )
+    assert list(env.agent.log_dir.glob("default_gone_*/main/0.log"))
+    deleted = asyncio.Event()
+    assert kubelet.informer is not None
+
+    # After the kubelet's own handler, which starts the cleanup.
+    def on_change(kind: str, _obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
+        if kind == DELETED:
+            deleted.set()
+
+    kubelet.informer.add_handler(on_change)
+    await env.kube.delete(r.PODS, "default", "gone")
+    async with asyncio.timeout(10):
+        await deleted.wait()
+        await kubelet.cleaned("default", "gone")
+    assert not list(env.agent.log_dir.glob("default_gone_*"))
+
+
+def test_node_names_are_checked() -> None:
+    assert check_node_name("gpu-7.rack-2") == "gpu-7.rack-2"
+    for bad in ("Agent_0", "-a", "a" * 254, ""):
+        with pytest.raises(NodeAgentError, match="DNS-1123 subdomain"):
+            check_node_name(bad)
+
+
+def trainer_node(*args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "trainer.cli.main", "node", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_cli_refuses_a_bad_node_name_and_kubeconfig_in_one_line(tmp_path: Path) -> None:
+    bad = trainer_node("--node-name", "Not_A_Name", "--kubeconfig", str(tmp_path / "none"))
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("error: --node-name: node name 'not_a_name' is not a DNS-1123")
+    missing = trainer_node("--node-name", "n", "--kubeconfig", str(tmp_path / "none"))
+    assert missing.returncode == 2
+    assert missing.stderr.count("\n") == 1 and str(tmp_path / "none") in missing.stderr
+
+
+async def test_a_server_that_refuses_the_node_stops_the_agent_with_its_answer(
+    tmp_path: Path,
+) -> None:
+    server = APIServer()
+    await server.start()
+    try:
+        server.write_kubeconfig(str(tmp_path / "kubeconfig"))
+        text = (tmp_path / "kubeconfig").read_text()
+        token = server.token
+        (tmp_path / "kubeconfig").write_text(text.replace(token, "not-the-token"))
+        kube = await executor_kube(str(tmp_path / "kubeconfig"))
+        try:
+            agent = NodeAgent(kube, node_name=NODE, state_dir=tmp_path / "s", workdir=tmp_path)
+            with pytest.raises(NodeAgentError, match=f"refused to register Node {NODE}: 401"):
+                await agent.register()
+        finally:
+            await kube.api.close()
+    finally:
+        await server.stop()
