@@ -229,10 +229,21 @@ class NodeHeartbeat:
         gpus = await self.find_gpus()
         obj = node_object(self.node, now(), name=self.name, gpus=gpus, config=self.config)
         existing = await self.kube.get(r.NODES, None, self.name)
-        if existing is not None:
-            kept = kept_taints(obj["spec"].get("taints") or [], existing)
-            if kept is not None:
-                obj["spec"]["taints"] = kept
+        if existing is None:
+            # One POST with its status, as a kubelet creates its Node: nobody reads a Node
+            # without capacity (the scheduler would find no GPU on it).
+            try:
+                await self.kube.create(obj, gvr=r.NODES, field_manager=FIELD_MANAGER)
+            except APIError as exc:
+                if not exc.is_already_exists:  # created meanwhile: registered again below
+                    raise
+            else:
+                self.registered.set()
+                return
+            existing = await self.kube.get(r.NODES, None, self.name) or {}
+        kept = kept_taints(obj["spec"].get("taints") or [], existing)
+        if kept is not None:
+            obj["spec"]["taints"] = kept
         status = {"status": obj.pop("status")}
         await self.kube.apply(obj, FIELD_MANAGER, gvr=r.NODES)
         await self.kube.patch(r.NODES, None, self.name, status, subresource="status")
