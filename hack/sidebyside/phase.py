@@ -21,7 +21,6 @@ from trainer.kube.resources import (
     CONFIGMAPS,
     COSCHEDULING_PODGROUPS,
     JOBSETS,
-    PODS,
     SECRETS,
     SERVICE_ACCOUNTS,
     TRAINJOBS,
@@ -93,7 +92,7 @@ async def run_phase(
     say: Callable[[str], None] = lambda _: None,
     concurrency: int = 8,
     support: list[dict[str, Any]] | None = None,
-    quiet: float = 15.0,
+    quiet: float = 25.0,
 ) -> Phase:
     """``support``: objects the TrainJobs' pods refer to (ServiceAccounts, ConfigMaps,
     Secrets), created first in the namespace."""
@@ -130,26 +129,21 @@ async def run_phase(
         f"{len(want_jobset)} JobSets and {len(want_finish)} finished TrainJobs"
     )
     deadline = time.monotonic() + settle
-    last: tuple[frozenset[str], frozenset[str], int] | None = None
+    last: tuple[frozenset[str], frozenset[str]] | None = None
     changed = time.monotonic()
     while True:
         jobsets, _ = await kube.list(JOBSETS, namespace)
         jobs, _ = await kube.list(TRAINJOBS, namespace)
-        pods, _ = await kube.list(PODS, namespace)
         missing = want_jobset - {j["metadata"]["name"] for j in jobsets}
         running = want_finish - {j["metadata"]["name"] for j in jobs if _terminal(j)}
         if not missing and not running:
             break
         now = time.monotonic()
-        newest = max(
-            (int(o["metadata"]["resourceVersion"]) for o in [*jobsets, *jobs, *pods]), default=0
-        )
-        state = (frozenset(missing), frozenset(running), newest)
+        state = (frozenset(missing), frozenset(running))
         if state != last:
             last, changed = state, now
-        # KWOK's pods finish seconds after they start: when no TrainJob, JobSet or pod of the
-        # namespace has changed for ``quiet`` seconds, what is left is stuck (pods no node
-        # fits, a controller that gave up); a JobSet whose pods still move is waited for.
+        # KWOK's pods finish seconds after they start: when nothing has moved for ``quiet``
+        # seconds, what is left is stuck (pods no node fits, a controller that gave up).
         if now > deadline or (not missing and now - changed > quiet):
             phase.unsettled = sorted(missing | running)
             say(f"{controller}: {len(phase.unsettled)} TrainJobs unsettled")

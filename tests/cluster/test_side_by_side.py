@@ -33,7 +33,7 @@ from trainer.kube.client import new_api_client
 from trainer.kube.rest import Kube
 
 COUNT = int(os.environ.get("TRAINER_SIDEBYSIDE_COUNT", "30"))
-SETTLE = 60.0
+SETTLE = 45.0
 
 
 async def _compare(bed: beds.Bed) -> Outcome:
