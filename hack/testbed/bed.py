@@ -33,6 +33,20 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 KWOK_NODE = "kwok.x-k8s.io/node"
 
 
+def kubectl(
+    kubeconfig: Path, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """kubectl against ``kubeconfig``; :class:`BedError` naming the command when it fails and
+    ``check``."""
+    done = subprocess.run(
+        ["kubectl", f"--kubeconfig={kubeconfig}", *args],
+        input=input, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    if check and done.returncode != 0:
+        raise BedError(f"kubectl {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
+    return done
+
+
 def kubeconfig_text(server: str, ca: Path, user: dict[str, str]) -> str:
     return yaml.safe_dump(
         {
@@ -86,15 +100,7 @@ class Bed:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            ["kubectl", f"--kubeconfig={self.kubeconfig}", *args],
-            input=input, capture_output=True, text=True, timeout=timeout, check=False,
-        )  # fmt: skip
-        if check and done.returncode != 0:
-            raise BedError(
-                f"kubectl {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}"
-            )
-        return done
+        return kubectl(self.kubeconfig, *args, input=input, check=check, timeout=timeout)
 
     def get_json(self, *args: str) -> dict[str, Any]:
         out = self.kubectl("get", *args, "-o", "json")

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 from addons import render_kustomize
-from bed import KWOK_NODE, node_object, write_kwok_stages
+from bed import KWOK_NODE, kubectl, node_object, write_kwok_stages
 from bins import cache_root, go_binary, source_dir
 from procs import BedError, Proc, free_port, http_ok, https_ok, start, tail, wait_for
 
@@ -75,13 +75,7 @@ class Plane:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            ["kubectl", f"--kubeconfig={self.kubeconfig}", *args],
-            input=input, capture_output=True, text=True, timeout=timeout, check=False,
-        )  # fmt: skip
-        if check and done.returncode != 0:
-            raise BedError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
-        return done
+        return kubectl(self.kubeconfig, *args, input=input, check=check, timeout=timeout)
 
     def errors(self, name: str) -> list[str]:
         """The error lines of a program's log, in order (its first failing request first)."""

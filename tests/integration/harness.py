@@ -23,6 +23,29 @@ from trainer.runtime.builtin import builtin_runtime_documents
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 
 
+async def until_written(
+    server: APIServer, check: Callable[[], Any], what: str, timeout: float = 10.0
+) -> Any:
+    """Wait until ``check()`` is truthy, re-checking after every write to ``server``;
+    AssertionError naming ``what`` after ``timeout`` seconds."""
+    changed = asyncio.Event()
+
+    def wake(_ev: Event) -> None:
+        changed.set()
+
+    server.storage.store.on_write.append(wake)
+    try:
+        async with asyncio.timeout(timeout):
+            while not (result := check()):
+                changed.clear()
+                await changed.wait()
+            return result
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
+    finally:
+        server.storage.store.on_write.remove(wake)
+
+
 @dataclass
 class Plane:
     server: APIServer

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from tests.integration.harness import until_written
 from trainer.kube import resources as r
 from trainer.kube.informer import DELETED
 from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
-from trainer.local.apiserver.store import Event
 from trainer.local.executor.api import executor_kube
 from trainer.local.executor.nodeagent import NodeAgent, NodeAgentError, check_node_name
 
@@ -34,22 +34,7 @@ class Env:
 
     async def until(self, check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
         """Wait until ``check()`` is truthy, re-checking after every write to the server."""
-        changed = asyncio.Event()
-
-        def wake(_ev: Event) -> None:
-            changed.set()
-
-        self.server.storage.store.on_write.append(wake)
-        try:
-            async with asyncio.timeout(timeout):
-                while not (result := check()):
-                    changed.clear()
-                    await changed.wait()
-                return result
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for {what}") from None
-        finally:
-            self.server.storage.store.on_write.remove(wake)
+        return await until_written(self.server, check, what, timeout)
 
     def pod(self, name: str) -> dict[str, Any]:
         found = self.server.storage.get_object("v1", "pods", "default", name)
