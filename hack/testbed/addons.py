@@ -360,7 +360,7 @@ def install_podgroup_crds(bed: Bed) -> None:
     Their schedulers are not run: KWOK's pods are bound by kube-scheduler."""
     files = [str(source_dir(m, module="crds") / f) for m, f in PODGROUP_CRDS]
     bed.kubectl("apply", "--server-side", *[a for f in files for a in ("-f", f)])
-    bed.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    bed.wait_crds_established()
 
 
 def remove_kueue(bed: Bed) -> None:

@@ -102,6 +102,22 @@ class Bed:
     ) -> subprocess.CompletedProcess[str]:
         return kubectl(self.kubeconfig, *args, input=input, check=check, timeout=timeout)
 
+    def wait_crds_established(self, timeout: float = 60) -> None:
+        """Until every CRD is Established. ``kubectl wait`` fails at once, rather than waiting,
+        on a CRD created so recently that it has no ``status.conditions`` yet (".status.
+        conditions accessor error: <nil>"), so that answer is asked again until ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(1, int(deadline - time.monotonic()))
+            done = self.kubectl(
+                "wait", "--for=condition=Established", "crd", "--all", f"--timeout={left}s",
+                check=False, timeout=left + 10,
+            )  # fmt: skip
+            if done.returncode == 0:
+                return
+            if "accessor error" not in done.stderr or time.monotonic() >= deadline:
+                raise BedError(f"CRDs not Established within {timeout} s: {done.stderr.strip()}")
+
     def get_json(self, *args: str) -> dict[str, Any]:
         out = self.kubectl("get", *args, "-o", "json")
         data: dict[str, Any] = json.loads(out.stdout)

@@ -42,7 +42,7 @@ def install_manifests(bed: Bed) -> list[dict[str, Any]]:
     the webhook serves (the runtimes are admitted through it)."""
     objects = manifests()
     bed.apply([o for o in objects if o["kind"] != "Deployment"], manager="kubectl")
-    bed.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    bed.wait_crds_established()
     return objects
 
 

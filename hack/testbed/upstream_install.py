@@ -81,7 +81,7 @@ def install_manifests(bed: Bed) -> list[dict[str, Any]]:
         ],
         manager="kubectl",
     )
-    bed.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    bed.wait_crds_established()
     return objects
 
 

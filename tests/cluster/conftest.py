@@ -82,7 +82,7 @@ def crd_apiserver() -> Iterator[beds.Bed]:
         crds = sorted((ROOT / "manifests/base/crds").glob("trainer.kubeflow.org_*.yaml"))
         files = [arg for path in crds for arg in ("-f", str(path))]
         running.kubectl("apply", "--server-side", *files)
-        running.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        running.wait_crds_established()
         yield running
     finally:
         running.stop(keep=bool(os.environ.get("TRAINER_TESTBED_KEEP")))

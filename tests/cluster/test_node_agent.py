@@ -197,6 +197,64 @@ def test_a_failing_pod_reports_its_exit_code(bed: beds.Bed, agent: Agent, namesp
     assert (terminated["exitCode"], terminated["reason"]) == (3, "Error")
 
 
+FINAL = re.compile(r"rank (\d) final loss: ([0-9.]+) weights checksum: (-?[0-9.]+)")
+
+
+def ddp_trainjob(name: str) -> dict[str, Any]:
+    """The quickstart's TrainJob (examples/torch-ddp-cpu), its pods placed on this node by a
+    runtime patch (as a platform team places pods on a pool), its script by absolute path (the
+    agent's working directory is this module's folder, not the checkout)."""
+    trainjob = yaml.safe_load((ROOT / "examples/torch-ddp-cpu/trainjob.yaml").read_text())
+    trainjob["metadata"]["name"] = name
+    trainer = trainjob["spec"]["trainer"]
+    trainer["command"] = ["torchrun", str(ROOT / "examples/torch-ddp-cpu/train.py")]
+    trainer["env"] = [{"name": "EPOCHS", "value": "3"}]
+    placement = {
+        "nodeSelector": {"kubernetes.io/hostname": NODE},
+        "tolerations": [{"key": MARK, "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    jobs = [{"name": "node", "template": {"spec": {"template": {"spec": placement}}}}]
+    trainjob["spec"]["runtimePatches"] = [
+        {
+            "manager": "trainer.kubeflow.org/node-agent-test",
+            "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": jobs}}},
+        }
+    ]
+    return trainjob
+
+
+def test_the_quickstart_ddp_trainjob_trains_on_this_node(
+    bed: beds.Bed, agent: Agent, namespace: str
+) -> None:
+    """The real JobSet, Job and scheduler, our controller and webhook, and this node's kubelet:
+    both ranks train and end with the same loss and weights."""
+    runtime = ROOT / "runtimes/torch-local-cpu.yaml"
+    bed.kubectl("apply", "--server-side", "-f", str(runtime))
+    try:
+        name = "ddp-on-agent"
+        bed.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(ddp_trainjob(name)))
+        done = bed.kubectl(
+            "wait", "-n", namespace, f"trainjob/{name}", "--for=condition=Complete",
+            "--timeout=150s", check=False, timeout=160,
+        )  # fmt: skip
+        pods = kubectl_json(bed, "get", "pods", "-n", namespace)["items"]
+        logs = {
+            path.parent.parent.name: path.read_text()
+            for path in (agent.state / "logs").glob(f"{namespace}_{name}-*/node/0.log")
+        }
+        shown = "\n".join(f"--- {k}\n{v[-1500:]}" for k, v in sorted(logs.items()))
+        stored = kubectl_json(bed, "get", "trainjob", name, "-n", namespace)
+        assert done.returncode == 0, f"{done.stderr}\n{yaml.safe_dump(stored['status'])}{shown}"
+        assert sorted(p["spec"]["nodeName"] for p in pods) == [NODE, NODE]
+        assert {p["status"]["phase"] for p in pods} == {"Succeeded"}
+        finals = sorted(m.groups() for text in logs.values() for m in FINAL.finditer(text))
+        assert [f[0] for f in finals] == ["0", "1"], shown
+        assert finals[0][1:] == finals[1][1:], shown  # the same loss and weights on both ranks
+        assert float(finals[0][1]) < 0.1, shown  # and it learned
+    finally:
+        bed.kubectl("delete", "-f", str(runtime), "--wait=false", check=False)
+
+
 def test_the_lease_renews_and_no_request_was_refused(agent: Agent) -> None:
     assert agent.leases is not None, "the node never registered"
     first = agent.leases.until(bool, 15, "the Lease")
