@@ -3,8 +3,11 @@
 kube-apiserver calls webhooks and aggregated APIs at their EndpointSlices' addresses, and an
 EndpointSlice may not hold a loopback address. So the bed runs in a network namespace of its
 own, made for it, whose loopback interface also carries ``POD_ADDRESS`` (192.0.2.1, a
-documentation address): the controllers' webhooks listen there and nothing leaves the
-namespace (it has no other interface, so no route out; KWOK's pod addresses are never dialled).
+documentation address): the controllers' webhooks listen there. A veth pair (``bed0``, with
+198.51.100.1/24 and a default route to a gateway that does not exist, and its peer) stands for
+a host's network interface: the node agent's pod sandboxes get theirs from it through pasta,
+which OpenMPI's daemons need (docs/testbed.md, "Its network"). Nothing leaves the namespace
+(the peer leads nowhere; KWOK's pod addresses are never dialled).
 """
 
 from __future__ import annotations
@@ -15,7 +18,12 @@ import sys
 from collections.abc import Sequence
 
 POD_ADDRESS = "192.0.2.1"
-_SETUP = f'set -e; ip link set lo up; ip addr add {POD_ADDRESS}/32 dev lo; exec "$@"'
+_SETUP = (
+    f"set -e; ip link set lo up; ip addr add {POD_ADDRESS}/32 dev lo; "
+    "ip link add bed0 type veth peer name bed1; ip addr add 198.51.100.1/24 dev bed0; "
+    "ip link set bed1 up; ip link set bed0 up; ip route add default via 198.51.100.254; "
+    'exec "$@"'
+)
 
 
 def inside() -> bool:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import queue
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import ROOT, kubectl_json
+from trainer.local.executor.ssh import private_parent
 
 NODE = "agent-0"
 MARK = "trainer.kubeflow.org/node-agent"
@@ -90,7 +93,8 @@ def agent(bed: beds.Bed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[A
             }
         )
     )
-    state = folder / "state"
+    # Not under /tmp: OpenSSH's StrictModes refuses the MPI pods' authorized_keys there.
+    state = Path(tempfile.mkdtemp(prefix="node-agent-", dir=private_parent()))
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "trainer.cli.main", "node", f"--kubeconfig={kubeconfig}",
@@ -114,6 +118,7 @@ def agent(bed: beds.Bed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[A
             running.watch.kill()
             running.watch.wait()
         bed.kubectl("delete", "node", NODE, "--wait=false", check=False)
+        shutil.rmtree(state, ignore_errors=True)
         print(f"node agent's output:\n{chr(10).join(running.out.seen[-60:])}")
         refused = running.refusals()
         print(f"first request kube-apiserver refused: {refused[0] if refused else 'none'}")
@@ -200,59 +205,107 @@ def test_a_failing_pod_reports_its_exit_code(bed: beds.Bed, agent: Agent, namesp
 FINAL = re.compile(r"rank (\d) final loss: ([0-9.]+) weights checksum: (-?[0-9.]+)")
 
 
-def ddp_trainjob(name: str) -> dict[str, Any]:
-    """The quickstart's TrainJob (examples/torch-ddp-cpu), its pods placed on this node by a
-    runtime patch (as a platform team places pods on a pool), its script by absolute path (the
-    agent's working directory is this module's folder, not the checkout)."""
-    trainjob = yaml.safe_load((ROOT / "examples/torch-ddp-cpu/trainjob.yaml").read_text())
-    trainjob["metadata"]["name"] = name
-    trainer = trainjob["spec"]["trainer"]
-    trainer["command"] = ["torchrun", str(ROOT / "examples/torch-ddp-cpu/train.py")]
-    trainer["env"] = [{"name": "EPOCHS", "value": "3"}]
+ALLREDUCE = re.compile(r"rank (\d)/4 on \S+: allreduce sum (\d+) \(expected 10\)")
+
+
+def placed(documents: list[dict[str, Any]], jobs: list[str]) -> list[dict[str, Any]]:
+    """The TrainJob among ``documents`` with its ``jobs``' pods placed on this node by a
+    runtime patch (as a platform team places pods on a pool)."""
     placement = {
         "nodeSelector": {"kubernetes.io/hostname": NODE},
         "tolerations": [{"key": MARK, "operator": "Exists", "effect": "NoSchedule"}],
     }
-    jobs = [{"name": "node", "template": {"spec": {"template": {"spec": placement}}}}]
-    trainjob["spec"]["runtimePatches"] = [
-        {
-            "manager": "trainer.kubeflow.org/node-agent-test",
-            "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": jobs}}},
-        }
-    ]
-    return trainjob
+    patch = {
+        "manager": "trainer.kubeflow.org/node-agent-test",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {"name": job, "template": {"spec": {"template": {"spec": placement}}}}
+                        for job in jobs
+                    ]
+                }
+            }
+        },
+    }
+    for document in documents:
+        if document["kind"] == "TrainJob":
+            document["spec"]["runtimePatches"] = [patch]
+    return documents
+
+
+def await_complete(bed: beds.Bed, agent: Agent, namespace: str, name: str) -> dict[str, str]:
+    """Until TrainJob ``name`` is Complete; the logs of its pods' ``node`` containers by pod
+    directory (failing with its status and those logs when it is not)."""
+    # Finished either way (completionTime is set on Complete and on Failed), then Complete.
+    done = bed.kubectl(
+        "wait", "-n", namespace, f"trainjob/{name}", "--for=jsonpath={.status.completionTime}",
+        "--timeout=150s", check=False, timeout=160,
+    )  # fmt: skip
+    logs = {
+        path.parent.parent.name: path.read_text()
+        for path in (agent.state / "logs").glob(f"{namespace}_{name}-*/node/0.log")
+    }
+    shown = "\n".join(f"--- {k}\n{v[-1500:]}" for k, v in sorted(logs.items()))
+    stored = kubectl_json(bed, "get", "trainjob", name, "-n", namespace)
+    conditions = {c["type"]: c["status"] for c in stored["status"].get("conditions") or []}
+    assert done.returncode == 0 and conditions.get("Complete") == "True", (
+        f"{done.stderr}\n{yaml.safe_dump(stored['status'])}{shown}"
+    )
+    pods = kubectl_json(bed, "get", "pods", "-n", namespace)["items"]
+    assert {p["spec"]["nodeName"] for p in pods} == {NODE}
+    assert {p["status"]["phase"] for p in pods} == {"Succeeded"}
+    return logs
 
 
 def test_the_quickstart_ddp_trainjob_trains_on_this_node(
     bed: beds.Bed, agent: Agent, namespace: str
 ) -> None:
-    """The real JobSet, Job and scheduler, our controller and webhook, and this node's kubelet:
-    both ranks train and end with the same loss and weights."""
+    """The quickstart's TrainJob (examples/torch-ddp-cpu) through the real JobSet, Job and
+    scheduler, our controller and webhook, and this node's kubelet: both ranks train and end
+    with the same loss and weights."""
+    trainjob = yaml.safe_load((ROOT / "examples/torch-ddp-cpu/trainjob.yaml").read_text())
+    name = trainjob["metadata"]["name"] = "ddp-on-agent"
+    # The script by absolute path: the agent's working directory is not the checkout.
+    trainer = trainjob["spec"]["trainer"]
+    trainer["command"] = ["torchrun", str(ROOT / "examples/torch-ddp-cpu/train.py")]
+    trainer["env"] = [{"name": "EPOCHS", "value": "3"}]
     runtime = ROOT / "runtimes/torch-local-cpu.yaml"
     bed.kubectl("apply", "--server-side", "-f", str(runtime))
     try:
-        name = "ddp-on-agent"
-        bed.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(ddp_trainjob(name)))
-        done = bed.kubectl(
-            "wait", "-n", namespace, f"trainjob/{name}", "--for=condition=Complete",
-            "--timeout=150s", check=False, timeout=160,
-        )  # fmt: skip
-        pods = kubectl_json(bed, "get", "pods", "-n", namespace)["items"]
-        logs = {
-            path.parent.parent.name: path.read_text()
-            for path in (agent.state / "logs").glob(f"{namespace}_{name}-*/node/0.log")
-        }
-        shown = "\n".join(f"--- {k}\n{v[-1500:]}" for k, v in sorted(logs.items()))
-        stored = kubectl_json(bed, "get", "trainjob", name, "-n", namespace)
-        assert done.returncode == 0, f"{done.stderr}\n{yaml.safe_dump(stored['status'])}{shown}"
-        assert sorted(p["spec"]["nodeName"] for p in pods) == [NODE, NODE]
-        assert {p["status"]["phase"] for p in pods} == {"Succeeded"}
-        finals = sorted(m.groups() for text in logs.values() for m in FINAL.finditer(text))
-        assert [f[0] for f in finals] == ["0", "1"], shown
-        assert finals[0][1:] == finals[1][1:], shown  # the same loss and weights on both ranks
-        assert float(finals[0][1]) < 0.1, shown  # and it learned
+        body = yaml.safe_dump_all(placed([trainjob], ["node"]))
+        bed.kubectl("create", "-n", namespace, "-f", "-", input=body)
+        logs = await_complete(bed, agent, namespace, name)
     finally:
         bed.kubectl("delete", "-f", str(runtime), "--wait=false", check=False)
+    shown = "\n".join(logs.values())
+    finals = sorted(m.groups() for text in logs.values() for m in FINAL.finditer(text))
+    assert [f[0] for f in finals] == ["0", "1"], shown
+    assert finals[0][1:] == finals[1][1:], shown  # the same loss and weights on both ranks
+    assert float(finals[0][1]) < 0.1, shown  # and it learned
+
+
+def test_an_mpi_trainjob_runs_over_real_ssh_on_this_node(
+    bed: beds.Bed, agent: Agent, namespace: str
+) -> None:
+    """examples/mpi4py-allreduce: the real JobSet controller makes the pods (without the port
+    map the plane's JobSet controller writes); the node gives each sshd a port, the launcher's
+    mpirun reaches both node pods through OpenSSH and all four ranks sum 1 to 4."""
+    example = ROOT / "examples/mpi4py-allreduce"
+    documents = placed(
+        list(yaml.safe_load_all((example / "trainjob.yaml").read_text())), ["node", "launcher"]
+    )
+    for document in documents:
+        if document["kind"] == "TrainJob":
+            name = document["metadata"]["name"]
+            document["spec"]["trainer"]["command"] = [
+                "mpirun", "python", str(example / "allreduce.py")
+            ]  # fmt: skip
+    bed.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(documents))
+    logs = await_complete(bed, agent, namespace, name)
+    shown = "\n".join(logs.values())
+    sums = sorted(m.groups() for text in logs.values() for m in ALLREDUCE.finditer(text))
+    assert sums == [(str(r), "10") for r in range(4)], shown
 
 
 def test_the_lease_renews_and_no_request_was_refused(agent: Agent) -> None:

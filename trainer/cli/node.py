@@ -19,6 +19,7 @@ from trainer.kube.client import KubeconfigError
 from trainer.local.executor.api import executor_kube
 from trainer.local.executor.nodeagent import NodeAgent, NodeAgentError, check_node_name
 from trainer.local.executor.nodeconfig import NodeConfig
+from trainer.local.executor.ssh import private_parent
 from trainer.observability.logging import setup_logging
 
 log = logging.getLogger("trainer.node")
@@ -34,7 +35,10 @@ async def _serve(
 ) -> None:
     temporary = None
     if state_dir is None:
-        temporary = tempfile.TemporaryDirectory(prefix=f"trainer-node-{node_name}-")
+        # Not under /tmp: OpenSSH's StrictModes refuses an MPI pod's authorized_keys there.
+        temporary = tempfile.TemporaryDirectory(
+            prefix=f"trainer-node-{node_name}-", dir=private_parent()
+        )
         state_dir = Path(temporary.name)
     state_dir.mkdir(parents=True, exist_ok=True)
     kube = await executor_kube(str(kubeconfig) if kubeconfig is not None else "")
@@ -85,7 +89,8 @@ def node(
         typer.Option(
             "--state-dir",
             help="Where pods' volumes, sandboxes and container logs live (default: a "
-            "temporary directory removed at exit).",
+            "temporary directory removed at exit). MPI pods need one that no other user can "
+            "write above (not under /tmp): OpenSSH refuses their keys otherwise.",
         ),
     ] = None,
     workdir: Annotated[

@@ -102,6 +102,7 @@ from trainer.local.executor.podhost import GRACE_CAP, killpg
 from trainer.local.executor.rewrites import parse_ports
 from trainer.local.executor.sandbox import Sandboxes
 from trainer.local.executor.servicedns import ServiceDirectory
+from trainer.local.executor.sshnode import NodeSSHPorts
 
 SANDBOX_DIR = "sandboxes"
 """Under the state directory: each sandbox's private files (gRPC probe sockets)."""
@@ -205,6 +206,7 @@ class Kubelet:
         self.stopping = False
         self._stop_event = asyncio.Event()
         self._pods: dict[str, LocalPod] = {}
+        self._ssh_ports = NodeSSHPorts()  # for MPI pods a real JobSet controller made
         self._cleaning: dict[tuple[str, str], asyncio.Event] = {}
         self._confirming: set[str] = set()
         self._groups: set[int] = set()
@@ -396,6 +398,7 @@ class Kubelet:
             return
         if (obj.get("spec") or {}).get("nodeName") != self.node_name:
             return  # not bound to this node (yet: the scheduler binds it)
+        obj = self._ssh_ports.overlay(obj, (p.pod for p in self._pods.values() if p.uid != uid))
         if known is not None:
             known.pod = obj
             if meta.get("deletionTimestamp"):
@@ -448,6 +451,7 @@ class Kubelet:
             finally:
                 if self._pods.get(pod.uid) is pod:
                     del self._pods[pod.uid]
+                self._ssh_ports.release(pod.pod, (p.pod for p in self._pods.values()))
                 cleaned.set()
                 if self._cleaning.get(key) is cleaned:
                     del self._cleaning[key]
