@@ -3,7 +3,8 @@
 kube-apiserver calls webhooks and aggregated APIs at their EndpointSlices' addresses, and an
 EndpointSlice may not hold a loopback address. So the bed runs in a network namespace of its
 own, made for it, whose loopback interface also carries ``POD_ADDRESS`` (192.0.2.1, a
-documentation address): the controllers' webhooks listen there. A veth pair (``bed0``, with
+documentation address): the controllers' webhooks listen there; the addresses of
+``AGENT_POD_CIDR`` are routed to it too, for the node agent's pods. A veth pair (``bed0``, with
 198.51.100.1/24 and a default route to a gateway that does not exist, and its peer) stands for
 a host's network interface: the node agent's pod sandboxes get theirs from it through pasta,
 which OpenMPI's daemons need (docs/testbed.md, "Its network"). Nothing leaves the namespace
@@ -18,8 +19,11 @@ import sys
 from collections.abc import Sequence
 
 POD_ADDRESS = "192.0.2.1"
+AGENT_POD_CIDR = "192.0.2.128/25"
+"""Routed to loopback: the pod network of the bed's node agent (``trainer node --pod-cidr``)."""
 _SETUP = (
     f"set -e; ip link set lo up; ip addr add {POD_ADDRESS}/32 dev lo; "
+    f"ip route add local {AGENT_POD_CIDR} dev lo; "
     "ip link add bed0 type veth peer name bed1; ip addr add 198.51.100.1/24 dev bed0; "
     "ip link set bed1 up; ip link set bed0 up; ip route add default via 198.51.100.254; "
     'exec "$@"'

@@ -8,10 +8,13 @@ The node is tainted and labelled so that only this module's pods land there."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,9 +26,22 @@ from typing import IO, Any
 
 import bed as beds
 import pytest
+import trainer_install
 import yaml
+from addons import deployment
+from netns import AGENT_POD_CIDR
+from procs import wait_for
 
 from tests.cluster.conftest import ROOT, kubectl_json
+from tests.cluster.test_controller_ha import (
+    LEASE,
+    assert_once_each,
+    create_many,
+    holder,
+    jobset_uids,
+    kill,
+)
+from tests.cluster.test_lifecycle import wait
 from trainer.local.executor.ssh import private_parent
 
 NODE = "agent-0"
@@ -99,7 +115,7 @@ def agent(bed: beds.Bed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[A
         [
             sys.executable, "-m", "trainer.cli.main", "node", f"--kubeconfig={kubeconfig}",
             f"--node-name={NODE}", f"--node-config={config}", f"--state-dir={state}",
-            f"--workdir={folder}",
+            f"--workdir={folder}", f"--pod-cidr={AGENT_POD_CIDR}",
         ],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
@@ -306,6 +322,88 @@ def test_an_mpi_trainjob_runs_over_real_ssh_on_this_node(
     shown = "\n".join(logs.values())
     sums = sorted(m.groups() for text in logs.values() for m in ALLREDUCE.finditer(text))
     assert sums == [(str(r), "10") for r in range(4)], shown
+
+
+REPLICAS = ("trainer", "trainer-b")
+"""The bed's own replicas of our controller (processes: hack/testbed/trainer_install.py)."""
+
+
+def pid_of_pod(pod: str) -> int:
+    """The controller process of pod ``pod`` on this node: the one whose ``$HOSTNAME`` is the
+    pod's (the kubelet sets it to the pod's hostname)."""
+    wanted = f"HOSTNAME={pod}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if wanted in env and b"controller" in argv:
+            return int(entry.name)
+    raise AssertionError(f"no controller process of pod {pod} on this host")
+
+
+def test_the_controller_deployment_runs_here_and_a_live_replica_takes_over(
+    bed: beds.Bed, agent: Agent, namespace: str
+) -> None:
+    """The install's controller Deployment (manifests/overlays/standalone: two replicas, the
+    image's entrypoint, its ServiceAccount's token) run by this node, placed here as the
+    TrainJobs are: Available; its pods' addresses, from the node's pod network, reach
+    kube-apiserver through the Service's EndpointSlice, so it calls their webhook; the bed's
+    own replicas stopped, a pod leads and reconciles; its process killed, a live replica takes
+    the Lease over and nothing is lost or made twice."""
+    objects = trainer_install.manifests()
+    manager = json.loads(json.dumps(deployment(objects)))
+    name = manager["metadata"]["name"]
+    manager["spec"]["template"]["spec"].update(
+        nodeSelector={"kubernetes.io/hostname": NODE},
+        tolerations=[{"key": MARK, "operator": "Exists", "effect": "NoSchedule"}],
+    )
+    ns = trainer_install.NAMESPACE
+    stopped: list[str] = []
+    bed.apply([manager], manager="kubectl")
+    try:
+        wait(bed, ns, f"deployment/{name}", "condition=Available", 90)
+        pods = kubectl_json(bed, "get", "pods", "-n", ns, "-l", "app.kubernetes.io/component")
+        names = sorted(p["metadata"]["name"] for p in pods["items"])
+        assert len(names) == 2 and {p["spec"]["nodeName"] for p in pods["items"]} == {NODE}
+        network = ipaddress.ip_network(AGENT_POD_CIDR)
+        assert all(ipaddress.ip_address(p["status"]["podIP"]) in network for p in pods["items"])
+        # The bed's replicas go, gracefully (the Lease released): the pods alone serve.
+        for replica in [r for r in REPLICAS if r in bed.procs]:
+            kill(bed, replica, graceful=True)
+            stopped.append(replica)
+        wait_for("a pod of the Deployment to lead", lambda: holder(bed).split("_")[0] in names, 30)
+        killed = holder(bed)
+        first = create_many(bed, namespace, "agent-ha", 3, run_for="10s")  # the webhook admits
+        before = jobset_uids(bed, namespace, first)
+        os.kill(pid_of_pod(killed.split("_")[0]), signal.SIGKILL)
+        # Once the Lease expires, a live replica takes it: the other pod, or the killed pod's
+        # container restarted by this node (a new identity), whichever asks first, as on any
+        # cluster.
+        wait_for(
+            "a live replica to take the Lease over",
+            lambda: holder(bed) not in ("", killed) and holder(bed).split("_")[0] in names,
+            60, interval=0.5,
+        )  # fmt: skip
+        print(f"the Lease: {killed} killed, {holder(bed)} took it over")
+        second = create_many(bed, namespace, "agent-ha-after", 2, run_for="1s")
+        assert_once_each(bed, namespace, first + second)
+        assert {k: v for k, v in jobset_uids(bed, namespace, first).items() if k in first} == before
+        lease = kubectl_json(bed, "get", "lease", LEASE, "-n", ns)
+        assert lease["spec"].get("leaseTransitions", 0) >= 2, json.dumps(lease["spec"])
+    finally:
+        # The bed as it was: its replicas back, the Deployment gone, a replica leading.
+        for replica in stopped:
+            trainer_install.start_controller(bed, objects, replica)
+        bed.kubectl("delete", "deployment", name, "-n", ns, "--wait=true", "--timeout=60s")
+        if stopped:
+            wait_for(
+                "a replica of the bed to lead again",
+                lambda: holder(bed).split("_")[0] in REPLICAS, 60, interval=0.5,
+            )  # fmt: skip
 
 
 def test_the_lease_renews_and_no_request_was_refused(agent: Agent) -> None:

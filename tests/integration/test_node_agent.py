@@ -6,6 +6,7 @@ cluster"). Against the real kube-apiserver: tests/cluster/test_node_agent.py."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -20,8 +21,10 @@ from trainer.kube import resources as r
 from trainer.kube.informer import DELETED
 from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
+from trainer.local.executor import sandbox
 from trainer.local.executor.api import executor_kube
 from trainer.local.executor.nodeagent import NodeAgent, NodeAgentError, check_node_name
+from trainer.local.executor.podaddress import parse_network
 
 NODE = "agent-1"
 
@@ -167,4 +170,51 @@ async def test_a_server_that_refuses_the_node_stops_the_agent_with_its_answer(
         finally:
             await kube.api.close()
     finally:
+        await server.stop()
+
+
+async def test_with_a_pod_network_a_pod_is_reached_at_its_own_address(tmp_path: Path) -> None:
+    """``--pod-cidr``: the pod reports an address of the network and its declared port is
+    published there, carried into its sandbox (127.0.0.0/8 is this host's: no route needed)."""
+    why = sandbox.available()
+    if why:
+        pytest.skip(f"no network sandbox here: {why}")
+    server = APIServer()
+    await server.start()
+    server.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    kube = await executor_kube(str(tmp_path / "kubeconfig"))
+    network = parse_network("127.77.0.0/29")
+    agent = NodeAgent(
+        kube, node_name=NODE, state_dir=tmp_path / "s", workdir=tmp_path, pod_network=network
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    env = Env(server, kube, agent)
+    try:
+        body = pod("web", NODE, [sys.executable, "-m", "http.server", "8080"])
+        container = body["spec"]["containers"][0]
+        container["ports"] = [{"containerPort": 8080, "name": "http"}]
+        container["readinessProbe"] = {"tcpSocket": {"port": "http"}, "periodSeconds": 1}
+        await kube.create(body, gvr=r.PODS)
+
+        def ready() -> bool:
+            conditions = (env.pod("web").get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+        await env.until(ready, "web Ready", timeout=30)
+        status = env.pod("web")["status"]
+        address = status["podIP"]
+        assert ipaddress.ip_address(address) in network and status["podIPs"] == [{"ip": address}]
+        reader, writer = await asyncio.open_connection(address, 8080)
+        writer.write(b"GET / HTTP/1.0\r\n\r\n")
+        await writer.drain()
+        assert (await reader.readline()).startswith(b"HTTP/1.0 200")
+        writer.close()
+        # Only the published address: the port is not this host's.
+        with pytest.raises(OSError):
+            await asyncio.open_connection("127.0.0.1", 8080)
+    finally:
+        stop.set()
+        await task
+        await kube.api.close()
         await server.stop()

@@ -8,6 +8,7 @@ import logging
 import socket
 import sys
 import tempfile
+from ipaddress import IPv4Network
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,7 @@ from trainer.kube.client import KubeconfigError
 from trainer.local.executor.api import executor_kube
 from trainer.local.executor.nodeagent import NodeAgent, NodeAgentError, check_node_name
 from trainer.local.executor.nodeconfig import NodeConfig
+from trainer.local.executor.podaddress import PodNetworkError, check_local, parse_network
 from trainer.local.executor.ssh import private_parent
 from trainer.observability.logging import setup_logging
 
@@ -32,6 +34,7 @@ async def _serve(
     workdir: Path,
     node_config: NodeConfig | None,
     allow_exposed_ports: bool,
+    pod_network: IPv4Network | None,
 ) -> None:
     temporary = None
     if state_dir is None:
@@ -50,6 +53,7 @@ async def _serve(
             workdir=workdir,
             node_config=node_config,
             allow_exposed_ports=allow_exposed_ports,
+            pod_network=pod_network,
         )
         stop = stop_on_signals()
         await agent.register()
@@ -101,6 +105,16 @@ def node(
     ] = Path("."),
     node_config: NodeConfigOption = None,
     allow_exposed_ports: AllowExposedPortsOption = False,
+    pod_cidr: Annotated[
+        str | None,
+        typer.Option(
+            "--pod-cidr",
+            help="Give each pod an address of this IPv4 network, local to this host (as root: "
+            "ip route add local CIDR dev lo), and publish its declared TCP ports there, so the "
+            "cluster reaches them through EndpointSlices (a webhook's Service). Default: pods "
+            "report 127.0.0.1.",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run this host as a Node of a Kubernetes cluster until SIGINT/SIGTERM: register the Node,
@@ -118,11 +132,20 @@ def node(
         typer.echo(f"error: --node-name: {exc}", err=True)
         raise typer.Exit(2) from None
     config = _node_config(node_config)
+    network = None
+    if pod_cidr is not None:
+        try:
+            network = parse_network(pod_cidr)
+            check_local(network)
+        except PodNetworkError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
     setup_logging("DEBUG" if verbose else "INFO", "text")
     try:
-        asyncio.run(
-            _serve(kubeconfig, name, state_dir, workdir.resolve(), config, allow_exposed_ports)
+        serving = _serve(
+            kubeconfig, name, state_dir, workdir.resolve(), config, allow_exposed_ports, network
         )
+        asyncio.run(serving)
     except (KubeconfigError, NodeAgentError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -83,6 +83,7 @@ import shutil
 import signal
 import sys
 from collections.abc import Iterable, Mapping
+from ipaddress import IPv4Network
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -97,6 +98,7 @@ from trainer.local.executor.logsink import LogCallback, log_file
 from trainer.local.executor.node import NodeHeartbeat
 from trainer.local.executor.nodeconfig import NodeConfig
 from trainer.local.executor.pod import LocalPod
+from trainer.local.executor.podaddress import PodAddresses
 from trainer.local.executor.podfields import LOOPBACK, NODE_NAME, Node
 from trainer.local.executor.podhost import GRACE_CAP, killpg
 from trainer.local.executor.rewrites import parse_ports
@@ -180,8 +182,10 @@ class Kubelet:
         allow_exposed_ports: bool = False,
         node_name: str = NODE_NAME,
         log_dir: Path | None = None,
+        pod_network: IPv4Network | None = None,
     ) -> None:
         self.kube = kube
+        self.addresses = PodAddresses(pod_network) if pod_network is not None else None
         self.node_name = node_name
         self.log_dir = Path(log_dir).resolve() if log_dir is not None else None
         self.informer = pods

@@ -11,6 +11,10 @@ What differs from the node of the local plane, and why:
   (``<namespace>_<pod>_<uid>/<container>/<restartCount>.log``): appending them through
   ``pods/log`` is an extension of the local API server, which kube-apiserver lacks (it reads
   logs from the kubelet's own HTTPS endpoint, which this agent does not serve).
+- Pods report 127.0.0.1 as their IP unless the node is given a pod network (``--pod-cidr``,
+  :mod:`~trainer.local.executor.podaddress`): then each pod in a sandbox gets an address of
+  it, where its declared TCP ports are published, so that kube-apiserver can call a webhook
+  it serves through an EndpointSlice.
 - No Services by name in the sandboxes (the executor watches EndpointSlices for that, which a
   node's credentials may not list); a pod reaches the others of its JobSet by hostname, as on
   the local plane.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from ipaddress import IPv4Network
 from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
@@ -68,6 +73,7 @@ class NodeAgent:
         node_config: NodeConfig | None = None,
         on_log: LogCallback | None = None,
         allow_exposed_ports: bool = False,
+        pod_network: IPv4Network | None = None,
     ) -> None:
         self.kube = kube
         self.server = str(kube.api.configuration.host)
@@ -82,6 +88,7 @@ class NodeAgent:
             allow_exposed_ports=allow_exposed_ports,
             node_name=check_node_name(node_name),
             log_dir=Path(state_dir) / LOG_DIR,
+            pod_network=pod_network,
         )
 
     @property

@@ -29,13 +29,22 @@ from typing import Any
 from trainer.kube.events import NORMAL, WARNING
 from trainer.kube.resources import CONFIGMAPS, PODS, SECRETS, SERVICE_ACCOUNTS
 from trainer.kube.rest import APIError
-from trainer.local.executor import incluster, podenv, podfields, sandbox, ssh, sshpod, termination
+from trainer.local.executor import (
+    incluster,
+    podaddress,
+    podenv,
+    podfields,
+    sandbox,
+    ssh,
+    sshpod,
+    termination,
+)
 from trainer.local.executor.api import TRANSIENT, append_log, request_token
 from trainer.local.executor.containers import exited_for_good, run_container
 from trainer.local.executor.devices import AllocationError, device_env
 from trainer.local.executor.logsink import AppendLog, LogSink, append_file, log_file
 from trainer.local.executor.pod_status import PodState, final_phase, pod_status
-from trainer.local.executor.podfields import ConfigError, Sources
+from trainer.local.executor.podfields import LOOPBACK, ConfigError, Sources
 from trainer.local.executor.podhost import (
     BACKOFF_CAP,
     BACKOFF_START,
@@ -137,6 +146,8 @@ class LocalPod:
         self.deleted = False
         self.terminating = asyncio.Event()
         self.sandbox: sandbox.Sandbox | None = None
+        self.address = LOOPBACK  # the pod's IP (its own with a pod network: _publish)
+        self._published: list[asyncio.Server] = []
         self.done = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self._kill_task: asyncio.Task[None] | None = None
@@ -186,6 +197,11 @@ class LocalPod:
             for sink in self.sinks.values():
                 with contextlib.suppress(Exception):
                     await sink.close()
+            for server in self._published:
+                server.close()
+            self._published.clear()
+            if self.host.addresses is not None:
+                self.host.addresses.release(self.uid)
             if self.sandbox is not None:
                 self.sandbox = None
                 with contextlib.suppress(Exception):
@@ -212,6 +228,8 @@ class LocalPod:
         if not await self._prepare():
             return
         if not await self._enter_sandbox():
+            return
+        if not await self._publish():
             return
         for c in self.init:
             if self.terminating.is_set():
@@ -348,6 +366,25 @@ class LocalPod:
                 self.event(WARNING, self.reason, self.message)
                 log.warning("pod %s: %s", self.key, self.message)
                 return False
+        return True
+
+    async def _publish(self) -> bool:
+        """With a pod network (:mod:`~trainer.local.executor.podaddress`) and a sandbox, give
+        the pod its address and publish its declared TCP ports there. False when the pod must
+        not run (no address left, a port taken)."""
+        addresses = self.host.addresses
+        if addresses is None or self.sandbox is None:
+            return True
+        try:
+            self.address = addresses.assign(self.uid)
+            for port in podaddress.tcp_ports(self.pod):
+                self._published.append(await self.sandbox.publish(self.address, port))
+        except OSError as exc:
+            message = f"Failed to set up the pod's network: {exc}"
+            self.event(WARNING, "FailedCreatePodSandBox", message)
+            self.failed = True
+            self.reason, self.message = "FailedCreatePodSandBox", message
+            return False
         return True
 
     # --- preparation ------------------------------------------------------------------------------
@@ -549,6 +586,7 @@ class LocalPod:
             main=[c.report() for c in self.main],
             previous=self._conditions,
             now=now(),
+            pod_ip=self.address,
         )
         self._conditions = computed.conditions
         return computed.status

@@ -162,6 +162,7 @@ def pod_status(
     main: Sequence[ContainerReport],
     previous: Mapping[str, dict[str, Any]],
     now: str,
+    pod_ip: str = LOOPBACK,
 ) -> PodStatus:
     """The ``status`` this kubelet writes for ``pod`` (every list complete: a merge patch
     replaces lists), with the conditions to pass as ``previous`` next time.
@@ -185,8 +186,8 @@ def pod_status(
         ],
         "hostIP": LOOPBACK,
         "hostIPs": [{"ip": LOOPBACK}],
-        "podIP": LOOPBACK,
-        "podIPs": [{"ip": LOOPBACK}],
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
         "startTime": state.start_time,
         "containerStatuses": [c.status for c in main],
     }

@@ -26,6 +26,7 @@ from trainer.local.executor import uts
 from trainer.local.executor.devices import DeviceManager
 from trainer.local.executor.logsink import LogCallback, LogSink
 from trainer.local.executor.pod_status import ContainerReport
+from trainer.local.executor.podaddress import PodAddresses
 from trainer.local.executor.podenv import ContainerPlan
 from trainer.local.executor.podfields import Node, pod_hostname
 from trainer.local.executor.sandbox import Sandbox, Sandboxes
@@ -54,6 +55,8 @@ class PodHost(Protocol):
     """Where container logs are kept as files (None: appended to ``pods/log`` through the
     API, the local API server's extension)."""
     sandboxes: Sandboxes | None
+    addresses: PodAddresses | None
+    """The pod network's addresses, given to pods in sandboxes (None: pods report 127.0.0.1)."""
     services: ServiceDirectory | None
     """The Services pods reach by name from their sandboxes (None: none)."""
     allow_exposed_ports: bool

@@ -385,6 +385,23 @@ class Sandbox:
         self._listening.add((address, port))
         self._servers.append(await asyncio.start_server(self._forwarder(open_other), sock=sock))
 
+    async def publish(self, address: str, port: int) -> asyncio.Server:
+        """Listen on ``address:port`` of the host and carry every connection to port ``port``
+        inside the namespace (a pod's address: :mod:`~trainer.local.executor.podaddress`).
+        The caller closes the server when the pod ends; the sandbox's end closes it too."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((address, port))
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        server = await asyncio.start_server(self._forwarder(lambda: self.connect(port)), sock=sock)
+        self._servers.append(server)
+        return server
+
     async def unix_path(self, port: int) -> str:
         """A Unix socket in the sandbox's private directory whose connections reach
         127.0.0.1:``port`` inside the namespace (for clients that take an address, not a
