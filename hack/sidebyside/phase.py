@@ -93,9 +93,14 @@ async def run_phase(
     concurrency: int = 8,
     support: list[dict[str, Any]] | None = None,
     quiet: float = 25.0,
+    settled_elsewhere: frozenset[str] = frozenset(),
+    grace: float = 15.0,
 ) -> Phase:
     """``support``: objects the TrainJobs' pods refer to (ServiceAccounts, ConfigMaps,
-    Secrets), created first in the namespace."""
+    Secrets), created first in the namespace. ``settled_elsewhere``: TrainJobs the other
+    controller's phase settled; while one of them is still unsettled here at the deadline,
+    the phase waits up to ``grace`` seconds more for it (KWOK's nodes are shared by what each
+    side runs, so a TrainJob created last may start later on one side than on the other)."""
     started = time.monotonic()
     phase = Phase(controller, namespace, support=[o["metadata"]["name"] for o in support or []])
     namespace_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
@@ -144,7 +149,9 @@ async def run_phase(
             last, changed = state, now
         # KWOK's pods finish seconds after they start: when nothing has moved for ``quiet``
         # seconds, what is left is stuck (pods no node fits, a controller that gave up).
-        if now > deadline or (not missing and now - changed > quiet):
+        owed = (missing | running) & settled_elsewhere
+        late = now > deadline + (grace if owed else 0.0)
+        if late or (not missing and now - changed > quiet):
             phase.unsettled = sorted(missing | running)
             say(f"{controller}: {len(phase.unsettled)} TrainJobs unsettled")
             break

@@ -160,12 +160,15 @@ async def run_both(
     namespace ``sbs-<label>-<controller>``; the bed is left with ours running."""
     cluster, runtimes, jobs = corpus.prepared()
     phases: dict[str, Phase] = {}
+    settled: frozenset[str] = frozenset()
     for controller in ("upstream", "ours"):
         switch(controller)
         phases[controller] = await run_phase(
             kube, controller, f"{PREFIX}{label}-{controller}", cluster, runtimes, jobs, settle,
-            say, support=corpus.support,
+            say, support=corpus.support, settled_elsewhere=settled,
         )  # fmt: skip
+        names = {j["metadata"]["name"] for j in jobs}
+        settled = frozenset(names - set(phases[controller].unsettled))
     verdicts_a = {f"Verdict/{k}": {"verdict": v} for k, v in phases["upstream"].verdicts.items()}
     verdicts_b = {f"Verdict/{k}": {"verdict": v} for k, v in phases["ours"].verdicts.items()}
     found = diff(
