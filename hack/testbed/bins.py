@@ -1,8 +1,8 @@
 """Build the test bed's real programs from their Go modules into a cache outside the tree
 (docs/testbed.md, "The programs").
 
-Each Go module under ``hack/testbed/`` (``kube/``, ``kueue/``) pins programs with ``tool``
-lines and a committed ``go.sum``. A module's programs are built into
+Each Go module under ``hack/testbed/`` (``kube/``, ``kueue/``, ``helm/``, ...) pins programs
+with ``tool`` lines and a committed ``go.sum``. A module's programs are built into
 ``$TRAINER_TESTBED_CACHE/bins/<module>-<key>/``, where the key hashes the module's go.mod,
 go.sum and the Go version: a change to any of them builds anew; the same key is a few
 seconds' check. A build goes into a temporary folder renamed into place only once every
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MODULES = ("kube", "kueue", "upstream", "crds")
+MODULES = ("kube", "kueue", "upstream", "crds", "helm")
 # The name each program gets in the cache, where the package path's last element is not it.
 NAMES = {
     "go.etcd.io/etcd/server/v3": "etcd",
@@ -39,6 +39,9 @@ NAMES = {
 # Kueue refuses to start with ("Unable to setup server version fetcher ... could not parse
 # pre-release/metadata"). Stamped from the pinned k8s.io/kubernetes version.
 VERSION_PACKAGES = ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+HELM_MODULE = "helm.sh/helm/v3"
+# Helm's Makefile stamps the Kubernetes version of its client libraries into these.
+HELM_PACKAGES = (f"{HELM_MODULE}/pkg/chartutil", f"{HELM_MODULE}/pkg/lint/rules")
 
 
 class BuildError(RuntimeError):
@@ -104,13 +107,32 @@ def _block(gomod: Path, directive: str) -> list[str]:
 
 
 def ldflags(package: str, requires: dict[str, str]) -> list[str]:
-    """The ``-X`` settings a program of Kubernetes is linked with (VERSION_PACKAGES)."""
+    """The ``-X`` settings a program of Kubernetes (VERSION_PACKAGES) or Helm (HELM_PACKAGES)
+    is linked with."""
+    if package.startswith(HELM_MODULE + "/"):
+        return _helm_ldflags(requires)
     version = requires.get("k8s.io/kubernetes", "")
     if not package.startswith("k8s.io/kubernetes/") or not version.startswith("v"):
         return []
     major, minor = version[1:].split(".")[:2]
     values = {"gitVersion": version, "gitMajor": major, "gitMinor": minor, "gitTreeState": "clean"}
     return [f"-X {pkg}.{var}={value}" for pkg in VERSION_PACKAGES for var, value in values.items()]
+
+
+def _helm_ldflags(requires: dict[str, str]) -> list[str]:
+    """What Helm's own Makefile stamps: its release (``helm version`` says "v3.22" without it)
+    and the Kubernetes minor of its client libraries, which ``helm template`` and ``helm lint``
+    take as the cluster's version when there is no cluster (1.20 without it, which a chart's
+    ``kubeVersion: >=1.31.0-0`` refuses)."""
+    helm, client = requires.get(HELM_MODULE, ""), requires.get("k8s.io/client-go", "")
+    if not helm.startswith("v") or not client.startswith("v0."):
+        return []
+    minor = client[1:].split(".")[1]
+    flags = [f"-X {HELM_MODULE}/internal/version.version={helm}"]
+    flags.append(f"-X {HELM_MODULE}/internal/version.gitTreeState=clean")
+    for pkg in HELM_PACKAGES:
+        flags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={minor}"]
+    return flags
 
 
 def program_name(package: str) -> str:
@@ -208,6 +230,25 @@ def programs(say: Callable[[str], None] = lambda _: None) -> dict[str, Path]:
         folder = build_module(Module(name, HERE / name), go, say)
         found.update({p.name: p for p in folder.iterdir() if not p.name.startswith(".")})
     return found
+
+
+def built(name: str) -> Path | None:
+    """Program ``name`` if it is already built (or in ``TRAINER_TESTBED_BINS``), building
+    nothing: for tests outside the cluster tier that use a program where it is there and say
+    why they skip where it is not (``make cluster-bins`` builds it)."""
+    given = os.environ.get("TRAINER_TESTBED_BINS")
+    if given:
+        path = Path(given) / name
+        return path if path.is_file() else None
+    go = go_binary()
+    if go is None:
+        return None
+    version = go_version(go)
+    for module in MODULES:
+        folder = cache_root() / "bins" / f"{module}-{Module(module, HERE / module).key(version)}"
+        if (folder / ".complete").is_file() and (folder / name).is_file():
+            return folder / name
+    return None
 
 
 def source_dir(module_path: str, module: str = "kube") -> Path:

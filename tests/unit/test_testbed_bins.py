@@ -119,3 +119,43 @@ def test_go_mod_blocks_and_single_lines_are_both_read(tmp_path: Path) -> None:
     mod = bins.Module("m", tmp_path)
     assert mod.tools() == ["a/b/c"]
     assert mod.requires() == {"x.io/y": "v1.0.0"}
+
+
+def test_helm_is_stamped_with_its_release_and_its_client_libraries_kubernetes() -> None:
+    # Unstamped, `helm version` says "v3.22" and `helm template` takes the cluster for 1.20,
+    # which the chart's kubeVersion (>=1.31) refuses.
+    requires = {"helm.sh/helm/v3": "v3.22.0", "k8s.io/client-go": "v0.37.0"}
+    flags = bins.ldflags("helm.sh/helm/v3/cmd/helm", requires)
+    assert "-X helm.sh/helm/v3/internal/version.version=v3.22.0" in flags
+    assert "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37" in flags
+    assert "-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37" in flags
+    assert bins.ldflags("sigs.k8s.io/kwok/cmd/kwok", requires) == []
+
+
+def test_the_pinned_helm_module_is_one_of_the_bed_modules() -> None:
+    mod = bins.Module("helm", bins.HERE / "helm")
+    assert "helm" in bins.MODULES
+    assert mod.tools() == ["helm.sh/helm/v3/cmd/helm"]
+    assert mod.requires()["helm.sh/helm/v3"] == "v3.22.0"
+
+
+def test_built_finds_a_built_program_and_builds_nothing(
+    go: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    binary, calls = go
+    monkeypatch.setattr(bins, "go_binary", lambda: binary)
+    monkeypatch.setattr(bins, "HERE", tmp_path)
+    monkeypatch.setattr(bins, "MODULES", ("kube",))
+    mod = module(tmp_path)
+    (tmp_path / "kube").symlink_to(mod.folder)
+    assert bins.built("etcd") is None  # not built yet: nothing is built to find it
+    assert builds(calls) == []
+    folder = bins.build_module(bins.Module("kube", tmp_path / "kube"), binary, lambda _: None)
+    assert bins.built("etcd") == folder / "etcd"
+    assert bins.built("kubectl") is None
+    given = tmp_path / "given"
+    given.mkdir()
+    (given / "helm").write_text("elsewhere")
+    monkeypatch.setenv("TRAINER_TESTBED_BINS", str(given))
+    assert bins.built("helm") == given / "helm"
+    assert bins.built("etcd") is None
