@@ -1,0 +1,211 @@
+"""The Helm chart on the bed (docs/install.md, "Installing with Helm"; docs/testbed.md).
+
+The bed already runs our product, installed from the kustomize overlays, in kubeflow-system,
+and the chart's objects have the same names (one truth: tests/deploy/test_chart.py), so a second
+install beside it cannot exist. The test therefore moves the bed's install to Helm as an admin
+switching from kustomize would (docs/install.md, "Switching from kustomize to Helm"): `helm
+install --take-ownership` into kubeflow-system with `--create-namespace --set
+runtimes.defaultEnabled=true`; the controller is then run from the release's own Deployment,
+ServiceAccount and RBAC (as every controller of the bed is run: hack/testbed/addons.py), an
+upstream example TrainJob runs to Complete on KWOK nodes, `helm upgrade` to a changed value rolls
+the controller while a TrainJob runs, and `helm uninstall` leaves nothing of ours but the CRDs
+(kept by their resource policy) and the two objects the controller writes itself. The bed's
+kustomize install is then put back for the tests after this one. A first install on a cluster
+without the CRDs (the runtimes wait for the next upgrade) is the local API server's test in
+tests/deploy/test_chart.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import addons
+import bed as beds
+import bins
+import pytest
+import trainer_install
+import yaml
+
+from tests.chart import CHART, LOADER, RUNTIMES_API, differences, key, run_helm, template
+from tests.cluster.conftest import ROOT
+from tests.cluster.kwokpods import pod_annotations, trainjob
+
+NS = trainer_install.NAMESPACE
+RELEASE = "kubeflow-trainer"
+PENDING = "testbed.kubeflow.org/no-kubelet"
+UPSTREAM_EXAMPLE = ROOT.parent / "shared/upstream-release/examples/yaml__01-multi-node.yaml"
+# What the controller writes at run time, not Helm: its certificate Secret and its Lease.
+WRITTEN_BY_THE_CONTROLLER = {
+    ("Secret", "kubeflow-trainer-webhook-cert"),
+    ("Lease", "trainer.kubeflow.org"),
+}
+
+
+def helm_path() -> Path:
+    if bins.go_binary() is None:
+        pytest.skip("Go is not installed: the cluster tier builds helm and the rest with it")
+    return bins.programs()["helm"]
+
+
+def test_helm_template_is_trainer_manifests_and_the_runtimes_overlay() -> None:
+    """The render comparison of tests/deploy/test_chart.py, wherever Go is (the cluster tier
+    builds helm first, so `make test` runs it even where tests/deploy found no helm yet)."""
+    helm = helm_path()
+    assert differences(template(helm)) == []
+    on = ["--set", "runtimes.defaultEnabled=true", "--api-versions", RUNTIMES_API]
+    assert differences(template(helm, *on), runtimes=True) == []
+
+
+def helm_on(bed: beds.Bed, *args: str) -> str:
+    started = time.monotonic()
+    done = run_helm(helm_path(), *args, kubeconfig=bed.kubeconfig, timeout=180)
+    print(f"helm {args[0]}: {time.monotonic() - started:.1f} s")
+    assert done.returncode == 0, f"helm {' '.join(args)}:\n{done.stderr}"
+    return done.stdout
+
+
+def release_objects(bed: beds.Bed) -> list[dict[str, Any]]:
+    manifest = helm_on(bed, "get", "manifest", RELEASE, "-n", NS)
+    return [d for d in yaml.load_all(manifest, Loader=LOADER) if d]
+
+
+def stop(bed: beds.Bed, name: str) -> None:
+    """A controller replica gone, as its pod would go: out of the Service, then stopped."""
+    proc = bed.procs.pop(name, None)
+    if proc is not None:
+        proc.stop()
+    service = f"{trainer_install.SERVICE}-{name}"
+    bed.kubectl("delete", "endpointslice", service, "-n", NS, "--ignore-not-found")
+
+
+def bed_replicas(bed: beds.Bed) -> list[str]:
+    return [n for n in bed.procs if n == "trainer" or n.startswith("trainer-")]
+
+
+def wait_complete(bed: beds.Bed, namespace: str, name: str, timeout: int = 60) -> None:
+    bed.kubectl(
+        "wait", f"trainjob/{name}", "-n", namespace, "--for=condition=Complete",
+        f"--timeout={timeout}s", timeout=timeout + 10,
+    )  # fmt: skip
+
+
+def example(namespace: str) -> dict[str, Any]:
+    """Upstream's multi-node example, unchanged (where ../shared holds upstream's release),
+    else one of the same shape: torch-distributed, three nodes."""
+    if UPSTREAM_EXAMPLE.is_file():
+        doc: dict[str, Any] = yaml.safe_load(UPSTREAM_EXAMPLE.read_text())
+    else:
+        doc = trainjob("multi-node-example", num_nodes=3)
+    doc["metadata"]["namespace"] = namespace
+    return doc
+
+
+@pytest.fixture
+def helm_install(bed: beds.Bed) -> Iterator[beds.Bed]:
+    """The bed with its Kubeflow Trainer moved to a Helm release; the kustomize install and its
+    controller back afterwards, whatever the test did."""
+    try:
+        yield bed
+    finally:
+        for name in bed_replicas(bed):
+            stop(bed, name)
+        run_helm(helm_path(), "uninstall", RELEASE, "-n", NS, kubeconfig=bed.kubeconfig)
+        trainer_install.install_trainer(bed)
+
+
+def test_install_upgrade_and_uninstall_with_helm(
+    helm_install: beds.Bed, namespace: str, tmp_path: Path
+) -> None:
+    bed = helm_install
+    started = time.monotonic()
+    lint = run_helm(
+        helm_path(), "lint", "--strict", str(CHART), "--set", "runtimes.defaultEnabled=1"
+    )
+    assert lint.returncode == 0 and "0 chart(s) failed" in lint.stdout, lint.stdout + lint.stderr
+
+    # 1. helm install, taking over the objects the kustomize install made (same names). The
+    # bed runs no kubelet: the Deployment's pods must not land on a KWOK node, where they would
+    # be Running at an address nobody listens on and join the webhook Service's endpoints; a
+    # node selector no node matches keeps them Pending (the bed runs their container itself).
+    values = tmp_path / "bed.yaml"
+    values.write_text(yaml.safe_dump({"manager": {"nodeSelector": {PENDING: "true"}}}))
+    out = helm_on(
+        bed, "install", RELEASE, str(CHART), "--namespace", NS, "--create-namespace",
+        "--set", "runtimes.defaultEnabled=true", "--take-ownership", "-f", str(values),
+    )  # fmt: skip
+    assert "STATUS: deployed" in out and "Built-in ClusterTrainingRuntimes of this release" in out
+    objects = release_objects(bed)
+    runtimes = [o for o in objects if o["kind"] == "ClusterTrainingRuntime"]
+    assert len(runtimes) == len(list(ROOT.glob("runtimes/*.yaml")))
+    for kind, name in (("deployment", "kubeflow-trainer-controller-manager"),
+                       ("clustertrainingruntime", "torch-distributed")):  # fmt: skip
+        meta = bed.get_json(kind, name, "-n", NS)["metadata"]
+        assert meta["annotations"]["meta.helm.sh/release-name"] == RELEASE
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+
+    # 2. The controller as the release's Deployment runs it (its ServiceAccount's token and
+    # RBAC, its ConfigMap), in place of the kustomize install's.
+    for name in bed_replicas(bed):
+        stop(bed, name)
+    first = trainer_install.start_controller(bed, objects, name="trainer-helm")
+    addons.serving(bed, first, NS, "kubeflow-trainer-webhook-cert", 60, 0.2)
+    trainer_install.wait_webhook(bed, first)
+    print(f"installed and serving: {time.monotonic() - started:.1f} s")
+
+    # 3. Upstream's example runs to Complete on KWOK nodes; a second TrainJob is still running
+    # when the upgrade rolls the controller.
+    bed.apply([example(namespace)])
+    running = trainjob("across-upgrade", annotations=pod_annotations(run_for="6s"))
+    running["metadata"]["namespace"] = namespace
+    bed.apply([running])
+    wait_complete(bed, namespace, "multi-node-example")
+    jobset_uid = bed.get_json("jobset", "across-upgrade", "-n", namespace)["metadata"]["uid"]
+    print(f"upstream's example Complete: {time.monotonic() - started:.1f} s")
+
+    # 4. helm upgrade to a changed value: the Deployment's pod template changes, so a new
+    # replica starts and the old one goes (maxSurge 1, maxUnavailable 0).
+    out = helm_on(
+        bed, "upgrade", RELEASE, str(CHART), "--namespace", NS, "--reuse-values",
+        "--set", "manager.logLevel=debug",
+    )  # fmt: skip
+    assert "REVISION: 2" in out
+    deploy = bed.get_json("deployment", "kubeflow-trainer-controller-manager", "-n", NS)
+    assert deploy["metadata"]["generation"] == 2
+    args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--zap-log-level=debug" in args
+    second = trainer_install.start_controller(bed, release_objects(bed), name="trainer-helm-2")
+    addons.serving(bed, second, NS, "kubeflow-trainer-webhook-cert", 60, 0.2)
+    stop(bed, "trainer-helm")
+    wait_complete(bed, namespace, "across-upgrade")
+    after = bed.get_json("jobset", "across-upgrade", "-n", namespace)["metadata"]["uid"]
+    assert after == jobset_uid  # the same JobSet: nothing was rebuilt by the roll
+    assert "--zap-log-level=debug" in second.argv
+    print(f"upgraded and rolled: {time.monotonic() - started:.1f} s")
+
+    # 5. helm uninstall: nothing of the release is left but the CRDs, nor any runtime.
+    out = helm_on(bed, "uninstall", RELEASE, "--namespace", NS)
+    assert "[CustomResourceDefinition] trainjobs.trainer.kubeflow.org" in out
+    stop(bed, "trainer-helm-2")
+    left = []
+    for obj in objects:
+        kind, namespace_of, name = key(obj)
+        where = ["-n", namespace_of] if namespace_of else []
+        got = bed.kubectl("get", kind, name, *where, "--ignore-not-found", "-o", "name")
+        if got.stdout.strip():
+            left.append((kind, name))
+    crds = [o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"]
+    assert sorted(left) == [("CustomResourceDefinition", name) for name in sorted(crds)]
+    assert bed.kubectl("get", "clustertrainingruntimes", "-o", "name").stdout.strip() == ""
+    remaining = bed.kubectl("get", "secret,lease,configmap,serviceaccount", "-n", NS, "-o", "json")
+    ours = {
+        (o["kind"], o["metadata"]["name"])
+        for o in yaml.safe_load(remaining.stdout)["items"]
+        if "trainer" in o["metadata"]["name"]
+    }
+    assert ours == WRITTEN_BY_THE_CONTROLLER
+    # The TrainJobs stayed with their CRD.
+    assert bed.get_json("trainjob", "across-upgrade", "-n", namespace)["metadata"]["uid"]
+    print(f"install, upgrade and uninstall on the bed: {time.monotonic() - started:.1f} s")
