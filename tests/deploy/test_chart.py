@@ -157,6 +157,14 @@ def test_runtimes_default_enabled_adds_the_runtimes_overlay(helm: Path) -> None:
     assert differences(template(helm, *on), runtimes=True) == []
 
 
+def test_the_packaged_chart_is_the_same_chart(helm: Path, tmp_path: Path) -> None:
+    done = run_helm(helm, "package", str(CHART), "-d", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    (archive,) = tmp_path.glob("kubeflow-trainer-*.tgz")
+    assert archive.name == f"kubeflow-trainer-{__version__}.tgz"
+    assert differences(template(helm, chart=archive)) == []
+
+
 def test_the_comparison_catches_a_difference(helm: Path) -> None:
     changed = differences(template(helm, "--set", "manager.replicas=3"))
     assert len(changed) == 1 and "Deployment" in changed[0]
