@@ -146,9 +146,15 @@ def test_install_upgrade_and_uninstall_with_helm(
         assert meta["annotations"]["meta.helm.sh/release-name"] == RELEASE
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
 
+    # The controller of the kustomize install still serves: taking the objects over kept the
+    # caBundle it injected into the webhook configurations.
+    replicas = bed_replicas(bed)
+    assert replicas, "the bed's controller is not running"
+    trainer_install.wait_webhook(bed, bed.procs[replicas[0]], timeout=10)
+
     # 2. The controller as the release's Deployment runs it (its ServiceAccount's token and
     # RBAC, its ConfigMap), in place of the kustomize install's.
-    for name in bed_replicas(bed):
+    for name in replicas:
         stop(bed, name)
     first = trainer_install.start_controller(bed, objects, name="trainer-helm")
     addons.serving(bed, first, NS, "kubeflow-trainer-webhook-cert", 60, 0.2)
