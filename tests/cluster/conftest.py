@@ -30,6 +30,14 @@ import netns  # noqa: E402
 from install import install_parts  # noqa: E402
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """test_helm.py last (after test_side_by_side.py): it moves the bed's install to a Helm
+    release and uninstalls it, and puts the kustomize install back (about 7 s) only for a later
+    test that uses the bed. The sort is stable: every other test keeps its place."""
+    items.sort(key=lambda item: item.path.name == "test_helm.py")
+
+
 def _skip_reason() -> str | None:
     if bins.go_binary() is None:
         return "Go is not installed: the cluster tier builds kube-apiserver and the rest with it"

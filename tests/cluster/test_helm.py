@@ -5,14 +5,15 @@ and the chart's objects have the same names (one truth: tests/deploy/test_chart.
 install beside it cannot exist. The test therefore moves the bed's install to Helm as an admin
 switching from kustomize would (docs/install.md, "Switching from kustomize to Helm"): `helm
 install --take-ownership` into kubeflow-system with `--create-namespace --set
-runtimes.defaultEnabled=true`; the controller is then run from the release's own Deployment,
-ServiceAccount and RBAC (as every controller of the bed is run: hack/testbed/addons.py), an
-upstream example TrainJob runs to Complete on KWOK nodes, `helm upgrade` to a changed value rolls
-the controller while a TrainJob runs, and `helm uninstall` leaves nothing of ours but the CRDs
-(kept by their resource policy) and the two objects the controller writes itself. The bed's
-kustomize install is then put back for the tests after this one. A first install on a cluster
-without the CRDs (the runtimes wait for the next upgrade) is the local API server's test in
-tests/deploy/test_chart.py.
+runtimes.defaultEnabled=true`. TrainJobs admitted right after the takeover run on while the
+controller is switched to one run from the release's own Deployment, ServiceAccount and RBAC
+(as every controller of the bed is run: hack/testbed/addons.py) and then rolled by `helm
+upgrade` to a changed value; upstream's example runs to Complete on KWOK nodes; `helm
+uninstall` leaves nothing of ours but the CRDs (kept by their resource policy) and the two
+objects the controller writes itself. The tier runs this file last (tests/cluster/conftest.py):
+the kustomize install is put back only when a later test uses the bed. A first install on a
+cluster without the CRDs (the runtimes wait for the next upgrade) is the local API server's
+test in tests/deploy/test_chart.py. About 18 s on the 2-core machine.
 """
 
 from __future__ import annotations
@@ -85,6 +86,20 @@ def bed_replicas(bed: beds.Bed) -> list[str]:
     return [n for n in bed.procs if n == "trainer" or n.startswith("trainer-")]
 
 
+TRAINJOBS = ("multi-node-example", "across-upgrade")
+
+
+def jobset_uid(bed: beds.Bed, namespace: str, name: str, timeout: float = 30) -> str:
+    """The uid of the TrainJob's JobSet, once the controller has made it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = bed.kubectl("get", "jobset", name, "-n", namespace, "-o", "json", check=False)
+        if got.returncode == 0:
+            return str(yaml.safe_load(got.stdout)["metadata"]["uid"])
+        assert time.monotonic() < deadline, f"no JobSet for TrainJob {namespace}/{name}"
+        time.sleep(0.2)
+
+
 def wait_complete(bed: beds.Bed, namespace: str, name: str, timeout: int = 60) -> None:
     bed.kubectl(
         "wait", f"trainjob/{name}", "-n", namespace, "--for=condition=Complete",
@@ -93,27 +108,35 @@ def wait_complete(bed: beds.Bed, namespace: str, name: str, timeout: int = 60) -
 
 
 def example(namespace: str) -> dict[str, Any]:
-    """Upstream's multi-node example, unchanged (where ../shared holds upstream's release),
-    else one of the same shape: torch-distributed, three nodes."""
+    """Upstream's multi-node example (where ../shared holds upstream's release; else one of
+    its shape: torch-distributed, three nodes), with the bed's KWOK timing added as a runtime
+    patch, as for every TrainJob of the tier (tests/cluster/kwokpods.py): its pods run 2 s,
+    not KWOK's default random 2 to 10 s."""
+    doc = trainjob("multi-node-example", num_nodes=3, annotations=pod_annotations(run_for="2s"))
     if UPSTREAM_EXAMPLE.is_file():
-        doc: dict[str, Any] = yaml.safe_load(UPSTREAM_EXAMPLE.read_text())
-    else:
-        doc = trainjob("multi-node-example", num_nodes=3)
+        upstream: dict[str, Any] = yaml.safe_load(UPSTREAM_EXAMPLE.read_text())
+        upstream["spec"]["runtimePatches"] = doc["spec"]["runtimePatches"]
+        doc = upstream
     doc["metadata"]["namespace"] = namespace
     return doc
 
 
 @pytest.fixture
-def helm_install(bed: beds.Bed) -> Iterator[beds.Bed]:
-    """The bed with its Kubeflow Trainer moved to a Helm release; the kustomize install and its
-    controller back afterwards, whatever the test did."""
+def helm_install(bed: beds.Bed, request: pytest.FixtureRequest) -> Iterator[beds.Bed]:
+    """The bed, whose Kubeflow Trainer the test moves to a Helm release and uninstalls. The
+    kustomize install and its controller are put back afterwards (about 7 s), whatever the test
+    did, when a later test of the session uses the bed: the tier runs this file last
+    (tests/cluster/conftest.py), so there none does."""
     try:
         yield bed
     finally:
         for name in bed_replicas(bed):
             stop(bed, name)
         run_helm(helm_path(), "uninstall", RELEASE, "-n", NS, kubeconfig=bed.kubeconfig)
-        trainer_install.install_trainer(bed)
+        items = request.session.items
+        later = items[items.index(request.node) + 1 :]
+        if any("bed" in getattr(item, "fixturenames", ()) for item in later):
+            trainer_install.install_trainer(bed)
 
 
 def test_install_upgrade_and_uninstall_with_helm(
@@ -122,7 +145,7 @@ def test_install_upgrade_and_uninstall_with_helm(
     bed = helm_install
     started = time.monotonic()
     lint = run_helm(
-        helm_path(), "lint", "--strict", str(CHART), "--set", "runtimes.defaultEnabled=1"
+        helm_path(), "lint", "--strict", str(CHART), "--set", "runtimes.defaultEnabled=true"
     )
     assert lint.returncode == 0 and "0 chart(s) failed" in lint.stdout, lint.stdout + lint.stderr
 
@@ -146,13 +169,19 @@ def test_install_upgrade_and_uninstall_with_helm(
         assert meta["annotations"]["meta.helm.sh/release-name"] == RELEASE
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
 
-    # The controller of the kustomize install still serves: taking the objects over kept the
-    # caBundle it injected into the webhook configurations.
+    # 2. The kustomize install's controller still serves (taking the objects over kept the
+    # caBundle it injected) and admits upstream's example and a TrainJob whose pods run 8 s;
+    # both are still running as the controller is switched, then rolled by the upgrade.
     replicas = bed_replicas(bed)
     assert replicas, "the bed's controller is not running"
     trainer_install.wait_webhook(bed, bed.procs[replicas[0]], timeout=10)
+    bed.apply([example(namespace)])
+    running = trainjob("across-upgrade", annotations=pod_annotations(run_for="8s"))
+    running["metadata"]["namespace"] = namespace
+    bed.apply([running])
+    uids = {name: jobset_uid(bed, namespace, name) for name in TRAINJOBS}
 
-    # 2. The controller as the release's Deployment runs it (its ServiceAccount's token and
+    # 3. The controller as the release's Deployment runs it (its ServiceAccount's token and
     # RBAC, its ConfigMap), in place of the kustomize install's.
     for name in replicas:
         stop(bed, name)
@@ -160,16 +189,6 @@ def test_install_upgrade_and_uninstall_with_helm(
     addons.serving(bed, first, NS, "kubeflow-trainer-webhook-cert", 60, 0.2)
     trainer_install.wait_webhook(bed, first)
     print(f"installed and serving: {time.monotonic() - started:.1f} s")
-
-    # 3. Upstream's example runs to Complete on KWOK nodes; a second TrainJob is still running
-    # when the upgrade rolls the controller.
-    bed.apply([example(namespace)])
-    running = trainjob("across-upgrade", annotations=pod_annotations(run_for="6s"))
-    running["metadata"]["namespace"] = namespace
-    bed.apply([running])
-    wait_complete(bed, namespace, "multi-node-example")
-    jobset_uid = bed.get_json("jobset", "across-upgrade", "-n", namespace)["metadata"]["uid"]
-    print(f"upstream's example Complete: {time.monotonic() - started:.1f} s")
 
     # 4. helm upgrade to a changed value: the Deployment's pod template changes, so a new
     # replica starts and the old one goes (maxSurge 1, maxUnavailable 0).
@@ -183,18 +202,27 @@ def test_install_upgrade_and_uninstall_with_helm(
     args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--zap-log-level=debug" in args
     second = trainer_install.start_controller(bed, release_objects(bed), name="trainer-helm-2")
-    addons.serving(bed, second, NS, "kubeflow-trainer-webhook-cert", 60, 0.2)
-    stop(bed, "trainer-helm")
-    wait_complete(bed, namespace, "across-upgrade")
-    after = bed.get_json("jobset", "across-upgrade", "-n", namespace)["metadata"]["uid"]
-    assert after == jobset_uid  # the same JobSet: nothing was rebuilt by the roll
     assert "--zap-log-level=debug" in second.argv
+    addons.serving(bed, second, NS, "kubeflow-trainer-webhook-cert", 60, 0.2)
+    state = bed.get_json("trainjob", "across-upgrade", "-n", namespace).get("status") or {}
+    assert state.get("state") != "Complete", "the TrainJob ended before the roll: run it longer"
+    stop(bed, "trainer-helm")
     print(f"upgraded and rolled: {time.monotonic() - started:.1f} s")
 
+    # Upstream's example runs to Complete on KWOK nodes, and neither TrainJob lost its JobSet.
+    for name in TRAINJOBS:
+        wait_complete(bed, namespace, name)
+        print(f"{name} Complete: {time.monotonic() - started:.1f} s")
+        assert jobset_uid(bed, namespace, name) == uids[name]
+    print(f"both TrainJobs Complete: {time.monotonic() - started:.1f} s")
+
     # 5. helm uninstall: nothing of the release is left but the CRDs, nor any runtime.
+    # The replica goes first: stopped after helm deleted the Role, it would be refused
+    # releasing its Lease (on a cluster that can happen, harmlessly: the Lease expires in 15 s),
+    # and the session's RBAC check counts every refusal.
+    stop(bed, "trainer-helm-2")
     out = helm_on(bed, "uninstall", RELEASE, "--namespace", NS)
     assert "[CustomResourceDefinition] trainjobs.trainer.kubeflow.org" in out
-    stop(bed, "trainer-helm-2")
     left = []
     for obj in objects:
         kind, namespace_of, name = key(obj)

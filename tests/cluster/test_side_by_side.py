@@ -5,8 +5,9 @@ PodGroups and TrainJob status, but for the differences hack/sidebyside/differenc
 with their reasons (docs/side-by-side.md). ``make side-by-side`` runs the full corpus.
 
 The bed runs upstream's install for the first half (hack/testbed/upstream_install.py
-``switch``, as an admin moving between the two would), then ours again: the module is last in
-the tier's order and leaves ours running. Its PodGroup CRDs stay installed.
+``switch``, as an admin moving between the two would), then ours again: the module runs after
+every other but test_helm.py (which uninstalls the install) and leaves ours running. Its
+PodGroup CRDs stay installed.
 """
 
 from __future__ import annotations
