@@ -720,7 +720,8 @@ def _crd_rules() -> list[tuple[str, str]]:
             for child in node:
                 walk(child, source)
 
-    for path in sorted(MANIFESTS.rglob("*.yaml")):
+    # Not the Helm chart's templates (Go templates; the chart reads the CRDs from base/).
+    for path in sorted(p for p in MANIFESTS.rglob("*.yaml") if "templates" not in p.parts):
         for doc in yaml.safe_load_all(path.read_text()):
             if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                 walk(doc, path.name)

@@ -46,7 +46,8 @@ def refused_json(data: bytes | str, limits: Limits = FILE_LIMITS) -> InputError:
 def test_ordinary_files_read_exactly_as_pyyaml_reads_them() -> None:
     files = [
         *ROOT.glob("runtimes/*.yaml"),
-        *ROOT.glob("manifests/**/*.yaml"),
+        # Not the Helm chart's templates: Go templates, YAML only once rendered.
+        *(p for p in ROOT.glob("manifests/**/*.yaml") if "templates" not in p.parts),
         *ROOT.glob("examples/**/*.yaml"),
         *ROOT.glob("tests/golden/cases/*/*.yaml"),
     ]
