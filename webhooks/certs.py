@@ -35,20 +35,16 @@ from pathlib import Path
 from trainer.machinery.certgen import (
     BACKDATE,
     CA_CERT,
-    CA_COMMON_NAME,
     CA_KEY,
-    CA_ORGANIZATION,
     CA_VALIDITY,
     CERT_VALIDITY,
     CHECK_INTERVAL,
     DEFAULT_CERT_DIR,
-    DEFAULT_NAMESPACE,
-    DEFAULT_SECRET,
-    DEFAULT_SERVICE,
     ROTATE_BEFORE,
     TLS_CERT,
     TLS_KEY,
     Action,
+    CAName,
     CertBundle,
     ca_bundle_for,
     ca_usable,
@@ -66,6 +62,22 @@ from trainer.machinery.certgen import (
 )
 from trainer.machinery.files import write_file
 
+# The Trainer's names, as upstream's cert-controller set-up gives them.
+CA_COMMON_NAME = "kubeflow-trainer-ca"
+CA_ORGANIZATION = "kubeflow-trainer"
+TRAINER_CA = CAName(CA_COMMON_NAME, CA_ORGANIZATION)
+DEFAULT_SERVICE = "kubeflow-trainer-controller-manager"
+DEFAULT_SECRET = "kubeflow-trainer-webhook-cert"
+DEFAULT_NAMESPACE = "kubeflow-system"
+
+
+def rotate_trainer(
+    stored: CertBundle | None, hosts: Sequence[str], now: datetime, before: timedelta
+) -> tuple[Action, CertBundle]:
+    """:func:`~trainer.machinery.certgen.rotate` with the Trainer's CA name."""
+    return rotate(stored, hosts, now, before, ca_name=TRAINER_CA)
+
+
 __all__ = [
     "BACKDATE",
     "CA_CERT",
@@ -82,7 +94,9 @@ __all__ = [
     "ROTATE_BEFORE",
     "TLS_CERT",
     "TLS_KEY",
+    "TRAINER_CA",
     "Action",
+    "CAName",
     "CertBundle",
     "CertRotator",
     "SecretState",
@@ -98,6 +112,7 @@ __all__ = [
     "plan",
     "read_cert_dir",
     "rotate",
+    "rotate_trainer",
     "serial_of",
     "service_dns_names",
     "serving_cert_usable",
@@ -287,7 +302,7 @@ class CertRotator:
         retry_interval: timedelta = timedelta(seconds=5),
         generate: Callable[
             [CertBundle | None, Sequence[str], datetime, timedelta], tuple[Action, CertBundle]
-        ] = rotate,
+        ] = rotate_trainer,
     ) -> None:
         if manage and (read_secret is None or write_secret is None):
             raise ValueError("managed certificates need read_secret and write_secret")

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.asgi import asgi_request
 from tests.integration.test_webhook_offload import NOW, lookup, review, trainjob
 from webhooks.app import PATH_VALIDATE_TRAINJOB, create_app
 from webhooks.offload import Offload
-from webhooks.testing import asgi_request
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 PLANTS = {

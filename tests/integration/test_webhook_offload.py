@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from tests import builders as b
+from tests.asgi import asgi_request
 from trainer.api.jobset import JobSet
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime
@@ -33,7 +34,6 @@ from webhooks.app import (
 from webhooks.lookup import StaticLookup
 from webhooks.offload import Offload
 from webhooks.review import Answer, Needs
-from webhooks.testing import asgi_request
 
 NOW = "2026-11-22T10:00:00Z"
 GROUP_VERSION = "trainer.kubeflow.org/v1alpha1"

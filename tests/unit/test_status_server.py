@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.asgi import asgi_request
 from trainer.kube.authn import TokenReviewer, bearer_token, namespace_of
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import APIError
@@ -22,7 +23,6 @@ from webhooks.statusserver import (
     StatusService,
     create_status_app,
 )
-from webhooks.testing import asgi_request
 
 PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team/trainjobs/job/status"
 AUD = "trainer.kubeflow.org/v1alpha1/namespaces/team/trainjobs/job/status"

@@ -13,6 +13,7 @@ import jsonpatch
 import pytest
 import yaml
 
+from tests.asgi import ASGIResponse, asgi_request
 from trainer.admission.defaulter import default_trainjob
 from trainer.admission.trainjob import validate_trainjob
 from trainer.admission.types import ClusterView
@@ -35,7 +36,6 @@ from webhooks.app import (
 )
 from webhooks.body import DRAIN_BYTES, HEAD_BYTES
 from webhooks.lookup import ClusterLookup, StaticLookup, not_found_message
-from webhooks.testing import ASGIResponse, asgi_request
 
 NOW = "2026-11-22T10:00:00Z"
 

@@ -16,6 +16,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from webhooks.certs import (
+    TRAINER_CA,
     Action,
     CertBundle,
     CertRotator,
@@ -40,7 +41,7 @@ HOSTS = service_dns_names("kubeflow-trainer-controller-manager", "kubeflow-syste
 
 @pytest.fixture(scope="module")
 def bundle() -> CertBundle:
-    return generate_bundle(HOSTS, T0)
+    return generate_bundle(HOSTS, T0, ca_name=TRAINER_CA)
 
 
 def _cert(pem: bytes) -> x509.Certificate:

@@ -28,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.asgi import asgi_request
 from tests.strategies import wire_data
 from trainer.api import constants as c
 from trainer.api import jobset_contract as jsc
@@ -44,7 +45,6 @@ from webhooks.app import (
     create_app,
 )
 from webhooks.lookup import StaticLookup
-from webhooks.testing import asgi_request
 
 pytestmark = pytest.mark.slow
 

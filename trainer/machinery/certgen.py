@@ -1,8 +1,8 @@
 """Webhook serving certificates as data: generation, inspection and the rotation decision,
 pure functions over PEM bytes and an explicit ``now`` (key and serial randomness aside).
 
-Upstream uses open-policy-agent's cert-controller: a self-signed CA ``kubeflow-trainer-ca``
-(organisation ``kubeflow-trainer``, 10 years), a serving certificate for
+Upstream uses open-policy-agent's cert-controller: a self-signed CA (10 years; its name is the
+caller's, a :class:`CAName`), a serving certificate for
 ``<service>.<namespace>.svc`` (1 year), both stored in a Secret (keys ``ca.crt``, ``ca.key``,
 ``tls.crt``, ``tls.key``), checked every 12 h and rotated 90 days before expiry. This module
 decides what to do (:func:`plan`) and produces the certificates; :mod:`webhooks.certs` does it
@@ -24,8 +24,6 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-CA_COMMON_NAME = "kubeflow-trainer-ca"
-CA_ORGANIZATION = "kubeflow-trainer"
 CA_VALIDITY = timedelta(days=3650)
 CERT_VALIDITY = timedelta(days=365)
 ROTATE_BEFORE = timedelta(days=90)
@@ -40,14 +38,23 @@ CA_KEY = "ca.key"
 TLS_CERT = "tls.crt"
 TLS_KEY = "tls.key"
 
-DEFAULT_SERVICE = "kubeflow-trainer-controller-manager"
-DEFAULT_SECRET = "kubeflow-trainer-webhook-cert"
-DEFAULT_NAMESPACE = "kubeflow-system"
 DEFAULT_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"
 
 
 # ---------------------------------------------------------------------------------------------
 # Generation (pure apart from key and serial randomness)
+
+
+@dataclass(frozen=True)
+class CAName:
+    """The subject of a generated CA: its common name and organisation."""
+
+    common_name: str
+    organization: str
+
+
+ANONYMOUS_CA = CAName("webhook-ca", "webhook")
+"""The CA name where the caller gives none."""
 
 
 @dataclass(frozen=True)
@@ -101,23 +108,22 @@ def _cert_pem(cert: x509.Certificate) -> bytes:
 def generate_ca(
     now: datetime,
     *,
-    common_name: str = CA_COMMON_NAME,
-    organization: str = CA_ORGANIZATION,
+    name: CAName = ANONYMOUS_CA,
     validity: timedelta = CA_VALIDITY,
 ) -> tuple[bytes, bytes]:
     """A self-signed CA certificate and its key, as PEM (certificate, key)."""
     key = _new_key()
-    name = x509.Name(
+    subject = x509.Name(
         [
-            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
+            x509.NameAttribute(NameOID.COMMON_NAME, name.common_name),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, name.organization),
         ]
     )
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
     cert = (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
+        .subject_name(subject)
+        .issuer_name(subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - BACKDATE)
@@ -212,9 +218,11 @@ def generate_bundle(
     ca: tuple[bytes, bytes] | None = None,
     ca_validity: timedelta = CA_VALIDITY,
     cert_validity: timedelta = CERT_VALIDITY,
+    ca_name: CAName = ANONYMOUS_CA,
 ) -> CertBundle:
-    """A serving certificate for ``hosts``, signed by ``ca`` (PEM cert, key) or by a new CA."""
-    ca_cert, ca_key = ca if ca is not None else generate_ca(now, validity=ca_validity)
+    """A serving certificate for ``hosts``, signed by ``ca`` (PEM cert, key) or by a new CA
+    named ``ca_name``."""
+    ca_cert, ca_key = ca if ca is not None else generate_ca(now, name=ca_name, validity=ca_validity)
     cert, key = generate_serving_cert(ca_cert, ca_key, hosts, now, validity=cert_validity)
     return CertBundle(ca_cert, ca_key, cert, key)
 
@@ -330,14 +338,16 @@ def rotate(
     hosts: Sequence[str],
     now: datetime,
     before: timedelta = ROTATE_BEFORE,
+    ca_name: CAName = ANONYMOUS_CA,
 ) -> tuple[Action, CertBundle]:
-    """Apply :func:`plan`: the bundle to serve (the stored one, or a regenerated one)."""
+    """Apply :func:`plan`: the bundle to serve (the stored one, or a regenerated one, a new CA
+    named ``ca_name``)."""
     action = plan(stored, hosts, now, before)
     if action is Action.REUSE and stored is not None:
         return action, stored
     if action is Action.NEW_CERT and stored is not None:
         return action, generate_bundle(hosts, now, ca=(stored.ca_cert, stored.ca_key))
-    return Action.NEW_CA, generate_bundle(hosts, now)
+    return Action.NEW_CA, generate_bundle(hosts, now, ca_name=ca_name)
 
 
 def ca_bundle_for(new: CertBundle, previous: CertBundle | None, now: datetime) -> bytes:

@@ -22,7 +22,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from trainer.machinery.certgen import generate_bundle, generate_ca
+from trainer.machinery.certgen import CAName, generate_bundle, generate_ca
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 CA_NAME = "trainer-local-apiserver-ca"
@@ -34,7 +34,7 @@ class ServingTLS:
 
     def __init__(self) -> None:
         now = datetime.now(UTC)
-        ca = generate_ca(now, common_name=CA_NAME, organization=CA_ORGANIZATION)
+        ca = generate_ca(now, name=CAName(CA_NAME, CA_ORGANIZATION))
         bundle = generate_bundle(LOOPBACK_NAMES, now, ca=ca)
         self.ca_pem = bundle.ca_cert
         self._cert_pem = bundle.cert

@@ -1,4 +1,5 @@
-"""Call an ASGI app in-process, without a network: the tests' (and offline tools') transport.
+"""Call an ASGI app in-process, without a network: the tests' transport (kept out of the shipped
+package: nothing in the product calls an app this way).
 
 :func:`asgi_request` speaks just enough ASGI 3 HTTP to drive the webhook app: the body is sent
 in chunks of ``chunk_size`` bytes, ``http.disconnect`` is only reported once the response is
