@@ -94,7 +94,7 @@ async def run_phase(
     support: list[dict[str, Any]] | None = None,
     quiet: float = 25.0,
     settled_elsewhere: frozenset[str] = frozenset(),
-    grace: float = 15.0,
+    grace: float = 10.0,
 ) -> Phase:
     """``support``: objects the TrainJobs' pods refer to (ServiceAccounts, ConfigMaps,
     Secrets), created first in the namespace. ``settled_elsewhere``: TrainJobs the other

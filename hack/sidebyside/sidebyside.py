@@ -176,14 +176,15 @@ async def run_both(
     )
     covered, unexplained = classify(found, load_allowed())
     unexplained = follow_verdicts(covered, unexplained)
-    # A TrainJob one side left unsettled (its phase ran out of time) has a status of a moment,
-    # not of an end: its status is not compared, and the report names it.
-    one_sided = set(phases["upstream"].unsettled) ^ set(phases["ours"].unsettled)
-    moment = {f"TrainJob/{name}" for name in one_sided}
-    covered["unsettled-on-one-side"] = [
+    # A TrainJob a side left unsettled (its phase ran out of time) has a status of a moment,
+    # not of an end (taken at another moment on the other side): its status differences are
+    # not counted, and the report names them.
+    unsettled = set(phases["upstream"].unsettled) | set(phases["ours"].unsettled)
+    moment = {f"TrainJob/{name}" for name in unsettled}
+    covered["unsettled"] = [
         d for d in unexplained if d.object in moment and (d.path or "").startswith("status")
     ]
-    unexplained = [d for d in unexplained if d not in covered["unsettled-on-one-side"]]
+    unexplained = [d for d in unexplained if d not in covered["unsettled"]]
     return Outcome(phases["upstream"], phases["ours"], found, covered, unexplained, corpus.left_out)
 
 

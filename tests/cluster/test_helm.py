@@ -216,7 +216,7 @@ def test_install_upgrade_and_uninstall_with_helm(
         assert jobset_uid(bed, namespace, name) == uids[name]
     print(f"both TrainJobs Complete: {time.monotonic() - started:.1f} s")
 
-    # 5. helm uninstall: nothing of the release is left but the CRDs, nor any runtime.
+    # 5. helm uninstall: nothing of the release is left but the CRDs, nor any of its runtimes.
     # The replica goes first: stopped after helm deleted the Role, it would be refused
     # releasing its Lease (on a cluster that can happen, harmlessly: the Lease expires in 15 s),
     # and the session's RBAC check counts every refusal.
@@ -232,7 +232,11 @@ def test_install_upgrade_and_uninstall_with_helm(
             left.append((kind, name))
     crds = [o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"]
     assert sorted(left) == [("CustomResourceDefinition", name) for name in sorted(crds)]
-    assert bed.kubectl("get", "clustertrainingruntimes", "-o", "name").stdout.strip() == ""
+    # (Other tests' runtimes stay: only Helm's are the release's.)
+    helms = bed.kubectl(
+        "get", "clustertrainingruntimes", "-l", "app.kubernetes.io/managed-by=Helm", "-o", "name"
+    )
+    assert helms.stdout.strip() == "", helms.stdout
     remaining = bed.kubectl("get", "secret,lease,configmap,serviceaccount", "-n", NS, "-o", "json")
     ours = {
         (o["kind"], o["metadata"]["name"])

@@ -34,7 +34,7 @@ from trainer.kube.client import new_api_client
 from trainer.kube.rest import Kube
 
 COUNT = int(os.environ.get("TRAINER_SIDEBYSIDE_COUNT", "30"))
-SETTLE = 45.0
+SETTLE = 40.0
 
 
 async def _compare(bed: beds.Bed) -> Outcome:
