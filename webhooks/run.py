@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from trainer.kube.certs import SecretStore, inject_ca_bundle
 from trainer.kube.client import ApiClient
-from trainer.kube.lookup import Cache, KubeLookup
 from trainer.machinery.sockets import bind_socket
 from webhooks.app import create_app
 from webhooks.certs import (
@@ -30,6 +28,8 @@ from webhooks.certs import (
     tls_version,
     write_cert_dir,
 )
+from webhooks.kubecerts import SecretStore, inject_ca_bundle
+from webhooks.kubelookup import Cache, KubeLookup
 from webhooks.server import WebhookServer
 
 log = logging.getLogger(__name__)

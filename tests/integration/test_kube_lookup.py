@@ -13,8 +13,8 @@ import yaml
 from trainer.api import crds
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime
 from trainer.kube.client import new_api_client
-from trainer.kube.lookup import KubeLookup
 from trainer.local.apiserver import APIServer
+from webhooks.kubelookup import KubeLookup
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,7 @@
 """The Kubernetes side of webhook certificate management: the Secret that stores the
 certificates and the caBundle of the webhook configurations (used by webhooks.certs'
-CertRotator through plain callables)."""
+CertRotator through plain callables), through the project's one client
+(:class:`~trainer.kube.rest.Kube`)."""
 
 from __future__ import annotations
 
@@ -8,31 +9,33 @@ import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.api_client import ApiClient
+from trainer.kube import resources as r
+from trainer.kube.client import ApiClient
+from trainer.kube.rest import STRATEGIC_MERGE_PATCH, APIError, Kube
+from trainer.machinery.gvr import GVR
 
 VALIDATING = "validatingwebhookconfigurations"
 MUTATING = "mutatingwebhookconfigurations"
+_ADMISSION = "admissionregistration.k8s.io"
+VALIDATING_CONFIGS = GVR(_ADMISSION, "v1", VALIDATING, False, "ValidatingWebhookConfiguration")
+MUTATING_CONFIGS = GVR(_ADMISSION, "v1", MUTATING, False, "MutatingWebhookConfiguration")
 
 
 class SecretStore:
     """Reads and writes the certificate Secret with optimistic concurrency."""
 
     def __init__(self, api: ApiClient, namespace: str, name: str) -> None:
-        self.core: Any = client.CoreV1Api(api)
+        self.kube = Kube(api)
         self.namespace = namespace
         self.name = name
 
     async def read(self) -> tuple[dict[str, bytes], str] | None:
         """(decoded data, resourceVersion), or None when the Secret does not exist."""
-        try:
-            secret = await self.core.read_namespaced_secret(self.name, self.namespace)
-        except client.ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
-        return data, secret.metadata.resource_version
+        secret = await self.kube.get(r.SECRETS, self.namespace, self.name)
+        if secret is None:
+            return None
+        data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+        return data, str(secret["metadata"].get("resourceVersion") or "")
 
     async def write(self, data: Mapping[str, bytes], version: str | None) -> bool:
         """Create (version None) or replace at ``version``; False on a conflict."""
@@ -46,11 +49,11 @@ class SecretStore:
         }
         try:
             if version is None:
-                await self.core.create_namespaced_secret(self.namespace, body)
+                await self.kube.create(body, gvr=r.SECRETS)
             else:
                 metadata["resourceVersion"] = version
-                await self.core.replace_namespaced_secret(self.name, self.namespace, body)
-        except client.ApiException as exc:
+                await self.kube.replace(body, gvr=r.SECRETS)
+        except APIError as exc:
             if exc.status == 409:
                 return False
             raise
@@ -62,31 +65,19 @@ async def inject_ca_bundle(
 ) -> None:
     """Set ``clientConfig.caBundle`` on every webhook of the named configurations (those that
     do not exist yet are skipped: they get it on the next check)."""
-    admission: Any = client.AdmissionregistrationV1Api(api)
+    kube = Kube(api)
     encoded = base64.b64encode(ca_bundle).decode()
-    for read, patch, names in (
-        (
-            admission.read_validating_webhook_configuration,
-            admission.patch_validating_webhook_configuration,
-            validating,
-        ),
-        (
-            admission.read_mutating_webhook_configuration,
-            admission.patch_mutating_webhook_configuration,
-            mutating,
-        ),
-    ):
+    for gvr, names in ((VALIDATING_CONFIGS, validating), (MUTATING_CONFIGS, mutating)):
         for name in names:
-            try:
-                config = await read(name)
-            except client.ApiException as exc:
-                if exc.status == 404:
-                    continue
-                raise
-            hooks = config.webhooks or []
-            if all(h.client_config.ca_bundle == encoded for h in hooks):
+            config = await kube.get(gvr, None, name)
+            if config is None:
+                continue
+            hooks = config.get("webhooks") or []
+            if all((h.get("clientConfig") or {}).get("caBundle") == encoded for h in hooks):
                 continue
             body = {
-                "webhooks": [{"name": h.name, "clientConfig": {"caBundle": encoded}} for h in hooks]
+                "webhooks": [
+                    {"name": h["name"], "clientConfig": {"caBundle": encoded}} for h in hooks
+                ]
             }
-            await patch(name, body, _content_type="application/strategic-merge-patch+json")
+            await kube.patch(gvr, None, name, body, STRATEGIC_MERGE_PATCH)

@@ -8,23 +8,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.api_client import ApiClient
-
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
 from trainer.api.jobset import JobSet
 from trainer.api.load import ObjectError, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime
+from trainer.kube import resources as r
+from trainer.kube.client import ApiClient
+from trainer.kube.rest import APIError, Kube
 from trainer.runtime.info import Runtime
 from trainer.runtime.validation import not_found
 
 Cache = Callable[[str, str, str], dict[str, Any] | None]
 """(kind, namespace, name) -> the cached wire object, or None on a miss."""
 
-PLURALS = {
-    c.KIND_TRAINING_RUNTIME: c.PLURAL_TRAINING_RUNTIMES,
-    c.KIND_CLUSTER_TRAINING_RUNTIME: c.PLURAL_CLUSTER_TRAINING_RUNTIMES,
+RESOURCES = {
+    c.KIND_TRAINING_RUNTIME: r.TRAINING_RUNTIMES,
+    c.KIND_CLUSTER_TRAINING_RUNTIME: r.CLUSTER_TRAINING_RUNTIMES,
 }
 
 
@@ -36,9 +35,8 @@ class KubeLookup:
     MAX_PARSED = 1024
 
     def __init__(self, api: ApiClient, cache: Cache | None = None) -> None:
-        self.api = api
+        self.kube = Kube(api)
         self.cache = cache
-        self.custom = client.CustomObjectsApi(api)
         # (kind, namespace, name) -> (uid, resourceVersion, model). The build never changes a
         # runtime model, so one parse serves every review until the runtime changes.
         self._parsed: dict[tuple[str, str, str], tuple[str, str, Runtime]] = {}
@@ -46,24 +44,14 @@ class KubeLookup:
     async def runtime(
         self, kind: str, namespace: str, name: str
     ) -> tuple[Runtime | None, str | None]:
-        plural = PLURALS.get(kind)
-        if plural is None:
+        gvr = RESOURCES.get(kind)
+        if gvr is None:
             return None, f"unsupported runtime kind {kind}"
         data = self.cache(kind, namespace, name) if self.cache is not None else None
         if data is None:
-            try:
-                if kind == c.KIND_TRAINING_RUNTIME:
-                    data = await self.custom.get_namespaced_custom_object(
-                        c.GROUP, c.VERSION, namespace, plural, name
-                    )
-                else:
-                    data = await self.custom.get_cluster_custom_object(
-                        c.GROUP, c.VERSION, plural, name
-                    )
-            except client.ApiException as exc:
-                if exc.status == 404:
-                    return None, not_found(kind, name)
-                raise
+            data = await self.kube.get(gvr, namespace if gvr.namespaced else None, name)
+            if data is None:
+                return None, not_found(kind, name)
         key = (kind, namespace if kind == c.KIND_TRAINING_RUNTIME else "", name)
         meta = data.get("metadata") if isinstance(data, dict) else None
         uid = str(meta.get("uid") or "") if isinstance(meta, dict) else ""
@@ -84,19 +72,14 @@ class KubeLookup:
         return runtime, None
 
     async def jobset(self, namespace: str, name: str) -> JobSet | None:
-        try:
-            data = await self.custom.get_namespaced_custom_object(
-                jsc.GROUP, jsc.VERSION, namespace, jsc.PLURAL, name
-            )
-        except client.ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return JobSet.from_wire(data)
+        data = await self.kube.get(r.JOBSETS, namespace, name)
+        return None if data is None else JobSet.from_wire(data)
 
     async def priority_classes(self) -> frozenset[str] | None:
         try:
-            listing = await client.SchedulingV1Api(self.api).list_priority_class()
-        except client.ApiException:
+            items, _ = await self.kube.list(r.PRIORITY_CLASSES)
+        except APIError as exc:
+            if not exc.status:  # no answer: as any other unreachable server
+                raise
             return None
-        return frozenset(pc.metadata.name for pc in listing.items)
+        return frozenset(str(pc["metadata"]["name"]) for pc in items)
