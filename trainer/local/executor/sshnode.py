@@ -53,6 +53,7 @@ class NodeSSHPorts:
     def __init__(self, allocator: PortAllocator | None = None) -> None:
         self._allocator = allocator
         self._ports: dict[tuple[str, str, str], int] = {}  # (namespace, JobSet, hostname)
+        self._mpi: set[tuple[str, str]] = set()  # JobSets a pod of which runs sshd here
 
     def overlay(self, pod: dict[str, Any], here: Iterable[dict[str, Any]]) -> dict[str, Any]:
         """``pod`` with the :data:`LOCAL_SSH` map this node assigns, given the other pods
@@ -61,6 +62,10 @@ class NodeSSHPorts:
         annotations = meta.get("annotations") or {}
         group = _group(pod)
         if LOCAL_SSH in annotations or group is None:
+            return pod
+        if _sshd_port([pod]) is not None:
+            self._mpi.add(group)
+        if group not in self._mpi:  # no pass over the node's pods for other JobSets
             return pod
         own = pod_hostname(pod)
         pods = [p for p in here if _group(p) == group and pod_hostname(p) != own] + [pod]
@@ -81,7 +86,10 @@ class NodeSSHPorts:
     def release(self, pod: dict[str, Any], here: Iterable[dict[str, Any]]) -> None:
         """Give back the ports of ``pod``'s JobSet once none of its pods is ``here``."""
         group = _group(pod)
-        if group is None or self._allocator is None or any(_group(p) == group for p in here):
+        if group is None or group not in self._mpi or any(_group(p) == group for p in here):
+            return
+        self._mpi.discard(group)
+        if self._allocator is None:
             return
         self._allocator.release("/".join(group))
         for key in [k for k in self._ports if k[:2] == group]:
