@@ -76,7 +76,7 @@ def holder(bed: Any) -> str:
 
 
 def test_controller_killed_mid_run_loses_and_duplicates_nothing(bed: Any, namespace: str) -> None:
-    names = create_many(bed, namespace, "crash", 4, run_for="8s")
+    names = create_many(bed, namespace, "crash", 4, run_for="4s")
     before = jobset_uids(bed, namespace, names)
     kill(bed, "trainer")
     # While it is down the pods finish and JobSet completes; the new process must see it.
