@@ -31,11 +31,10 @@ from trainer.kube.resources import CONFIGMAPS, PODS, SECRETS, SERVICE_ACCOUNTS
 from trainer.kube.rest import APIError
 from trainer.local.executor import (
     incluster,
-    podaddress,
     podenv,
     podfields,
+    podnetwork,
     sandbox,
-    ssh,
     sshpod,
     termination,
 )
@@ -44,7 +43,7 @@ from trainer.local.executor.containers import exited_for_good, run_container
 from trainer.local.executor.devices import AllocationError, device_env
 from trainer.local.executor.logsink import AppendLog, LogSink, append_file, log_file
 from trainer.local.executor.pod_status import PodState, final_phase, pod_status
-from trainer.local.executor.podfields import LOOPBACK, ConfigError, Sources
+from trainer.local.executor.podfields import ConfigError, Sources
 from trainer.local.executor.podhost import (
     BACKOFF_CAP,
     BACKOFF_START,
@@ -59,13 +58,6 @@ from trainer.local.executor.volumes import plan_volumes, pod_dir, write_volume
 from trainer.machinery.times import now
 
 log = logging.getLogger(__name__)
-MPI_WITHOUT_INTERFACE = (
-    "MPI pods run here, but their sandbox has no network interface besides loopback, which "
-    "OpenMPI's daemons do not use: an OpenMPI mpirun will fail with \"A daemon failed to report "
-    "back\" (MPICH's runs). pasta gives the sandbox one: install Debian's passt package "
-    '(hack/system-packages.sh; docs/local-plane.md, "MPI on the local plane")'
-)
-
 DEFAULT_GRACE = 30.0
 TERMINAL = ("Succeeded", "Failed")
 
@@ -146,8 +138,7 @@ class LocalPod:
         self.deleted = False
         self.terminating = asyncio.Event()
         self.sandbox: sandbox.Sandbox | None = None
-        self.address = LOOPBACK  # the pod's IP (its own with a pod network: _publish)
-        self._published: list[asyncio.Server] = []
+        self.network = podnetwork.Network()  # its IP, and its ports with a pod network
         self.done = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self._kill_task: asyncio.Task[None] | None = None
@@ -197,9 +188,9 @@ class LocalPod:
             for sink in self.sinks.values():
                 with contextlib.suppress(Exception):
                     await sink.close()
-            for server in self._published:
+            for server in self.network.published:
                 server.close()
-            self._published.clear()
+            self.network.published.clear()
             if self.host.addresses is not None:
                 self.host.addresses.release(self.uid)
             if self.sandbox is not None:
@@ -334,58 +325,27 @@ class LocalPod:
 
     # --- network sandbox --------------------------------------------------------------------------
     async def _enter_sandbox(self) -> bool:
-        """Get the pod's network sandbox (docs/local-plane.md, "The network sandbox"). Where
-        none can be made the pod runs in the host's namespace, after one warning, unless it
-        runs an elastic rendezvous and exposed ports were not allowed: then it fails. False
-        when the pod must not run."""
-        host = self.host
-        boxes = host.sandboxes
-        why = "turned off" if boxes is None else await asyncio.to_thread(sandbox.available)
-        if boxes is not None and not why:
-            try:
-                self.sandbox = await boxes.acquire(self.pod)
-            except OSError as exc:
-                message = f"Failed to create pod sandbox: {exc}"
-                self.event(WARNING, "FailedCreatePodSandBox", message)
-                self.failed = True
-                self.reason, self.message = "FailedCreatePodSandBox", message
-                return False
-            if self.sandbox.egress:
-                host.warn_once("sandbox-egress", sandbox.no_egress(self.sandbox.egress))
-                if ssh.runs_sshd(self.pod):
-                    host.warn_once("sandbox-mpi", MPI_WITHOUT_INTERFACE)
-            return True
-        host.warn_once("sandbox", sandbox.EXPOSED.format(why=why))
-        if host.allow_exposed_ports:
-            return True
-        for c in self.containers:
-            if c.plan is not None and sandbox.elastic_rendezvous(c.plan.argv, c.plan.env):
-                self.failed = True
-                self.reason = "NetworkSandboxUnavailable"
-                self.message = sandbox.ELASTIC_REFUSED.format(why=why, container=c.name)
-                self.event(WARNING, self.reason, self.message)
-                log.warning("pod %s: %s", self.key, self.message)
-                return False
-        return True
+        """Get the pod's network sandbox (:func:`podnetwork.enter_sandbox`); False when the pod
+        must not run."""
+        plans = [(c.name, c.plan) for c in self.containers]
+        self.sandbox, refused = await podnetwork.enter_sandbox(self.host, self.pod, self.key, plans)
+        return self._admitted(refused)
 
     async def _publish(self) -> bool:
-        """With a pod network (:mod:`~trainer.local.executor.podaddress`) and a sandbox, give
-        the pod its address and publish its declared TCP ports there. False when the pod must
-        not run (no address left, a port taken)."""
-        addresses = self.host.addresses
-        if addresses is None or self.sandbox is None:
+        """With a pod network, the pod's address and its published ports
+        (:func:`podnetwork.publish`); False when the pod must not run."""
+        refused = await podnetwork.publish(
+            self.host, self.pod, self.uid, self.sandbox, self.network
+        )
+        return self._admitted(refused)
+
+    def _admitted(self, refused: podnetwork.Refusal | None) -> bool:
+        if refused is None:
             return True
-        try:
-            self.address = addresses.assign(self.uid)
-            for port in podaddress.tcp_ports(self.pod):
-                self._published.append(await self.sandbox.publish(self.address, port))
-        except OSError as exc:
-            message = f"Failed to set up the pod's network: {exc}"
-            self.event(WARNING, "FailedCreatePodSandBox", message)
-            self.failed = True
-            self.reason, self.message = "FailedCreatePodSandBox", message
-            return False
-        return True
+        self.event(WARNING, refused.reason, refused.message)
+        self.failed = True
+        self.reason, self.message = refused.reason, refused.message
+        return False
 
     # --- preparation ------------------------------------------------------------------------------
     def _allocate_devices(self) -> bool:
@@ -586,7 +546,7 @@ class LocalPod:
             main=[c.report() for c in self.main],
             previous=self._conditions,
             now=now(),
-            pod_ip=self.address,
+            pod_ip=self.network.address,
         )
         self._conditions = computed.conditions
         return computed.status
