@@ -21,6 +21,7 @@ from trainer.kube.resources import (
     CONFIGMAPS,
     COSCHEDULING_PODGROUPS,
     JOBSETS,
+    PODS,
     SECRETS,
     SERVICE_ACCOUNTS,
     TRAINJOBS,
@@ -92,15 +93,18 @@ async def run_phase(
     say: Callable[[str], None] = lambda _: None,
     concurrency: int = 8,
     support: list[dict[str, Any]] | None = None,
-    quiet: float = 25.0,
-    settled_elsewhere: frozenset[str] = frozenset(),
+    quiet: float = 12.0,
+    settled_elsewhere: frozenset[str] | None = None,
     grace: float = 10.0,
+    linger: float = 3.0,
 ) -> Phase:
     """``support``: objects the TrainJobs' pods refer to (ServiceAccounts, ConfigMaps,
     Secrets), created first in the namespace. ``settled_elsewhere``: TrainJobs the other
-    controller's phase settled; while one of them is still unsettled here at the deadline,
-    the phase waits up to ``grace`` seconds more for it (KWOK's nodes are shared by what each
-    side runs, so a TrainJob created last may start later on one side than on the other)."""
+    controller's phase settled, when that phase ran first. While one of them is still
+    unsettled here at the deadline, the phase waits up to ``grace`` seconds more for it (KWOK's
+    nodes are shared by what each side runs, so a TrainJob created last may start later on one
+    side than on the other); once none is, the phase ends: what is left, the other side left
+    unsettled too, and the comparison leaves out its status either way."""
     started = time.monotonic()
     phase = Phase(controller, namespace, support=[o["metadata"]["name"] for o in support or []])
     namespace_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
@@ -134,31 +138,50 @@ async def run_phase(
         f"{len(want_jobset)} JobSets and {len(want_finish)} finished TrainJobs"
     )
     deadline = time.monotonic() + settle
-    last: tuple[frozenset[str], frozenset[str]] | None = None
+    last: frozenset[str] | None = None
     changed = time.monotonic()
     while True:
         jobsets, _ = await kube.list(JOBSETS, namespace)
         jobs, _ = await kube.list(TRAINJOBS, namespace)
+        pods, _ = await kube.list(PODS, namespace)
         missing = want_jobset - {j["metadata"]["name"] for j in jobsets}
         running = want_finish - {j["metadata"]["name"] for j in jobs if _terminal(j)}
-        if not missing and not running:
-            break
         now = time.monotonic()
-        state = (frozenset(missing), frozenset(running))
+        # Any write to a pod (created, bound, each KWOK stage), a JobSet or a TrainJob is
+        # movement.
+        state = frozenset(
+            f"{o['kind']}/{o['metadata']['name']}@{o['metadata']['resourceVersion']}"
+            for items, kind in ((pods, "Pod"), (jobsets, "JobSet"), (jobs, "TrainJob"))
+            for o in ({"kind": kind, **i} for i in items)
+        )
         if state != last:
             last, changed = state, now
-        # KWOK's pods finish seconds after they start: when nothing has moved for ``quiet``
-        # seconds, what is left is stuck (pods no node fits, a controller that gave up).
-        owed = (missing | running) & settled_elsewhere
+        still = now - changed
+        # KWOK moves a pod a stage 1-6 s after the last (its general pod stages) and the
+        # scheduler retries an unschedulable pod within 10 s (its longest back-off): when
+        # nothing has moved for ``quiet`` seconds, what is left is stuck (pods no node fits, a
+        # controller that gave up). A TrainJob the other side settled is waited for until the
+        # deadline (and ``grace``) instead; once none is left, what is, the other side left
+        # unsettled too.
+        owed = (missing | running) & (settled_elsewhere or frozenset())
         late = now > deadline + (grace if owed else 0.0)
-        if late or (not missing and now - changed > quiet):
-            phase.unsettled = sorted(missing | running)
-            say(f"{controller}: {len(phase.unsettled)} TrainJobs unsettled")
+        done = not missing and not running
+        done_elsewhere = settled_elsewhere is not None and not owed
+        # Settled, the phase still waits for ``linger`` seconds without a write: status
+        # written after a TrainJob finished (a Job's last count in jobsStatus) is recorded on
+        # both sides or on neither.
+        if (done or done_elsewhere) and still >= linger:
+            if not done:
+                phase.unsettled = sorted(missing | running)
+                left = len(phase.unsettled)
+                say(f"{controller}: {left} TrainJobs unsettled, as on the other side")
             break
-        await asyncio.sleep(1.0)
-    # Once every TrainJob finished, nothing changes any more; a second look after the
-    # controllers' last status writes keeps a late write out of only one side's record.
-    await asyncio.sleep(2.0)
+        if late or (not owed and still > quiet):
+            phase.unsettled = sorted(missing | running)
+            why = "its time ran out" if late else f"nothing moved for {quiet:.0f} s"
+            say(f"{controller}: {len(phase.unsettled)} TrainJobs unsettled ({why})")
+            break
+        await asyncio.sleep(0.5)
     await record(kube, phase)
     await clean(kube, phase, cluster_runtimes)
     phase.seconds = time.monotonic() - started

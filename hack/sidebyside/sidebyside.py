@@ -160,7 +160,7 @@ async def run_both(
     namespace ``sbs-<label>-<controller>``; the bed is left with ours running."""
     cluster, runtimes, jobs = corpus.prepared()
     phases: dict[str, Phase] = {}
-    settled: frozenset[str] = frozenset()
+    settled: frozenset[str] | None = None
     for controller in ("upstream", "ours"):
         switch(controller)
         phases[controller] = await run_phase(

@@ -38,6 +38,7 @@ from procs import Proc
 
 MODULE = "github.com/kubeflow/trainer/v2"
 NAMESPACE = "kubeflow-system"
+LEASE = "trainer.kubeflow.org"
 SERVICE = "kubeflow-trainer-controller-manager"
 SECRET = "kubeflow-trainer-webhook-cert"
 PROC = "upstream"
@@ -145,6 +146,10 @@ def switch(bed: Bed, to: str, say: Callable[[str], None] = lambda _: None) -> Pr
         old = trainer_install.manifests()
         old_runtimes = render_kustomize(trainer_install.ROOT / "manifests/overlays/runtimes")
         new, new_runtimes = manifests(bed), runtimes(bed)
+    # Every replica of the old controller has exited; upstream's does not release the Lease
+    # when it stops (ours does), so the new one would wait out its 15 s. An admin switching
+    # installs need not wait either: nothing holds the Lease any more.
+    bed.kubectl("delete", "lease", LEASE, "-n", NAMESPACE, "--ignore-not-found")
     bed.kubectl("delete", "secret", SECRET, "-n", NAMESPACE, "--ignore-not-found")
     say(f"switching the bed's Kubeflow Trainer to {to}'s install")
     if to == "ours":

@@ -76,10 +76,23 @@ def holder(bed: Any) -> str:
 
 
 def test_controller_killed_mid_run_loses_and_duplicates_nothing(bed: Any, namespace: str) -> None:
-    names = create_many(bed, namespace, "crash", 4, run_for="4s")
-    before = jobset_uids(bed, namespace, names)
-    kill(bed, "trainer")
-    # While it is down the pods finish and JobSet completes; the new process must see it.
-    trainer_install.start_controller(bed, trainer_install.manifests(), "trainer")
-    assert_once_each(bed, namespace, names)
-    assert jobset_uids(bed, namespace, names) == before, "a JobSet was created again"
+    # The replica leads with a 5 s Lease (with_short_lease), not the install's 15 s: the
+    # restarted one below waits out the Lease the killed one last wrote (its duration is
+    # the record's, as client-go reads it). Stopped gracefully, the old one released it.
+    objects = trainer_install.manifests()
+    short = trainer_install.with_short_lease(objects)
+    kill(bed, "trainer", graceful=True)
+    trainer_install.start_controller(bed, short, "trainer")
+    try:
+        names = create_many(bed, namespace, "crash", 4, run_for="4s")
+        before = jobset_uids(bed, namespace, names)
+        kill(bed, "trainer")
+        # While it is down the pods finish and JobSet completes; the new process must see it.
+        trainer_install.start_controller(bed, short, "trainer")
+        assert_once_each(bed, namespace, names)
+        assert jobset_uids(bed, namespace, names) == before, "a JobSet was created again"
+    finally:
+        # The install's own Lease again for the tests after this one.
+        if "trainer" in bed.procs:
+            kill(bed, "trainer", graceful=True)
+        trainer_install.start_controller(bed, objects, "trainer")

@@ -355,7 +355,10 @@ def test_the_controller_deployment_runs_here_and_a_live_replica_takes_over(
     own replicas stopped, a pod leads and reconciles; its process killed, a live replica takes
     the Lease over and nothing is lost or made twice."""
     objects = trainer_install.manifests()
-    manager = json.loads(json.dumps(deployment(objects)))
+    # A 5 s Lease, in a ConfigMap of its own beside the bed's: the takeover below waits one.
+    short = trainer_install.with_short_lease(objects, f"{trainer_install.CONFIG}-agent")
+    (config,) = [o for o in short if o["metadata"]["name"] == f"{trainer_install.CONFIG}-agent"]
+    manager = deployment(short)
     name = manager["metadata"]["name"]
     manager["spec"]["template"]["spec"].update(
         nodeSelector={"kubernetes.io/hostname": NODE},
@@ -363,7 +366,7 @@ def test_the_controller_deployment_runs_here_and_a_live_replica_takes_over(
     )
     ns = trainer_install.NAMESPACE
     stopped: list[str] = []
-    bed.apply([manager], manager="kubectl")
+    bed.apply([config, manager], manager="kubectl")
     try:
         wait(bed, ns, f"deployment/{name}", "condition=Available", 90)
         pods = kubectl_json(bed, "get", "pods", "-n", ns, "-l", "app.kubernetes.io/component")
@@ -399,6 +402,7 @@ def test_the_controller_deployment_runs_here_and_a_live_replica_takes_over(
         for replica in stopped:
             trainer_install.start_controller(bed, objects, replica)
         bed.kubectl("delete", "deployment", name, "-n", ns, "--wait=true", "--timeout=60s")
+        bed.kubectl("delete", "configmap", config["metadata"]["name"], "-n", ns)
         if stopped:
             wait_for(
                 "a replica of the bed to lead again",
