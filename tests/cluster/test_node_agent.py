@@ -270,7 +270,18 @@ def await_complete(bed: beds.Bed, agent: Agent, namespace: str, name: str) -> di
     )
     pods = kubectl_json(bed, "get", "pods", "-n", namespace)["items"]
     assert {p["spec"]["nodeName"] for p in pods} == {NODE}
-    assert {p["status"]["phase"] for p in pods} == {"Succeeded"}
+    # Pods that serve the others (an MPI node's sshd) end when the JobSet, complete, has
+    # their Jobs stopped: a moment after the TrainJob's Complete. None may have failed.
+    phases: set[str] = set()
+
+    def ended() -> bool:
+        items = kubectl_json(bed, "get", "pods", "-n", namespace)["items"]
+        phases.clear()
+        phases.update(p["status"]["phase"] for p in items)
+        return not phases & {"Pending", "Running"}
+
+    wait_for("the TrainJob's pods to end", ended, 30, interval=0.5)
+    assert phases <= {"Succeeded"}, phases
     return logs
 
 
