@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
+import functools
 import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +34,15 @@ SA_MOUNT = "/run/secrets/kubernetes.io/serviceaccount"  # /var/run is /run on th
 
 
 def render_kustomize(folder: Path) -> list[dict[str, Any]]:
-    argv = ["kubectl", "kustomize", str(folder)]
+    """``kubectl kustomize folder``'s objects, each a copy of its own (the caller may change
+    them). The render (about 2 s for an install) is done once per folder and process: the
+    manifests do not change while the bed runs."""
+    return copy.deepcopy(_rendered(str(folder)))
+
+
+@functools.cache
+def _rendered(folder: str) -> list[dict[str, Any]]:
+    argv = ["kubectl", "kustomize", folder]
     out = subprocess.run(argv, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise BedError(f"kubectl kustomize {folder}: {out.stderr.strip()}")

@@ -161,4 +161,5 @@ def switch(bed: Bed, to: str, say: Callable[[str], None] = lambda _: None) -> Pr
     for kind, namespace, name in sorted(gone):
         where = ["-n", namespace] if namespace else []
         bed.kubectl("delete", kind, name, *where, "--ignore-not-found", "--wait=false")
+    say(f"{to}'s controller serves")
     return proc

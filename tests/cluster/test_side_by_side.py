@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -37,7 +38,12 @@ COUNT = int(os.environ.get("TRAINER_SIDEBYSIDE_COUNT", "30"))
 SETTLE = 40.0
 
 
+def _say(started: float) -> Callable[[str], None]:
+    return lambda line: print(f"[{time.monotonic() - started:6.1f} s] {line}", flush=True)
+
+
 async def _compare(bed: beds.Bed) -> Outcome:
+    say = _say(time.monotonic())
     corpus = release_corpus()
     corpus.cluster_runtimes += generated.cluster_runtimes()
     corpus.add(generated.namespaced_runtimes())
@@ -47,8 +53,8 @@ async def _compare(bed: beds.Bed) -> Outcome:
     try:
         return await run_both(
             Kube(api, timeout=60),
-            lambda to: upstream_install.switch(bed, to, print),
-            corpus, "t", SETTLE, print,
+            lambda to: upstream_install.switch(bed, to, say),
+            corpus, "t", SETTLE, say,
         )  # fmt: skip
     finally:
         await api.close()
