@@ -29,6 +29,8 @@ import bins  # noqa: E402
 import netns  # noqa: E402
 from install import install_parts  # noqa: E402
 
+from tests.cluster.nodeagent import Agent, running_agent  # noqa: E402
+
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -94,6 +96,14 @@ def crd_apiserver() -> Iterator[beds.Bed]:
         yield running
     finally:
         running.stop(keep=bool(os.environ.get("TRAINER_TESTBED_KEEP")))
+
+
+@pytest.fixture(scope="session")
+def agent(bed: beds.Bed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
+    """Our node agent as Node agent-0 (tests/cluster/nodeagent.py), from the first test that
+    asks for it to the session's end."""
+    with running_agent(bed, tmp_path_factory.mktemp("node-agent")) as running:
+        yield running
 
 
 @pytest.fixture

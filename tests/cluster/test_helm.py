@@ -1,19 +1,20 @@
 """The Helm chart on the bed (docs/install.md, "Installing with Helm"; docs/testbed.md).
 
-The bed already runs our product, installed from the kustomize overlays, in kubeflow-system,
-and the chart's objects have the same names (one truth: tests/deploy/test_chart.py), so a second
+The bed already runs our product, installed from the kustomize overlays, in kubeflow-system, and
+the chart's objects have the same names (one truth: tests/deploy/test_chart.py), so a second
 install beside it cannot exist. The test therefore moves the bed's install to Helm as an admin
 switching from kustomize would (docs/install.md, "Switching from kustomize to Helm"): `helm
 install --take-ownership` into kubeflow-system with `--create-namespace --set
-runtimes.defaultEnabled=true`. TrainJobs admitted right after the takeover run on while the
-controller is switched to one run from the release's own Deployment, ServiceAccount and RBAC
-(as every controller of the bed is run: hack/testbed/addons.py) and then rolled by `helm
-upgrade` to a changed value; upstream's example runs to Complete on KWOK nodes; `helm
-uninstall` leaves nothing of ours but the CRDs (kept by their resource policy) and the two
-objects the controller writes itself. The tier runs this file last (tests/cluster/conftest.py):
-the kustomize install is put back only when a later test uses the bed. A first install on a
-cluster without the CRDs (the runtimes wait for the next upgrade) is the local API server's
-test in tests/deploy/test_chart.py. About 18 s on the 2-core machine.
+runtimes.defaultEnabled=true`, whose post-install hook Job (run on the session's node agent,
+tests/cluster/nodeagent.py) applies the built-in runtimes. TrainJobs admitted right after the
+takeover run on while the controller is switched to one run from the release's own Deployment,
+ServiceAccount and RBAC (as every controller of the bed is run: hack/testbed/addons.py) and then
+rolled by `helm upgrade` to a changed value; upstream's example runs to Complete on KWOK nodes;
+`helm uninstall` (its pre-delete hook deleting the runtimes) leaves nothing of ours but the CRDs
+(kept by their resource policy) and the two objects the controller writes itself. The tier runs
+this file last (tests/cluster/conftest.py): the kustomize install is put back only when a later
+test uses the bed. A first install on a cluster without the CRDs is the local plane's test in
+tests/deploy/test_chart_lifecycle.py.
 """
 
 from __future__ import annotations
@@ -30,13 +31,23 @@ import pytest
 import trainer_install
 import yaml
 
-from tests.chart import CHART, LOADER, RUNTIMES_API, differences, key, run_helm, template
+from tests.chart import CHART, LOADER, differences, key, run_helm, template
 from tests.cluster.conftest import ROOT
 from tests.cluster.kwokpods import pod_annotations, trainjob
+from tests.cluster.nodeagent import MARK, NODE, Agent
+from trainer.deploy.installer import FIELD_MANAGER
 
 NS = trainer_install.NAMESPACE
 RELEASE = "kubeflow-trainer"
 PENDING = "testbed.kubeflow.org/no-kubelet"
+INSTALLER = "kubeflow-trainer-runtimes-installer"
+INSTALLED = "trainer.kubeflow.org/managed-by=runtimes-installer"
+# The installer's hook Jobs run on the node agent: on a KWOK node their pods would only
+# pretend to run.
+ON_THE_AGENT = {
+    "nodeSelector": {"kubernetes.io/hostname": NODE},
+    "tolerations": [{"key": MARK, "operator": "Exists", "effect": "NoSchedule"}],
+}
 UPSTREAM_EXAMPLE = ROOT.parent / "shared/upstream-release/examples/yaml__01-multi-node.yaml"
 # What the controller writes at run time, not Helm: its certificate Secret and its Lease.
 WRITTEN_BY_THE_CONTROLLER = {
@@ -56,7 +67,7 @@ def test_helm_template_is_trainer_manifests_and_the_runtimes_overlay() -> None:
     builds helm first, so `make test` runs it even where tests/deploy found no helm yet)."""
     helm = helm_path()
     assert differences(template(helm)) == []
-    on = ["--set", "runtimes.defaultEnabled=true", "--api-versions", RUNTIMES_API]
+    on = ["--set", "runtimes.defaultEnabled=true"]
     assert differences(template(helm, *on), runtimes=True) == []
 
 
@@ -139,8 +150,31 @@ def helm_install(bed: beds.Bed, request: pytest.FixtureRequest) -> Iterator[beds
             trainer_install.install_trainer(bed)
 
 
+def installed_runtimes(bed: beds.Bed) -> set[str]:
+    """The ClusterTrainingRuntimes the chart's installer labelled."""
+    out = bed.kubectl("get", "clustertrainingruntimes", "-l", INSTALLED, "-o", "json").stdout
+    return {o["metadata"]["name"] for o in yaml.safe_load(out)["items"]}
+
+
+def installer_runs(bed: beds.Bed, step: str) -> int:
+    """How many pods of installer Job ``step`` the node agent started (its kubelet's Started
+    events stay after Helm deletes the succeeded Job and its pods)."""
+    events = bed.get_json("events", "-n", NS, "--field-selector", "reason=Started")["items"]
+    return sum(
+        1
+        for e in events
+        if e["involvedObject"]["name"].startswith(f"{INSTALLER}-{step}-")
+        and e["source"] == {"component": "kubelet", "host": NODE}
+    )
+
+
+def applied_by_the_installer(bed: beds.Bed, name: str) -> bool:
+    meta = bed.get_json("clustertrainingruntime", name, "--show-managed-fields")["metadata"]
+    return any(f.get("manager") == FIELD_MANAGER for f in meta.get("managedFields") or [])
+
+
 def test_install_upgrade_and_uninstall_with_helm(
-    helm_install: beds.Bed, namespace: str, tmp_path: Path
+    helm_install: beds.Bed, agent: Agent, namespace: str, tmp_path: Path
 ) -> None:
     bed = helm_install
     started = time.monotonic()
@@ -154,20 +188,23 @@ def test_install_upgrade_and_uninstall_with_helm(
     # be Running at an address nobody listens on and join the webhook Service's endpoints; a
     # node selector no node matches keeps them Pending (the bed runs their container itself).
     values = tmp_path / "bed.yaml"
-    values.write_text(yaml.safe_dump({"manager": {"nodeSelector": {PENDING: "true"}}}))
+    values.write_text(yaml.safe_dump({"manager": {"nodeSelector": {PENDING: "true"}},
+                                      "runtimes": {"installer": ON_THE_AGENT}}))  # fmt: skip
     out = helm_on(
         bed, "install", RELEASE, str(CHART), "--namespace", NS, "--create-namespace",
         "--set", "runtimes.defaultEnabled=true", "--take-ownership", "-f", str(values),
     )  # fmt: skip
-    assert "STATUS: deployed" in out and "Built-in ClusterTrainingRuntimes of this release" in out
+    assert "STATUS: deployed" in out and "applied by the hook Job" in out
     objects = release_objects(bed)
-    runtimes = [o for o in objects if o["kind"] == "ClusterTrainingRuntime"]
-    assert len(runtimes) == len(list(ROOT.glob("runtimes/*.yaml")))
-    for kind, name in (("deployment", "kubeflow-trainer-controller-manager"),
-                       ("clustertrainingruntime", "torch-distributed")):  # fmt: skip
-        meta = bed.get_json(kind, name, "-n", NS)["metadata"]
-        assert meta["annotations"]["meta.helm.sh/release-name"] == RELEASE
-        assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    meta = bed.get_json("deployment", "kubeflow-trainer-controller-manager", "-n", NS)["metadata"]
+    assert meta["annotations"]["meta.helm.sh/release-name"] == RELEASE
+    assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    # The runtimes, taken over from the kustomize install by the post-install hook Job, whose
+    # pod ran on the node agent with the installer's ServiceAccount (its log is there).
+    every = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in ROOT.glob("runtimes/*")}
+    assert installed_runtimes(bed) == every
+    assert installer_runs(bed, "install") == 1
+    assert all(applied_by_the_installer(bed, name) for name in every)
 
     # 2. The kustomize install's controller still serves (taking the objects over kept the
     # caBundle it injected) and admits upstream's example and a TrainJob whose pods run 8 s;
@@ -201,6 +238,8 @@ def test_install_upgrade_and_uninstall_with_helm(
     assert deploy["metadata"]["generation"] == 2
     args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--zap-log-level=debug" in args
+    assert installed_runtimes(bed) == every  # the post-upgrade hook applied them again
+    assert installer_runs(bed, "install") == 2
     second = trainer_install.start_controller(bed, release_objects(bed), name="trainer-helm-2")
     assert "--zap-log-level=debug" in second.argv
     addons.serving(bed, second, NS, "kubeflow-trainer-webhook-cert", 60, 0.2)
@@ -232,11 +271,9 @@ def test_install_upgrade_and_uninstall_with_helm(
             left.append((kind, name))
     crds = [o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"]
     assert sorted(left) == [("CustomResourceDefinition", name) for name in sorted(crds)]
-    # (Other tests' runtimes stay: only Helm's are the release's.)
-    helms = bed.kubectl(
-        "get", "clustertrainingruntimes", "-l", "app.kubernetes.io/managed-by=Helm", "-o", "name"
-    )
-    assert helms.stdout.strip() == "", helms.stdout
+    # The pre-delete hook deleted the installer's runtimes (other tests' own runtimes stay).
+    assert installed_runtimes(bed) == set()
+    assert installer_runs(bed, "uninstall") == 1
     remaining = bed.kubectl("get", "secret,lease,configmap,serviceaccount", "-n", NS, "-o", "json")
     ours = {
         (o["kind"], o["metadata"]["name"])

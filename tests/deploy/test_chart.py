@@ -14,13 +14,10 @@ is installed, so ``make test`` never leaves it out there.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import shutil
-import subprocess
 import tempfile
-import threading
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,17 +33,17 @@ from tests.chart import (
     KEEP,
     NOT_BUILT,
     ROOT,
-    RUNTIMES_API,
     Obj,
     by_key,
     differences,
     helm_binary,
+    installed_runtimes,
+    installer_keys,
     run_helm,
     template,
 )
 from trainer import __version__
 from trainer.controller.config import parse_config
-from trainer.local.apiserver import APIServer
 
 pytestmark = pytest.mark.slow
 
@@ -153,8 +150,12 @@ def test_helm_template_with_default_values_is_trainer_manifests(helm: Path) -> N
 
 
 def test_runtimes_default_enabled_adds_the_runtimes_overlay(helm: Path) -> None:
-    on = ["--set", "runtimes.defaultEnabled=true", "--api-versions", RUNTIMES_API]
-    assert differences(template(helm, *on), runtimes=True) == []
+    objects = template(helm, "--set", "runtimes.defaultEnabled=true")
+    assert differences(objects, runtimes=True) == []
+    # Through the installer's ConfigMap, not as objects of the release (Helm could not create
+    # them before their CRD): tests/deploy/test_chart_lifecycle.py.
+    assert not [o for o in objects if o["kind"] == "ClusterTrainingRuntime"]
+    assert installer_keys() <= set(by_key(objects))
 
 
 def test_the_packaged_chart_is_the_same_chart(helm: Path, tmp_path: Path) -> None:
@@ -186,10 +187,10 @@ def test_each_runtime_switch_installs_its_runtime_only(helm: Path) -> None:
         "runtimes.tensorflowDistributed.enabled": "tensorflow-distributed",
         "runtimes.torchLocalCpu.enabled": "torch-local-cpu",
     }
-    args = ["--api-versions", RUNTIMES_API, "-s", "templates/runtimes.yaml"]
+    args = ["-s", "templates/runtimes.yaml"]
     args += ["--set", "crds.enabled=false"]  # not shown; skips reading 2.3 MB of CRDs
     for switch, name in switches.items():
-        objects = template(helm, "--set", f"{switch}=true", *args)
+        objects = installed_runtimes(template(helm, "--set", f"{switch}=true", *args))
         assert [o["metadata"]["name"] for o in objects] == [name], switch
 
 
@@ -203,8 +204,9 @@ def test_runtime_images_run_policy_and_labels_follow_the_values(helm: Path) -> N
         "runtimes.runPolicy.ttlSecondsAfterFinished=600",
         "commonLabels.team=ml",
     ]
-    args = ["--api-versions", RUNTIMES_API, "-s", "templates/runtimes.yaml"]
-    objects = by_key(template(helm, *args, *(a for v in values for a in ("--set", v))))
+    args = ["-s", "templates/runtimes.yaml"]
+    rendered = template(helm, *args, *(a for v in values for a in ("--set", v)))
+    objects = by_key(installed_runtimes(rendered))
 
     def images(name: str) -> set[str]:
         jobs = objects[("ClusterTrainingRuntime", "", name)]["spec"]["template"]["spec"]
@@ -451,99 +453,65 @@ def notes(helm: Path, *args: str) -> str:
     return text
 
 
-def test_the_notes_say_when_runtimes_wait_for_their_api_and_what_is_ignored(
-    helm: Path,
-) -> None:
-    fresh = notes(helm, "--set", "runtimes.defaultEnabled=true")
-    assert "the built-in ClusterTrainingRuntimes were NOT installed" in fresh
-    assert "helm upgrade kubeflow-trainer" in fresh and "--reuse-values" in fresh
-    served = notes(
-        helm, "--set", "runtimes.torchDistributed.enabled=true", "--api-versions", RUNTIMES_API
+def test_the_notes_name_the_runtimes_installed_and_what_is_ignored(helm: Path) -> None:
+    some = notes(helm, "--set", "runtimes.torchDistributed.enabled=true")
+    assert (
+        "Built-in ClusterTrainingRuntimes, applied by the hook Job "
+        "kubeflow-trainer-runtimes-installer-install: torch-distributed." in some
     )
-    assert "Built-in ClusterTrainingRuntimes of this release: torch-distributed." in served
-    assert "WARNING" not in served
+    assert "WARNING" not in some
     ignored = notes(
         helm, "--set", "jobset.install=true", "--set", "dataCache.enabled=true",
+        "--set", "runtimes.installer.image.repository=mirror/alpine",
+        # Honoured, so not named: where the installer's pods run.
         "--set", "runtimes.installer.nodeSelector.pool=cpu",
     )  # fmt: skip
     assert re.findall(r"WARNING: (\S+) is ignored", ignored) == [
         "jobset.install=true",
         "dataCache.lws.install=true",
-        "runtimes.installer",
+        "runtimes.installer.image",
     ]
     assert "WARNING" not in notes(helm)
 
 
-# --- on the local API server ------------------------------------------------------------------
-@pytest.fixture
-def api_server() -> Iterator[str]:
-    loop = asyncio.new_event_loop()
-    server = APIServer()
-    loop.run_until_complete(server.start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    with tempfile.NamedTemporaryFile(suffix=".kubeconfig") as kubeconfig:
-        server.write_kubeconfig(kubeconfig.name)
-        try:
-            yield kubeconfig.name
-        finally:
-            asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(30)
-            loop.close()
-
-
-def test_install_upgrade_uninstall_on_the_local_api_server(helm: Path, api_server: str) -> None:
-    """The lifecycle docs/install.md gives, on an empty cluster: the first install creates
-    the CRDs and the controller and defers the runtimes; the next upgrade installs them;
-    uninstall removes all but the CRDs."""
-
-    def helm_ok(*args: str) -> str:
-        done = run_helm(helm, *args, "-n", "kubeflow-system", kubeconfig=api_server)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    def names(kinds: str) -> set[str]:
-        done = run_helm(helm, "get", "manifest", "kubeflow-trainer", "-n", "kubeflow-system",
-                        kubeconfig=api_server)  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        objects = [o for o in yaml.safe_load_all(done.stdout) if o]
-        return {o["metadata"]["name"] for o in objects if o["kind"] in kinds.split(",")}
-
-    chart = str(CHART)
-    out = helm_ok("install", "kubeflow-trainer", chart, "--create-namespace",
-                  "--set", "runtimes.defaultEnabled=true")  # fmt: skip
-    assert "STATUS: deployed" in out and "were NOT installed" in out
-    assert names("ClusterTrainingRuntime") == set()
-    assert len(names("CustomResourceDefinition")) == 3
-    out = helm_ok("upgrade", "kubeflow-trainer", chart, "--reuse-values",
-                  "--set", "manager.logLevel=debug")  # fmt: skip
-    assert "REVISION: 2" in out and "WARNING" not in out
-    runtimes = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in ROOT.glob("runtimes/*")}
-    assert names("ClusterTrainingRuntime") == runtimes
-    out = helm_ok("uninstall", "kubeflow-trainer")
-    assert "kept due to the resource policy" in out
-    assert "[CustomResourceDefinition] trainjobs.trainer.kubeflow.org" in out
-    listed = run_helm(helm, "list", "-A", "-q", kubeconfig=api_server)
-    assert listed.stdout.strip() == ""
-    left = subprocess.run(
-        ["kubectl", "--kubeconfig", api_server, "get", "-o", "name",
-         "clustertrainingruntimes,crd,clusterroles,clusterrolebindings,"
-         "mutatingwebhookconfigurations,validatingwebhookconfigurations"],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    ours = [n for n in left if "trainer" in n]
-    assert sorted(ours) == [
-        "customresourcedefinition.apiextensions.k8s.io/" + crd
-        for crd in (
-            "clustertrainingruntimes.trainer.kubeflow.org",
-            "trainingruntimes.trainer.kubeflow.org",
-            "trainjobs.trainer.kubeflow.org",
-        )
+def test_the_installer_jobs_follow_the_installer_values(helm: Path) -> None:
+    values = [
+        "runtimes.torchDistributed.enabled=true",
+        "runtimes.installer.nodeSelector.pool=cpu",
+        "runtimes.installer.tolerations[0].key=dedicated",
+        "runtimes.installer.tolerations[0].operator=Exists",
+        "runtimes.installer.resources.limits.memory=256Mi",
+        "runtimes.installer.imagePullSecrets[0].name=installer-cred",
+        "image.pullSecrets[0].name=regcred",
+        "image.registry=registry.example.com",
     ]
-    namespaced = subprocess.run(
-        ["kubectl", "--kubeconfig", api_server, "get", "-n", "kubeflow-system", "-o", "name",
-         "deploy,svc,cm,sa,secret,role,rolebinding,pdb"],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    assert [n for n in namespaced if "trainer" in n] == []
+    args = ["-s", "templates/runtimes-installer.yaml"]
+    objects = by_key(template(helm, *args, *(a for v in values for a in ("--set", v))))
+    ns = "kubeflow-system"
+    install = objects[("Job", ns, "kubeflow-trainer-runtimes-installer-install")]
+    remove = objects[("Job", ns, "kubeflow-trainer-runtimes-installer-uninstall")]
+    assert install["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    assert remove["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    for job in (install, remove):
+        pod = job["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == "kubeflow-trainer-runtimes-installer"
+        assert pod["nodeSelector"] == {"pool": "cpu"}
+        assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+        assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "installer-cred"}]
+        (container,) = pod["containers"]
+        assert container["image"] == f"registry.example.com/trainer-py:{__version__}"
+        assert container["resources"] == {"limits": {"memory": "256Mi"}}
+        assert container["command"][:3] == ["trainer", "runtimes", container["command"][2]]
+    assert install["spec"]["template"]["spec"]["containers"][0]["command"][2:] == [
+        "install", "--prune", "--file", "/etc/kubeflow-trainer/runtimes/runtimes.yaml"
+    ]  # fmt: skip
+    rules = objects[("ClusterRole", "", "kubeflow-trainer-runtimes-installer")]["rules"]
+    assert rules == [
+        {
+            "apiGroups": ["trainer.kubeflow.org"],
+            "resources": ["clustertrainingruntimes"],
+            "verbs": ["create", "delete", "get", "list", "patch"],
+        }
+    ]
+    # No runtime wanted on a first install: no installer at all.
+    assert not installer_keys() & set(by_key(template(helm, "--set", "crds.enabled=false")))

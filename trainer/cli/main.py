@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "controller": ("trainer.cli.controller", "controller"),
     "convert": ("trainer.cli.convert", "convert_cmd"),
     "manifests": ("trainer.cli.manifests", "manifests"),
+    "runtimes": ("trainer.cli.runtimes", "app"),
     "data-cache": ("trainer.cli.datacache", "app"),
     "dashboard": ("trainer.cli.dashboard", "dashboard"),
 }

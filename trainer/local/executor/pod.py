@@ -407,6 +407,11 @@ class LocalPod:
                     c.state = {"waiting": {"reason": err.reason, "message": err.message}}
                 await self.sync_status()
             except TRANSIENT as exc:
+                # A node is refused the objects of a pod no longer bound to it (the Node
+                # authorizer): deleted meanwhile, its deletion comes through the watch a moment
+                # later. Said only if the pod still runs after the wait.
+                if isinstance(exc, APIError) and exc.status == 403 and await self._sleep(delay):
+                    return False
                 log.warning("pod %s: reading its ConfigMaps/Secrets failed: %s", self.key, exc)
             if await self._sleep(delay):
                 return False

@@ -65,3 +65,7 @@ given, ":tag" only when there is a tag (the tag, else the default passed in). */
 {{- define "trainer.port" -}}
 {{- if ne (toString .) "0" }}{{ regexFind "[0-9]+$" (toString .) }}{{ end }}
 {{- end }}
+
+{{- /* The runtimes installer's objects (runtimes.yaml, runtimes-installer.yaml). */ -}}
+{{- define "trainer.runtimesConfigMap" -}}kubeflow-trainer-runtimes{{- end }}
+{{- define "trainer.installerName" -}}kubeflow-trainer-runtimes-installer{{- end }}

@@ -7,17 +7,8 @@ It needs JobSet v0.12.0 in the cluster (this chart does not install it).
   kubectl -n {{ .Release.Namespace }} rollout status deployment/{{ include "trainer.name" . }}
 {{- $wanted := include "trainer.runtimesWanted" . | trim }}
 {{- if $wanted }}
-{{- if include "trainer.runtimesServed" . }}
 
-Built-in ClusterTrainingRuntimes of this release: {{ splitList "\n" $wanted | join ", " }}.
-{{- else }}
-
-WARNING: the built-in ClusterTrainingRuntimes were NOT installed: the ClusterTrainingRuntime
-API was not served when Helm rendered this release (this install creates its CRD), and Helm
-cannot create objects of an API it has not seen. Install them now with:
-
-  helm upgrade {{ .Release.Name }} <this chart> --namespace {{ .Release.Namespace }} --reuse-values
-{{- end }}
+Built-in ClusterTrainingRuntimes, applied by the hook Job {{ include "trainer.installerName" . }}-install: {{ splitList "\n" $wanted | join ", " }}.
 {{- end }}
 {{- if .Values.jobset.install }}
 
@@ -31,9 +22,9 @@ project's data cache (torch-distributed-with-cache) does not need it.
 {{- end }}
 {{- $installer := .Values.runtimes.installer }}
 {{- $defaultImage := dict "registry" "docker.io" "repository" "alpine" "tag" "3.21" }}
-{{- if or (ne (toJson $installer.image) (toJson $defaultImage)) $installer.imagePullSecrets $installer.resources $installer.nodeSelector $installer.affinity $installer.tolerations }}
+{{- if ne (toJson $installer.image) (toJson $defaultImage) }}
 
-WARNING: runtimes.installer is ignored: no installer Job runs here; the runtimes are objects
-of this release.
+WARNING: runtimes.installer.image is ignored: the runtimes installer runs `trainer runtimes` in
+the controller's image ({{ include "trainer.image" . }}).
 {{- end }}
 {{- end }}

@@ -1,0 +1,104 @@
+"""The Helm chart's runtimes installer, as data (trainer/deploy/installer.py) and as the
+``trainer runtimes`` command's answers to a bad file (trainer/cli/runtimes.py). Applying to an
+API server: tests/deploy/test_chart_lifecycle.py and tests/cluster/test_helm.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from trainer.cli.main import app
+from trainer.deploy.installer import (
+    INSTALLER,
+    MANAGED_BY,
+    RuntimesFileError,
+    plan,
+    runtimes_to_apply,
+)
+from trainer.deploy.render import runtime_objects
+
+
+def runtime(name: str, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name, **({"labels": labels} if labels else {})},
+        "spec": {},
+    }
+
+
+def test_every_built_in_runtime_is_labelled_and_left_unchanged_otherwise() -> None:
+    builtin = runtime_objects()
+    applied = runtimes_to_apply([None, *builtin], "runtimes.yaml")
+    assert [r["metadata"]["name"] for r in applied] == [r["metadata"]["name"] for r in builtin]
+    for before, after in zip(builtin, applied, strict=True):
+        assert after["metadata"]["labels"] == {
+            **before["metadata"]["labels"],
+            MANAGED_BY: INSTALLER,
+        }
+        assert after["spec"] == before["spec"]
+        assert MANAGED_BY not in before["metadata"]["labels"]  # a copy, not the input
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ("text", "document 1: expected a mapping, found str"),
+        ({**runtime("a"), "kind": "TrainingRuntime"}, "document 1: apiVersion/kind:"),
+        ({**runtime("a"), "metadata": {}}, "document 1: metadata.name: required"),
+        ({**runtime("a"), "metadata": None}, "document 1: metadata: required"),
+        (
+            {**runtime("a"), "metadata": {"name": "a", "namespace": "x"}},
+            "document 1: metadata.namespace: a ClusterTrainingRuntime has none",
+        ),
+    ],
+)
+def test_a_document_that_is_not_a_cluster_runtime_is_refused_by_number(
+    doc: Any, message: str
+) -> None:
+    with pytest.raises(RuntimesFileError, match=r"^f\.yaml: ") as err:
+        runtimes_to_apply([doc], "f.yaml")
+    assert message in str(err.value)
+
+
+def test_a_name_given_twice_is_refused_naming_both_documents() -> None:
+    with pytest.raises(
+        RuntimesFileError, match=r"document 3: metadata\.name: 'a' is also document 1"
+    ):
+        runtimes_to_apply([runtime("a"), runtime("b"), runtime("a")], "f.yaml")
+
+
+def test_prune_deletes_only_what_the_installer_labelled_and_the_file_no_longer_holds() -> None:
+    wanted = runtimes_to_apply([runtime("kept")], "f.yaml")
+    owned = [
+        runtime("kept", **{MANAGED_BY: INSTALLER}),
+        runtime("switched-off", **{MANAGED_BY: INSTALLER}),
+        runtime("someone-elses", **{MANAGED_BY: "platform-team"}),
+    ]
+    assert plan(wanted, owned, prune=True).prune == ["switched-off"]
+    assert plan(wanted, owned, prune=False).prune == []
+    assert plan([], owned, prune=True).prune == ["kept", "switched-off"]
+
+
+def test_the_command_refuses_a_bad_file_before_sending_anything(tmp_path: Path) -> None:
+    bad = tmp_path / "runtimes.yaml"
+    bad.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    # No kubeconfig anywhere: had the command tried to reach a cluster it would say so instead.
+    env = {"KUBECONFIG": str(tmp_path / "none"), "HOME": str(tmp_path)}
+    done = CliRunner().invoke(app, ["runtimes", "install", "--file", str(bad)], env=env)
+    assert done.exit_code == 2
+    assert f"error: {bad}: document 1: apiVersion/kind: 'v1'/'ConfigMap'" in done.output
+    missing = CliRunner().invoke(app, ["runtimes", "install", "-f", str(tmp_path / "no")], env=env)
+    assert missing.exit_code == 2 and "error:" in missing.output
+
+
+def test_without_a_cluster_the_command_says_so_in_one_line(tmp_path: Path) -> None:
+    good = tmp_path / "runtimes.yaml"
+    good.write_text("")
+    env = {"KUBECONFIG": str(tmp_path / "none"), "HOME": str(tmp_path)}
+    done = CliRunner().invoke(app, ["runtimes", "uninstall"], env=env)
+    assert done.exit_code == 1
+    assert done.output.startswith("error: ") and done.output.count("\n") == 1, done.output
