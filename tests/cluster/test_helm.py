@@ -13,8 +13,8 @@ rolled by `helm upgrade` to a changed value; upstream's example runs to Complete
 `helm uninstall` (its pre-delete hook deleting the runtimes) leaves nothing of ours but the CRDs
 (kept by their resource policy) and the two objects the controller writes itself. The tier runs
 this file last (tests/cluster/conftest.py): the kustomize install is put back only when a later
-test uses the bed. A first install on a cluster without the CRDs is the local plane's test in
-tests/deploy/test_chart_lifecycle.py.
+test uses the bed. Last, the CRDs deleted, one `helm install` as on a new cluster, which the
+local plane also does (tests/deploy/test_chart_lifecycle.py).
 """
 
 from __future__ import annotations
@@ -284,3 +284,19 @@ def test_install_upgrade_and_uninstall_with_helm(
     # The TrainJobs stayed with their CRD.
     assert bed.get_json("trainjob", "across-upgrade", "-n", namespace)["metadata"]["uid"]
     print(f"install, upgrade and uninstall on the bed: {time.monotonic() - started:.1f} s")
+
+    # 6. One `helm install` on a cluster without the Trainer CRDs, as on a new cluster: Helm
+    # creates the CRDs from the chart's templates and its post-install Job applies the runtimes
+    # (waiting, if need be, until kube-apiserver serves their API). No controller runs: the
+    # built-in runtimes skip the webhooks (their webhook-validation label).
+    bed.kubectl("delete", "crd", *crds, "--wait=true", "--timeout=90s", timeout=100)
+    out = helm_on(
+        bed, "install", RELEASE, str(CHART), "--namespace", NS,
+        "--set", "runtimes.defaultEnabled=true", "-f", str(values),
+    )  # fmt: skip
+    assert "STATUS: deployed" in out
+    assert installed_runtimes(bed) == every
+    assert installer_runs(bed, "install") == 3
+    helm_on(bed, "uninstall", RELEASE, "--namespace", NS)
+    assert installed_runtimes(bed) == set()
+    print(f"and a first install on a cluster without the CRDs: {time.monotonic() - started:.1f} s")
