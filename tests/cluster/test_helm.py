@@ -168,6 +168,16 @@ def installer_runs(bed: beds.Bed, step: str) -> int:
     )
 
 
+def installer_events(bed: beds.Bed) -> str:
+    """Every event of the installer's Jobs and pods, for a failure's message."""
+    events = bed.get_json("events", "-n", NS)["items"]
+    return "\n".join(
+        f"{e['involvedObject']['name']}: {e['reason']}: {e.get('message', '')}"
+        for e in events
+        if e["involvedObject"]["name"].startswith(INSTALLER)
+    )
+
+
 def applied_by_the_installer(bed: beds.Bed, name: str) -> bool:
     meta = bed.get_json("clustertrainingruntime", name, "--show-managed-fields")["metadata"]
     return any(f.get("manager") == FIELD_MANAGER for f in meta.get("managedFields") or [])
@@ -203,7 +213,7 @@ def test_install_upgrade_and_uninstall_with_helm(
     # pod ran on the node agent with the installer's ServiceAccount (its log is there).
     every = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in ROOT.glob("runtimes/*")}
     assert installed_runtimes(bed) == every
-    assert installer_runs(bed, "install") == 1
+    assert installer_runs(bed, "install") == 1, installer_events(bed)
     assert all(applied_by_the_installer(bed, name) for name in every)
 
     # 2. The kustomize install's controller still serves (taking the objects over kept the
@@ -239,7 +249,7 @@ def test_install_upgrade_and_uninstall_with_helm(
     args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--zap-log-level=debug" in args
     assert installed_runtimes(bed) == every  # the post-upgrade hook applied them again
-    assert installer_runs(bed, "install") == 2
+    assert installer_runs(bed, "install") == 2, installer_events(bed)
     second = trainer_install.start_controller(bed, release_objects(bed), name="trainer-helm-2")
     assert "--zap-log-level=debug" in second.argv
     addons.serving(bed, second, NS, "kubeflow-trainer-webhook-cert", 60, 0.2)
@@ -273,7 +283,7 @@ def test_install_upgrade_and_uninstall_with_helm(
     assert sorted(left) == [("CustomResourceDefinition", name) for name in sorted(crds)]
     # The pre-delete hook deleted the installer's runtimes (other tests' own runtimes stay).
     assert installed_runtimes(bed) == set()
-    assert installer_runs(bed, "uninstall") == 1
+    assert installer_runs(bed, "uninstall") == 1, installer_events(bed)
     remaining = bed.kubectl("get", "secret,lease,configmap,serviceaccount", "-n", NS, "-o", "json")
     ours = {
         (o["kind"], o["metadata"]["name"])
@@ -296,7 +306,7 @@ def test_install_upgrade_and_uninstall_with_helm(
     )  # fmt: skip
     assert "STATUS: deployed" in out
     assert installed_runtimes(bed) == every
-    assert installer_runs(bed, "install") == 3
+    assert installer_runs(bed, "install") == 3, installer_events(bed)
     helm_on(bed, "uninstall", RELEASE, "--namespace", NS)
     assert installed_runtimes(bed) == set()
     print(f"and a first install on a cluster without the CRDs: {time.monotonic() - started:.1f} s")

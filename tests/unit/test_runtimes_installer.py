@@ -4,12 +4,14 @@ API server: tests/deploy/test_chart_lifecycle.py and tests/cluster/test_helm.py.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from trainer.cli import runtimes as runtimes_cli
 from trainer.cli.main import app
 from trainer.deploy.installer import (
     INSTALLER,
@@ -19,6 +21,7 @@ from trainer.deploy.installer import (
     runtimes_to_apply,
 )
 from trainer.deploy.render import runtime_objects
+from trainer.machinery.requests import APIError
 
 
 def runtime(name: str, **labels: str) -> dict[str, Any]:
@@ -102,3 +105,50 @@ def test_without_a_cluster_the_command_says_so_in_one_line(tmp_path: Path) -> No
     done = CliRunner().invoke(app, ["runtimes", "uninstall"], env=env)
     assert done.exit_code == 1
     assert done.output.startswith("error: ") and done.output.count("\n") == 1, done.output
+
+
+class _Unserved:
+    """A Kube whose ClusterTrainingRuntime list answers as kube-apiserver does while the CRD
+    is not established: a plain 404, then a 404 Status (another CRD of the group is), then
+    the list."""
+
+    def __init__(self) -> None:
+        self.answers: list[Any] = [
+            APIError(404, "Not Found", "404 page not found", "404 page not found"),
+            APIError(404, "NotFound", "the server could not find the requested resource", {}),
+            ([runtime("a")], "7"),
+        ]
+
+    async def list(self, *_: Any, **__: Any) -> Any:
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_the_installer_waits_until_the_runtimes_api_is_served(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(runtimes_cli, "POLL", 0.0)
+    kube = _Unserved()
+    owned = asyncio.run(runtimes_cli._owned(kube))  # type: ignore[arg-type]
+    assert [o["metadata"]["name"] for o in owned] == ["a"] and kube.answers == []
+    assert (
+        capsys.readouterr().out == "waiting for the API server to serve clustertrainingruntimes\n"
+    )
+
+
+def test_a_refusal_is_waited_out_briefly_then_reported(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(runtimes_cli, "POLL", 0.0)
+    refused = APIError(403, "Forbidden", "cannot list resource clustertrainingruntimes", {})
+    kube = _Unserved()
+    kube.answers = [refused, ([], "1")]
+    assert asyncio.run(runtimes_cli._owned(kube)) == []  # type: ignore[arg-type]
+    assert "waiting for the ServiceAccount's permissions" in capsys.readouterr().out
+    # A binding that never comes: the refusal is the command's answer once the wait is over.
+    monkeypatch.setattr(runtimes_cli, "PERMITTED_WITHIN", 0.0)
+    kube.answers = [refused]
+    with pytest.raises(APIError, match="403 Forbidden"):
+        asyncio.run(runtimes_cli._owned(kube))  # type: ignore[arg-type]

@@ -38,6 +38,10 @@ TIMEOUT = 30.0
 """Seconds for each request."""
 SERVED_WITHIN = 120.0
 """Seconds to wait for the ClusterTrainingRuntime API (its CRD created by the same install)."""
+PERMITTED_WITHIN = 30.0
+"""Seconds a 403 is taken for a ClusterRoleBinding not yet in effect."""
+POLL = 1.0
+"""Seconds between two looks while it is not served."""
 
 
 def _fail(message: str) -> typer.Exit:
@@ -70,22 +74,33 @@ async def _install(kubeconfig: str | None, file: Path, prune: bool) -> None:
 
 
 async def _owned(kube: Kube) -> list[dict[str, Any]]:
-    """The runtimes carrying the installer's label, once the API serves them: a hook Job may
-    start a moment before the CRD the same install created is established."""
+    """The runtimes carrying the installer's label, once the API serves them to us. A hook Job
+    may start a moment before what the same install created takes effect:
+
+    - the CRD is not established yet. A list of a collection is never "not found" but while
+      its resource is not served: kube-apiserver answers a plain 404 while the group is
+      unknown, and a 404 Status once another CRD of the group (TrainJob's) is established;
+    - the ClusterRoleBinding is not in the authorizer's cache yet: 403 for
+      :data:`PERMITTED_WITHIN` seconds (a refusal that lasts is reported as one)."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + SERVED_WITHIN
-    said = False
+    started = loop.time()
+    said: set[int] = set()
     while True:
         try:
             owned, _ = await kube.list(CLUSTER_TRAINING_RUNTIMES, label_selector=SELECTOR)
             return owned
         except APIError as err:
-            if not err.is_unserved or loop.time() > deadline:
+            waited = loop.time() - started
+            if err.status == 404 and waited < SERVED_WITHIN:
+                wait = "the API server to serve clustertrainingruntimes"
+            elif err.status == 403 and waited < PERMITTED_WITHIN:
+                wait = "the ServiceAccount's permissions to take effect"
+            else:
                 raise
-        if not said:
-            typer.echo("waiting for the API server to serve clustertrainingruntimes")
-            said = True
-        await asyncio.sleep(1.0)
+            if err.status not in said:
+                typer.echo(f"waiting for {wait}")
+                said.add(err.status)
+        await asyncio.sleep(POLL)
 
 
 async def _uninstall(kubeconfig: str | None) -> None:
