@@ -61,5 +61,5 @@ ENV PATH=/opt/trainer/bin:$PATH \
 COPY --from=build /opt/trainer /opt/trainer
 # A numeric user, so Kubernetes can verify runAsNonRoot without a passwd entry.
 USER 65532:65532
-EXPOSE 8081 8443 9443
+EXPOSE 8081 8443 9443 10443
 ENTRYPOINT ["trainer", "controller"]

@@ -346,11 +346,13 @@ def test_upstream_values_keys_reach_the_objects(helm: Path, tmp_path: Path) -> N
     assert (cfg.status_server.port, cfg.status_server.qps) == (10444, 7)
     assert cfg.feature_gates == {"TrainJobStatus": True}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"webhook": 10250, "metrics": 9443, "health": 9081}
+    assert ports == {"webhook": 10250, "metrics": 9443, "health": 9081, "status-server": 10444}
     assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
     assert container["livenessProbe"]["httpGet"]["path"] == "/live"
     service = objects[("Service", ns, "my-trainer-webhook")]
     assert service["spec"]["selector"]["tier"] == "control"
+    served = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert served["status-server"] == (10444, "status-server")  # the URL pods are given
     role = objects[("Role", ns, "kubeflow-trainer-controller-manager")]
     named = {
         r["resources"][0]: r.get("resourceNames") for r in role["rules"] if "resourceNames" in r

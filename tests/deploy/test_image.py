@@ -110,7 +110,7 @@ def test_the_daemonless_build_reads_the_final_stages_configuration() -> None:
             "HOME=/tmp",
         ],
         "User": "65532:65532",
-        "ExposedPorts": {"8081/tcp": {}, "8443/tcp": {}, "9443/tcp": {}},
+        "ExposedPorts": {"8081/tcp": {}, "8443/tcp": {}, "9443/tcp": {}, "10443/tcp": {}},
         "Entrypoint": ["trainer", "controller"],
     }
     assert [s.name for s in image.needed(stages, final)] == ["build"]

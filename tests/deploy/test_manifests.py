@@ -156,6 +156,7 @@ def test_deployment_is_hardened_and_probed(rendered: dict[str, list[Obj]]) -> No
         "webhook": 9443,
         "metrics": 8443,
         "health": 8081,
+        "status-server": 10443,
     }
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
@@ -181,13 +182,17 @@ def test_deployment_args_are_real_controller_flags_and_the_config_agrees(
     assert cfg.webhook.port == ports["webhook"]
     assert cfg.metrics.bind_address == f":{ports['metrics']}"
     assert cfg.health.health_probe_bind_address == f":{ports['health']}"
+    assert cfg.status_server.port == ports["status-server"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/" + cfg.health.liveness_endpoint_name
     assert (
         container["readinessProbe"]["httpGet"]["path"] == "/" + cfg.health.readiness_endpoint_name
     )
     # The webhook Service and certificate names the controller uses are the installed ones.
     service = find(objects, "Service", cfg.cert_management.webhook_service_name)
-    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]}["webhook"] == "webhook"
+    targets = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert targets["webhook"] == (443, "webhook")
+    # Training pods are given https://<Service>.<namespace>.svc:<statusServer.port>.
+    assert targets["status-server"] == (cfg.status_server.port, "status-server")
     # The certificate directory is writable despite the read-only root filesystem.
     assert "/tmp" in mounts
 

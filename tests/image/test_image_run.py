@@ -237,7 +237,7 @@ def test_the_config_is_the_dockerfiles_final_stage(layout: Path) -> None:
     assert config["User"] == "65532:65532"
     assert config["Entrypoint"] == ["trainer", "controller"]
     assert "Cmd" not in config
-    assert set(config["ExposedPorts"]) == {"8081/tcp", "8443/tcp", "9443/tcp"}
+    assert set(config["ExposedPorts"]) == {"8081/tcp", "8443/tcp", "9443/tcp", "10443/tcp"}
     env = dict(e.split("=", 1) for e in config["Env"])
     assert env["PATH"].startswith("/opt/trainer/bin:/usr/local/bin:")
     assert env["PYTHONDONTWRITEBYTECODE"] == env["PYTHONUNBUFFERED"] == "1"
