@@ -19,6 +19,8 @@ local plane also does (tests/deploy/test_chart_lifecycle.py).
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,14 +170,62 @@ def installer_runs(bed: beds.Bed, step: str) -> int:
     )
 
 
-def installer_events(bed: beds.Bed) -> str:
-    """Every event of the installer's Jobs and pods, for a failure's message."""
-    events = bed.get_json("events", "-n", NS)["items"]
-    return "\n".join(
-        f"{e['involvedObject']['name']}: {e['reason']}: {e.get('message', '')}"
-        for e in events
-        if e["involvedObject"]["name"].startswith(INSTALLER)
-    )
+class InstallerPods:
+    """A watch of the installer's pods from the test's start: the status each had, so that a
+    failed attempt's termination message (its last log lines) is known after Helm deleted the
+    Job and its pods."""
+
+    def __init__(self, bed: beds.Bed, path: Path) -> None:
+        self.path = path
+        self.bed = bed
+        self.proc = subprocess.Popen(
+            ["kubectl", f"--kubeconfig={bed.kubeconfig}", "get", "pods", "-n", NS, "-l",
+             "app.kubernetes.io/component=runtimes-installer", "--watch", "-o", "json"],
+            stdout=path.open("w"), stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def failures(self) -> list[str]:
+        text, seen, decoder, at = self.path.read_text(), [], json.JSONDecoder(), 0
+        while True:
+            while at < len(text) and text[at].isspace():
+                at += 1
+            if at >= len(text):
+                break
+            try:
+                pod, at = decoder.raw_decode(text, at)
+            except json.JSONDecodeError:  # the watch's last object, half written
+                break
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                ended = (status.get("state") or {}).get("terminated") or {}
+                line = f"{pod['metadata']['name']}: exit {ended.get('exitCode')}: "
+                if ended.get("exitCode") and line + str(ended.get("message")) not in seen:
+                    seen.append(line + str(ended.get("message")))
+        return seen
+
+    def explain(self) -> str:
+        """The installer's events and every failed attempt's message, for an assertion."""
+        events = self.bed.get_json("events", "-n", NS)["items"]
+        return "\n".join(
+            [
+                f"{e['involvedObject']['name']}: {e['reason']}: {e.get('message', '')}"
+                for e in events
+                if e["involvedObject"]["name"].startswith(INSTALLER)
+            ]
+            + self.failures()
+        )
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def pods(bed: beds.Bed, tmp_path: Path) -> Iterator[InstallerPods]:
+    watch = InstallerPods(bed, tmp_path / "installer-pods.json")
+    try:
+        yield watch
+    finally:
+        watch.stop()
 
 
 def applied_by_the_installer(bed: beds.Bed, name: str) -> bool:
@@ -184,7 +234,7 @@ def applied_by_the_installer(bed: beds.Bed, name: str) -> bool:
 
 
 def test_install_upgrade_and_uninstall_with_helm(
-    helm_install: beds.Bed, agent: Agent, namespace: str, tmp_path: Path
+    helm_install: beds.Bed, agent: Agent, pods: InstallerPods, namespace: str, tmp_path: Path
 ) -> None:
     bed = helm_install
     started = time.monotonic()
@@ -213,7 +263,7 @@ def test_install_upgrade_and_uninstall_with_helm(
     # pod ran on the node agent with the installer's ServiceAccount (its log is there).
     every = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in ROOT.glob("runtimes/*")}
     assert installed_runtimes(bed) == every
-    assert installer_runs(bed, "install") == 1, installer_events(bed)
+    assert installer_runs(bed, "install") == 1, pods.explain()
     assert all(applied_by_the_installer(bed, name) for name in every)
 
     # 2. The kustomize install's controller still serves (taking the objects over kept the
@@ -249,7 +299,7 @@ def test_install_upgrade_and_uninstall_with_helm(
     args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--zap-log-level=debug" in args
     assert installed_runtimes(bed) == every  # the post-upgrade hook applied them again
-    assert installer_runs(bed, "install") == 2, installer_events(bed)
+    assert installer_runs(bed, "install") == 2, pods.explain()
     second = trainer_install.start_controller(bed, release_objects(bed), name="trainer-helm-2")
     assert "--zap-log-level=debug" in second.argv
     addons.serving(bed, second, NS, "kubeflow-trainer-webhook-cert", 60, 0.2)
@@ -283,7 +333,7 @@ def test_install_upgrade_and_uninstall_with_helm(
     assert sorted(left) == [("CustomResourceDefinition", name) for name in sorted(crds)]
     # The pre-delete hook deleted the installer's runtimes (other tests' own runtimes stay).
     assert installed_runtimes(bed) == set()
-    assert installer_runs(bed, "uninstall") == 1, installer_events(bed)
+    assert installer_runs(bed, "uninstall") == 1, pods.explain()
     remaining = bed.kubectl("get", "secret,lease,configmap,serviceaccount", "-n", NS, "-o", "json")
     ours = {
         (o["kind"], o["metadata"]["name"])
@@ -306,7 +356,7 @@ def test_install_upgrade_and_uninstall_with_helm(
     )  # fmt: skip
     assert "STATUS: deployed" in out
     assert installed_runtimes(bed) == every
-    assert installer_runs(bed, "install") == 3, installer_events(bed)
+    assert installer_runs(bed, "install") == 3, pods.explain()
     helm_on(bed, "uninstall", RELEASE, "--namespace", NS)
     assert installed_runtimes(bed) == set()
     print(f"and a first install on a cluster without the CRDs: {time.monotonic() - started:.1f} s")
