@@ -109,13 +109,15 @@ def test_without_a_cluster_the_command_says_so_in_one_line(tmp_path: Path) -> No
 
 class _Unserved:
     """A Kube whose ClusterTrainingRuntime list answers as kube-apiserver does while the CRD
-    is not established: a plain 404, then a 404 Status (another CRD of the group is), then
-    the list."""
+    is not established: a plain 404, then a 404 Status (another CRD of the group is), a 429
+    while its storage initialises, then the list."""
 
     def __init__(self) -> None:
         self.answers: list[Any] = [
             APIError(404, "Not Found", "404 page not found", "404 page not found"),
             APIError(404, "NotFound", "the server could not find the requested resource", {}),
+            # A CRD deleted and created again: its storage answers 429 for a moment.
+            APIError(429, "TooManyRequests", "storage is (re)initializing", {}),
             ([runtime("a")], "7"),
         ]
 
@@ -126,16 +128,18 @@ class _Unserved:
         return answer
 
 
-def test_the_installer_waits_until_the_runtimes_api_is_served(
+def test_the_installer_waits_until_the_runtimes_api_is_served_and_ready(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(runtimes_cli, "POLL", 0.0)
     kube = _Unserved()
     owned = asyncio.run(runtimes_cli._owned(kube))  # type: ignore[arg-type]
     assert [o["metadata"]["name"] for o in owned] == ["a"] and kube.answers == []
-    assert (
-        capsys.readouterr().out == "waiting for the API server to serve clustertrainingruntimes\n"
-    )
+    assert capsys.readouterr().out.splitlines() == [
+        "waiting for the API server to serve clustertrainingruntimes",
+        "waiting for the API server to take requests "
+        "(429 TooManyRequests: storage is (re)initializing)",
+    ]
 
 
 def test_a_refusal_is_waited_out_briefly_then_reported(

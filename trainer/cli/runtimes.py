@@ -5,9 +5,10 @@ chart's hook Jobs with their ServiceAccount's token, and usable by hand with a k
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -41,7 +42,8 @@ SERVED_WITHIN = 120.0
 PERMITTED_WITHIN = 30.0
 """Seconds a 403 is taken for a ClusterRoleBinding not yet in effect."""
 POLL = 1.0
-"""Seconds between two looks while it is not served."""
+"""Seconds between two attempts while an answer is worth waiting out."""
+T = TypeVar("T")
 
 
 def _fail(message: str) -> typer.Exit:
@@ -59,58 +61,76 @@ async def _install(kubeconfig: str | None, file: Path, prune: bool) -> None:
         raise typer.Exit(2) from None
     api = await new_api_client(kubeconfig, qps_user_agent=FIELD_MANAGER)
     kube = Kube(api, timeout=TIMEOUT)
+    said: set[str] = set()
     try:
-        owned = await _owned(kube)
-        todo = plan(wanted, owned, prune)
+        todo = plan(wanted, await _owned(kube, said), prune)
         for runtime in todo.apply:
-            await kube.apply(runtime, FIELD_MANAGER, force=True)
+            await _patiently(partial(kube.apply, runtime, FIELD_MANAGER, force=True), said)
             typer.echo(f"clustertrainingruntime/{runtime['metadata']['name']} applied")
         for name in todo.prune:
-            await kube.delete(CLUSTER_TRAINING_RUNTIMES, None, name)
+            await _patiently(partial(kube.delete, CLUSTER_TRAINING_RUNTIMES, None, name), said)
             typer.echo(f"clustertrainingruntime/{name} deleted (no longer enabled)")
         typer.echo(f"{len(todo.apply)} applied, {len(todo.prune)} deleted")
     finally:
         await api.close()
 
 
-async def _owned(kube: Kube) -> list[dict[str, Any]]:
-    """The runtimes carrying the installer's label, once the API serves them to us. A hook Job
-    may start a moment before what the same install created takes effect:
+async def _owned(kube: Kube, said: set[str] | None = None) -> list[dict[str, Any]]:
+    """The runtimes carrying the installer's label."""
+    owned, _ = await _patiently(
+        lambda: kube.list(CLUSTER_TRAINING_RUNTIMES, label_selector=SELECTOR), said
+    )
+    return owned
 
-    - the CRD is not established yet. A list of a collection is never "not found" but while
-      its resource is not served: kube-apiserver answers a plain 404 while the group is
-      unknown, and a 404 Status once another CRD of the group (TrainJob's) is established;
+
+def _waiting_for(err: APIError, waited: float) -> str | None:
+    """What an answer means the installer is waiting for, while that is worth waiting for. A
+    hook Job may start a moment before what the same install created takes effect:
+
+    - the CRD is not established yet. A collection is never "not found" but while its
+      resource is not served: kube-apiserver answers a plain 404 while the group is unknown,
+      and a 404 Status once another CRD of the group (TrainJob's) is established;
+    - its storage is (re)initialising (429, a CRD deleted and created again), or the server is
+      busy or unreachable (429, 5xx, no answer);
     - the ClusterRoleBinding is not in the authorizer's cache yet: 403 for
       :data:`PERMITTED_WITHIN` seconds (a refusal that lasts is reported as one)."""
+    if err.status == 404 and waited < SERVED_WITHIN:
+        return "the API server to serve clustertrainingruntimes"
+    if err.is_retryable and waited < SERVED_WITHIN:
+        return f"the API server to take requests ({err})"
+    if err.status == 403 and waited < PERMITTED_WITHIN:
+        return "the ServiceAccount's permissions to take effect"
+    return None
+
+
+async def _patiently(call: Callable[[], Awaitable[T]], said: set[str] | None = None) -> T:
+    """``call()``'s answer, asked again every :data:`POLL` seconds while :func:`_waiting_for`
+    says the error is worth waiting out; each reason said once (``said``: those said already)."""
+    said = set() if said is None else said
     loop = asyncio.get_running_loop()
     started = loop.time()
-    said: set[int] = set()
     while True:
         try:
-            owned, _ = await kube.list(CLUSTER_TRAINING_RUNTIMES, label_selector=SELECTOR)
-            return owned
+            return await call()
         except APIError as err:
-            waited = loop.time() - started
-            if err.status == 404 and waited < SERVED_WITHIN:
-                wait = "the API server to serve clustertrainingruntimes"
-            elif err.status == 403 and waited < PERMITTED_WITHIN:
-                wait = "the ServiceAccount's permissions to take effect"
-            else:
+            wait = _waiting_for(err, loop.time() - started)
+            if wait is None:
                 raise
-            if err.status not in said:
+            if wait not in said:
                 typer.echo(f"waiting for {wait}")
-                said.add(err.status)
+                said.add(wait)
         await asyncio.sleep(POLL)
 
 
 async def _uninstall(kubeconfig: str | None) -> None:
     api = await new_api_client(kubeconfig, qps_user_agent=FIELD_MANAGER)
     kube = Kube(api, timeout=TIMEOUT)
+    said: set[str] = set()
     try:
-        owned = await _owned(kube)
+        owned = await _owned(kube, said)
         for runtime in owned:
             name = runtime["metadata"]["name"]
-            await kube.delete(CLUSTER_TRAINING_RUNTIMES, None, name)
+            await _patiently(partial(kube.delete, CLUSTER_TRAINING_RUNTIMES, None, name), said)
             typer.echo(f"clustertrainingruntime/{name} deleted")
         typer.echo(f"{len(owned)} deleted")
     finally:
