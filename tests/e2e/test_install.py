@@ -286,7 +286,8 @@ async def install_and_train(plane: Plane) -> None:
     selector = f"kubernetes.io/service-name={DEPLOYMENT}"
     slices = await plane.get("endpointslices", "-n", NS, "-l", selector)
     (slice_,) = slices["items"]
-    assert {p["name"]: p["port"] for p in slice_["ports"]} == {"webhook": 9443, "metrics": 8443}
+    ports = {p["name"]: p["port"] for p in slice_["ports"]}
+    assert ports == {"webhook": 9443, "metrics": 8443, "status-server": 10443}
     assert [e["conditions"]["ready"] for e in slice_["endpoints"]] == [True, True]
     # The runtime passes through the deployed validating webhook (it is not labelled to skip).
     await plane.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(RUNTIME))
