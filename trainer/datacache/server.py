@@ -379,8 +379,10 @@ class CacheServer:
             client.close()
 
     def stop(self, grace: float | None = 1.0) -> None:
+        """Not serving, then stopped: calls still running get ``grace`` seconds, and the stop
+        is not waited for more than 5 s past that (gRPC cancels them at ``grace``)."""
         self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        self.server.stop(grace).wait()
+        self.server.stop(grace).wait((grace or 0.0) + 5.0)
 
 
 def serve(config: CacheConfig, credential: bytes, log: Log, *, host: str | None = None) -> int:
