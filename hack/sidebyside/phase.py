@@ -150,9 +150,9 @@ async def run_phase(
         # Any write to a pod (created, bound, each KWOK stage), a JobSet or a TrainJob is
         # movement.
         state = frozenset(
-            f"{o['kind']}/{o['metadata']['name']}@{o['metadata']['resourceVersion']}"
-            for items, kind in ((pods, "Pod"), (jobsets, "JobSet"), (jobs, "TrainJob"))
-            for o in ({"kind": kind, **i} for i in items)
+            f"{kind}/{o['metadata']['name']}@{o['metadata']['resourceVersion']}"
+            for kind, items in (("Pod", pods), ("JobSet", jobsets), ("TrainJob", jobs))
+            for o in items
         )
         if state != last:
             last, changed = state, now

@@ -10,6 +10,7 @@ certificate (Secret, caBundle injection) and kube-apiserver calls it.
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from pathlib import Path
@@ -45,7 +46,7 @@ def with_short_lease(objects: list[dict[str, Any]], config: str = CONFIG) -> lis
     test that waits out a killed leader's Lease waits 5 s. The ConfigMap is named ``config``
     (the Deployment's volume follows it), so a second install's replicas can read it beside
     the first's."""
-    out: list[dict[str, Any]] = yaml.safe_load(yaml.safe_dump(objects))
+    out = copy.deepcopy(objects)
     for obj in out:
         if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == CONFIG:
             settings = yaml.safe_load(obj["data"][CONFIG_FILE])

@@ -23,12 +23,12 @@ from trainer.api import constants as c
 
 Obj = dict[str, Any]
 
-MANAGED_BY = "trainer.kubeflow.org/managed-by"
+MANAGED_BY = c.LABEL_MANAGED_BY_INSTALLER
 INSTALLER = "runtimes-installer"
 SELECTOR = f"{MANAGED_BY}={INSTALLER}"
 """The label selector of the runtimes the installer owns."""
 FIELD_MANAGER = "kubeflow-trainer-runtimes-installer"
-KIND = "ClusterTrainingRuntime"
+KIND = c.KIND_CLUSTER_TRAINING_RUNTIME
 API_VERSION = c.API_VERSION
 
 
