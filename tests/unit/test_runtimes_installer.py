@@ -156,3 +156,22 @@ def test_a_refusal_is_waited_out_briefly_then_reported(
     kube.answers = [refused]
     with pytest.raises(APIError, match="403 Forbidden"):
         asyncio.run(runtimes_cli._owned(kube))  # type: ignore[arg-type]
+
+
+def test_an_unreachable_server_is_said_to_be_unreachable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No answer for the whole wait: one line saying the server cannot be reached, exit 1."""
+    monkeypatch.setattr(runtimes_cli, "POLL", 0.0)
+    monkeypatch.setattr(runtimes_cli, "SERVED_WITHIN", 0.0)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    done = CliRunner().invoke(app, ["runtimes", "uninstall", "--kubeconfig", str(kubeconfig)])
+    assert done.exit_code == 1, done.output
+    assert done.output.startswith("error: cannot reach the API server"), done.output
+    assert done.output.count("\n") == 1, done.output

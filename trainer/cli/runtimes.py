@@ -143,6 +143,8 @@ def _run(coro: Coroutine[Any, Any, None]) -> None:
     except KubeconfigError as exc:
         raise _fail(str(exc)) from None
     except APIError as exc:
+        if exc.status == 0:  # no answer came back (connection refused, reset, timed out)
+            raise _fail(f"cannot reach the API server: {exc}") from None
         raise _fail(f"the API server refused: {exc}") from None
     except (TimeoutError, OSError) as exc:
         raise _fail(f"cannot reach the API server: {exc or type(exc).__name__}") from None
