@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from trainer.kube.client import ApiClient
+from trainer.listeners.https_app import HttpsAppServer
 from trainer.machinery.sockets import bind_socket
 from webhooks.app import create_app
 from webhooks.certs import (
@@ -30,7 +31,6 @@ from webhooks.certs import (
 )
 from webhooks.kubecerts import SecretStore, inject_ca_bundle
 from webhooks.kubelookup import Cache, KubeLookup
-from webhooks.server import WebhookServer
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ async def run_webhook(
     )
     rotating = asyncio.create_task(rotator.run(stop), name="webhook-cert-rotator")
     serving: asyncio.Task[None] | None = None
-    server: WebhookServer | None = None
+    server: HttpsAppServer | None = None
     try:
         # Certificates first: the server cannot complete a handshake without them.
         ready = asyncio.create_task(rotator.ready.wait())
@@ -133,7 +133,7 @@ async def run_webhook(
             return
         host = options.host or "0.0.0.0"
         app = create_app(KubeLookup(api, options.runtime_cache), ready=rotator.is_ready)
-        server = WebhookServer(
+        server = HttpsAppServer(
             app,
             host,
             options.port,

@@ -53,12 +53,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from webhook_client import HOST, Connection, expect_allowed, http_request, review_body
 
+from trainer.listeners.https_app import HttpsAppServer
 from trainer.machinery.sockets import bind_socket
 from trainer.runtime.builtin import builtin_runtimes
 from webhooks.app import create_app
 from webhooks.certs import ServerTLS, generate_bundle, write_cert_dir
 from webhooks.lookup import StaticLookup
-from webhooks.server import WebhookServer
 
 ROOT = Path(__file__).resolve().parents[2]
 VALIDATE = "/validate-trainer-kubeflow-org-v1alpha1-trainjob"
@@ -107,7 +107,7 @@ def run_server(cert_dir: Path, cpu: int | None, log: bool) -> None:
 
     async def main() -> None:
         sock = bind_socket(HOST, 0)
-        server = WebhookServer(app, HOST, 0, tls.context, sock=sock, handle_signals=True)
+        server = HttpsAppServer(app, HOST, 0, tls.context, sock=sock, handle_signals=True)
         watcher = asyncio.create_task(server.ready.wait())
         serving = asyncio.create_task(server.serve())
         await watcher

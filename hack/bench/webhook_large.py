@@ -40,6 +40,7 @@ from fastapi.responses import Response
 from webhook_client import HOST, Connection, http_request, review_body
 
 from trainer.admission.types import ClusterView
+from trainer.listeners.https_app import HttpsAppServer
 from trainer.machinery.sockets import bind_socket
 from trainer.runtime.builtin import builtin_runtimes
 from webhooks.app import PATH_MUTATE_TRAINJOB, PATH_VALIDATE_TRAINJOB, create_app
@@ -47,7 +48,6 @@ from webhooks.certs import ServerTLS, generate_bundle, write_cert_dir
 from webhooks.lookup import StaticLookup
 from webhooks.offload import Offload
 from webhooks.review import Answer, Needs, Outcome, answer, finish_review, run_review
-from webhooks.server import WebhookServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,7 +108,7 @@ def serve(cert_dir: Path, mode: str) -> None:
             lags.append(max(0.0, time.perf_counter() - start - 0.005))
 
     async def main() -> None:
-        server = WebhookServer(app, HOST, 0, tls.context, sock=bind_socket(HOST, 0))
+        server = HttpsAppServer(app, HOST, 0, tls.context, sock=bind_socket(HOST, 0))
         probing = asyncio.create_task(probe())
         serving = asyncio.create_task(server.serve())
         await server.ready.wait()

@@ -23,6 +23,7 @@ from tests import builders as b
 from trainer.api.jobset import JobSet
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime
+from trainer.listeners.https_app import HttpsAppServer, serve
 from trainer.machinery.sockets import bind_socket
 from trainer.runtime.info import Runtime
 from webhooks.app import (
@@ -41,7 +42,6 @@ from webhooks.certs import (
     generate_serving_cert,
 )
 from webhooks.lookup import StaticLookup
-from webhooks.server import WebhookServer, serve
 
 NOW = "2026-11-22T10:00:00Z"
 HOSTS = ["localhost", "127.0.0.1"]
@@ -98,7 +98,7 @@ def review(obj: dict[str, Any], uid: str = "uid-1", operation: str = "CREATE") -
 
 @dataclass
 class Running:
-    server: WebhookServer
+    server: HttpsAppServer
     tls: ServerTLS
     certs: CertBundle
     client_ssl: ssl.SSLContext
@@ -121,7 +121,7 @@ async def running() -> AsyncIterator[Running]:
     tls = ServerTLS()
     tls.reload(certs.cert, certs.key)
     app = create_app(StaticLookup(runtimes=_runtimes()), now=lambda: NOW, ready=lambda: tls.loaded)
-    async with WebhookServer(app, "127.0.0.1", 0, tls.context, graceful_timeout=5) as server:
+    async with HttpsAppServer(app, "127.0.0.1", 0, tls.context, graceful_timeout=5) as server:
         yield Running(server, tls, certs, client_context(certs.ca_cert))
 
 

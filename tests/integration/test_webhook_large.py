@@ -38,13 +38,13 @@ from trainer.api import crds
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime
 from trainer.kube.client import new_api_client
+from trainer.listeners.https_app import HttpsAppServer
 from trainer.local.apiserver import APIServer
 from trainer.machinery.sockets import bind_socket
 from webhooks.app import PATH_MUTATE_TRAINJOB, PATH_VALIDATE_TRAINJOB, create_app
 from webhooks.certs import ServerTLS, generate_bundle
 from webhooks.lookup import StaticLookup
 from webhooks.offload import Offload
-from webhooks.server import WebhookServer
 
 pytestmark = pytest.mark.slow
 
@@ -152,7 +152,7 @@ async def start(max_body_bytes: int | None = None, offload: Offload | None = Non
     pool = offload or Offload()
     kw: dict[str, Any] = {} if max_body_bytes is None else {"max_body_bytes": max_body_bytes}
     app = create_app(StaticLookup(runtimes=[parsed]), offload=pool, **kw)
-    webhook = WebhookServer(
+    webhook = HttpsAppServer(
         app, "127.0.0.1", 0, tls.context, sock=bind_socket("127.0.0.1", 0), graceful_timeout=5
     )
     base = f"https://127.0.0.1:{webhook.port}"

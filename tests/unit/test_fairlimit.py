@@ -1,4 +1,4 @@
-"""The status server's API budget shared fairly by clients (webhooks/fairlimit.py,
+"""The status server's API budget shared fairly by clients (trainer/statusserver/fairlimit.py,
 docs/status-server.md "One client cannot delay another"). A fake clock that the limiter's
 own sleep advances: the order in which waiting calls get their tokens is exact."""
 
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from webhooks.fairlimit import (
+from trainer.statusserver.fairlimit import (
     FAILURE_WINDOW_SECONDS,
     SUSPECT_AFTER_FAILURES,
     SUSPECT_MAX_WAITING,

@@ -6,7 +6,7 @@ import json
 
 from trainer.local.apiserver.errors import APIError, not_found
 from trainer.machinery import status
-from webhooks.statusserver import status_body
+from trainer.statusserver.server import status_body
 
 
 def test_reasons_of_the_codes_the_layers_answer() -> None:

@@ -1,6 +1,6 @@
-"""Who the status server counts a connection as (webhooks/peers.py, docs/status-server.md
-"One client cannot delay another"): on loopback the user owning the peer's socket, whatever
-loopback address it binds; elsewhere the address (an IPv6 host by its /64)."""
+"""Who the status server counts a connection as (trainer/statusserver/peers.py,
+docs/status-server.md, "One client cannot delay another"): on loopback the user owning the peer's
+socket, whatever loopback address it binds; elsewhere the address (an IPv6 host by its /64)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from webhooks.peers import client_key, socket_owner
+from trainer.statusserver.peers import client_key, socket_owner
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 linux_only = pytest.mark.skipif(

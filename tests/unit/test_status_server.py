@@ -17,8 +17,8 @@ from trainer.kube.authn import TokenReviewer, bearer_token, namespace_of
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import APIError
 from trainer.local.apiserver.tokens import TokenIssuer
-from webhooks.fairlimit import FairLimiter
-from webhooks.statusserver import (
+from trainer.statusserver.fairlimit import FairLimiter
+from trainer.statusserver.server import (
     MAX_BODY_BYTES,
     StatusService,
     create_status_app,

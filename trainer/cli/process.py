@@ -384,7 +384,7 @@ async def _status_server(
     """The TrainJob status server (every replica, not leader-gated), on the webhook's TLS
     context (same certificate and reloads); without the webhook, on the cert dir's files.
     Both probes gain a TLS dial of it."""
-    from webhooks.statusserver import (  # noqa: PLC0415
+    from trainer.statusserver.server import (  # noqa: PLC0415
         RunningStatusServer,
         StatusServerOptions,
         run_status_server,

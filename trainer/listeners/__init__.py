@@ -8,6 +8,8 @@ idle sockets from someone else cannot use up the process's file descriptors
   (standard library only).
 - :mod:`trainer.listeners.uvicorn_server`: uvicorn's server on a guarded listener (the webhook,
   the status server, the dashboard).
+- :mod:`trainer.listeners.https_app`: an ASGI app over HTTPS on a reloadable TLS context (the
+  webhook, the status server).
 - :mod:`trainer.listeners.aiohttp_site`: an aiohttp site on a guarded listener (the local API
   server, metrics and probes).
 """

@@ -17,12 +17,12 @@ echo the audience, and name a service account of namespace ``{ns}``
 past the token's ``exp``), keyed by a SHA-256 of token and audience; the token itself is never
 stored or logged. Before any review, tokens that are not shaped like a service-account token
 for the audience and namespace are refused, and refused tokens are remembered for a minute
-(:mod:`webhooks.statusauth`).
+(:mod:`trainer.statusserver.auth`).
 
 Every API call (TokenReview, apply) goes through the server's own token bucket
 (``statusServer.qps``/``burst``), apart from the controller's, shared fairly by the clients
-(:mod:`webhooks.fairlimit`, :mod:`webhooks.peers`): one client's flood of bad tokens does not
-hold up another's reports.
+(:mod:`trainer.statusserver.fairlimit`, :mod:`trainer.statusserver.peers`): one client's flood of
+bad tokens does not hold up another's reports.
 """
 
 from __future__ import annotations
@@ -45,15 +45,15 @@ from trainer.api.crds import schema_for_kind
 from trainer.kube import resources as r
 from trainer.kube.authn import TokenReviewer, bearer_token
 from trainer.kube.rest import APIError, Kube
+from trainer.listeners.https_app import HttpsAppServer
 from trainer.machinery.errors import FORBIDDEN, INVALID, FieldError, format_errors
 from trainer.machinery.openapi.defaults import prune
 from trainer.machinery.openapi.validate import validate
 from trainer.machinery.sockets import bind_socket
 from trainer.machinery.status import failure, reason_for
-from webhooks.fairlimit import FairLimiter
-from webhooks.peers import Peer
-from webhooks.server import WebhookServer
-from webhooks.statusauth import Refused, StatusAuthenticator
+from trainer.statusserver.auth import Refused, StatusAuthenticator
+from trainer.statusserver.fairlimit import FairLimiter
+from trainer.statusserver.peers import Peer
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ async def run_status_server(
     limiter = FairLimiter(options.qps, options.burst)
     service = StatusService(kube, TokenReviewer(kube), limiter)
     host = options.host or "0.0.0.0"
-    server = WebhookServer(
+    server = HttpsAppServer(
         create_status_app(service), host, options.port, tls, sock=bind_socket(host, options.port)
     )
     serving = asyncio.create_task(server.serve(), name="status-server")

@@ -11,7 +11,7 @@ bad tokens cannot hold up another client's reports:
    :class:`TokenReviewer`'s cache; one it refused in the last minute is refused again from
    a negative cache (both keyed by a SHA-256 of audience and token, bounded in size).
 3. Otherwise the call waits for a token of the server's :class:`FairLimiter`, in the
-   client's own queue (the client is the peer, :mod:`webhooks.peers`), and a TokenReview
+   client's own queue (the client is the peer, :mod:`trainer.statusserver.peers`), and a TokenReview
    decides. A refused review counts against the client's standing in the limiter.
 """
 
@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 from trainer.kube.authn import Identity, TokenReviewer
 from trainer.kube.satoken import MalformedToken, precheck
-from webhooks.fairlimit import FairLimiter, TooManyWaiting
-from webhooks.peers import Peer
+from trainer.statusserver.fairlimit import FairLimiter, TooManyWaiting
+from trainer.statusserver.peers import Peer
 
 log = logging.getLogger(__name__)
 

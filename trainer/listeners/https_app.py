@@ -1,11 +1,12 @@
-"""Serve the webhook app over HTTPS with uvicorn, on a TLS context that can be reloaded.
+"""Serve an ASGI app over HTTPS with uvicorn, on a TLS context that can be reloaded: the admission
+webhook (:mod:`webhooks.run`) and the status server (:mod:`trainer.statusserver`).
 
-How the certificate reaches uvicorn: uvicorn builds its ``ssl.SSLContext`` in ``Config.load()``,
-and since 0.36 accepts ``ssl_context_factory(config, default_factory)`` there. We pass a factory
-that returns *our* context (:class:`webhooks.certs.ServerTLS`); uvicorn hands that very object to
-``loop.create_server(ssl=...)``, and asyncio wraps every accepted connection with it. Reloading
-the certificate is then ``ServerTLS.reload``: ``load_cert_chain`` on the live context, seen by the
-next handshake, without restarting the server or dropping open connections.
+How the certificate reaches uvicorn: uvicorn builds its ``ssl.SSLContext`` in ``Config.load()``, and
+since 0.36 accepts ``ssl_context_factory(config, default_factory)`` there. We pass a factory that
+returns the caller's context (the webhook's is :class:`webhooks.certs.ServerTLS`); uvicorn hands
+that very object to ``loop.create_server(ssl=...)``, and asyncio wraps every accepted connection
+with it. Reloading the certificate is then ``ServerTLS.reload``: ``load_cert_chain`` on the live
+context, seen by the next handshake, without restarting the server or dropping open connections.
 
 The listening socket is bound here rather than by uvicorn, so a caller (a test) can ask for port
 0 and learn the real port before any request, and a bind failure raises ``OSError`` instead of
@@ -62,11 +63,11 @@ class _UvicornServer(GuardedUvicornServer):
             yield
 
 
-class WebhookServer:
-    """The webhook app served over HTTPS by uvicorn (h11), on a context we keep a handle to.
+class HttpsAppServer:
+    """An ASGI app served over HTTPS by uvicorn (h11), on a context we keep a handle to.
 
     Use :meth:`serve` to run until :meth:`stop` (or SIGTERM/SIGINT when ``handle_signals``), or
-    ``async with WebhookServer(...) as server:`` to run in the background; :attr:`port` is the
+    ``async with HttpsAppServer(...) as server:`` to run in the background; :attr:`port` is the
     bound port and :attr:`ready` is set once the server accepts connections.
     Shutdown is graceful: stop accepting, let in-flight requests finish (up to
     ``graceful_timeout`` seconds), then close. The listener is served under ``limits``
@@ -131,14 +132,14 @@ class WebhookServer:
         the shutdown is done)."""
         self._server.should_exit = True
 
-    async def __aenter__(self) -> WebhookServer:
-        self._task = asyncio.create_task(self.serve(), name=f"webhook-server:{self.port}")
+    async def __aenter__(self) -> HttpsAppServer:
+        self._task = asyncio.create_task(self.serve(), name=f"https-server:{self.port}")
         ready = asyncio.create_task(self.ready.wait())
         done, _ = await asyncio.wait({self._task, ready}, return_when=asyncio.FIRST_COMPLETED)
         if self._task in done:
             ready.cancel()
             await self._task  # raises what stopped it
-            raise RuntimeError("the webhook server stopped before it was ready")
+            raise RuntimeError("the HTTPS server stopped before it was ready")
         return self
 
     async def __aexit__(
@@ -167,8 +168,8 @@ async def serve(
     """Run the app over HTTPS until ``stop`` is set (or a signal arrives, when
     ``handle_signals``). ``ready`` is set once connections are accepted. For an ephemeral port,
     bind first with :func:`bind_socket` (``port=0``), read the port from the socket, and pass it
-    as ``sock``; or use :class:`WebhookServer` as an async context manager."""
-    server = WebhookServer(
+    as ``sock``; or use :class:`HttpsAppServer` as an async context manager."""
+    server = HttpsAppServer(
         app,
         host,
         port,
