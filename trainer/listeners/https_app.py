@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from trainer.listeners.guard import ListenerLimits
 from trainer.listeners.uvicorn_server import GuardedUvicornServer
@@ -77,7 +77,7 @@ class HttpsAppServer:
 
     def __init__(
         self,
-        app: FastAPI,
+        app: Starlette,
         host: str,
         port: int,
         ssl_context: ssl.SSLContext,
@@ -154,7 +154,7 @@ class HttpsAppServer:
 
 
 async def serve(
-    app: FastAPI,
+    app: Starlette,
     host: str,
     port: int,
     ssl_context: ssl.SSLContext,

@@ -36,9 +36,10 @@ import ssl
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from trainer.api import constants as c
 from trainer.api.crds import schema_for_kind
@@ -187,10 +188,9 @@ class StatusService:
         return _json(body)
 
 
-def create_status_app(service: StatusService) -> FastAPI:
-    app = FastAPI(
-        title="Kubeflow Trainer status server", docs_url=None, redoc_url=None, openapi_url=None
-    )
+def create_status_app(service: StatusService) -> Starlette:
+    """The status server's app: a Starlette app (no FastAPI: it routes every path to one
+    handler and needs no validation of parameters; docs/design.md, "Web stacks")."""
 
     async def handle(request: Request) -> Response:
         try:
@@ -199,12 +199,8 @@ def create_status_app(service: StatusService) -> FastAPI:
             log.exception("status server: internal error on %s", request.url.path)
             return _status(500, "Internal error")
 
-    app.add_route(
-        "/{path:path}",
-        handle,
-        methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
-    )
-    return app
+    methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+    return Starlette(routes=[Route("/{path:path}", handle, methods=methods)])
 
 
 # --- serving -------------------------------------------------------------------------------------
