@@ -112,6 +112,41 @@ def normalise(obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     return normalised
 
 
+JOB_COUNTS = ("ready", "succeeded", "failed", "active", "suspended")
+MIRRORS_ITS_JOBSET = "<its JobSet's replicatedJobsStatus>"
+
+
+def _counts(entries: Any) -> list[dict[str, Any]] | None:
+    if not isinstance(entries, list):
+        return None
+    return [
+        {"name": e.get("name"), **{k: e.get(k) or 0 for k in JOB_COUNTS}}
+        for e in entries
+        if isinstance(e, dict)
+    ]
+
+
+def jobs_status_as_mirror(
+    trainjob: Mapping[str, Any], jobset: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The TrainJob with ``status.jobsStatus`` replaced by :data:`MIRRORS_ITS_JOBSET` when it
+    holds its own JobSet's ``replicatedJobsStatus`` counts (zeros as absent, as either writer
+    may leave them out). The counts are the JobSet controller's, read off KWOK pods whose
+    timing differs between the two runs (an MPI TrainJob's node Job may or may not have
+    succeeded when its launcher ends the JobSet), so each side is held to its own JobSet, the
+    way JobSet status itself is dropped (:func:`normalise`); a TrainJob whose counts are not
+    its JobSet's keeps them and shows as a difference."""
+    out = dict(trainjob)
+    status = dict(out.get("status") or {})
+    if jobset is None or "jobsStatus" not in status:
+        return out
+    mirror = _counts((jobset.get("status") or {}).get("replicatedJobsStatus"))
+    if mirror is not None and _counts(status["jobsStatus"]) == mirror:
+        status["jobsStatus"] = MIRRORS_ITS_JOBSET
+        out["status"] = status
+    return out
+
+
 def key(obj: Mapping[str, Any]) -> str:
     """``Kind/name`` (the namespace is the run's own)."""
     group = str(obj.get("apiVersion", "")).rpartition("/")[0]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from objects import key, normalise
+from objects import jobs_status_as_mirror, key, normalise
 
 from trainer.kube.resources import (
     CLUSTER_TRAINING_RUNTIMES,
@@ -197,6 +197,7 @@ async def clean(kube: Kube, phase: Phase, cluster_runtimes: list[dict[str, Any]]
 
 
 async def record(kube: Kube, phase: Phase) -> None:
+    jobsets: dict[str, dict[str, Any]] = {}
     for gvr in RECORDED:
         try:
             items, _ = await kube.list(gvr, phase.namespace)
@@ -207,6 +208,8 @@ async def record(kube: Kube, phase: Phase) -> None:
         for item in items:
             if item["metadata"]["name"] in ("kube-root-ca.crt", *phase.support):
                 continue
+            if gvr == JOBSETS:
+                jobsets[item["metadata"]["name"]] = item
             phase.objects[key(item)] = normalise(item, phase.namespace)
     jobs, _ = await kube.list(TRAINJOBS, phase.namespace)
     for job in jobs:
@@ -217,4 +220,5 @@ async def record(kube: Kube, phase: Phase) -> None:
             "spec": job.get("spec") or {},
             "status": job.get("status") or {},
         }
+        kept = jobs_status_as_mirror(kept, jobsets.get(job["metadata"]["name"]))
         phase.objects[key(job)] = normalise(kept, phase.namespace)

@@ -13,7 +13,15 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "hack/sidebyside"))
 
-from objects import Difference, allowed_from, classify, diff, normalise  # noqa: E402
+from objects import (  # noqa: E402
+    MIRRORS_ITS_JOBSET,
+    Difference,
+    allowed_from,
+    classify,
+    diff,
+    jobs_status_as_mirror,
+    normalise,
+)
 
 NS = "sbs-t-ours"
 
@@ -99,3 +107,23 @@ def test_every_listed_difference_is_justified_and_pinned_by_a_test_that_exists()
         assert re.search(rf"^(async )?def {re.escape(name)}\(", source, re.M), (
             f"{entry.id}: test {entry.test} not found"
         )
+
+
+def _trainjob(*counts: dict[str, int]) -> dict[str, object]:
+    return {
+        "kind": "TrainJob",
+        "metadata": {"name": "a"},
+        "status": {"jobsStatus": [{"name": "node", **c} for c in counts]},
+    }
+
+
+def test_a_trainjob_is_held_to_its_own_jobsets_counts() -> None:
+    """KWOK's pod timings differ between the two runs, so an MPI TrainJob's node Job may have
+    succeeded on one side and not the other when the launcher ends the JobSet: each side's
+    jobsStatus is compared with its own JobSet's counts (absent counts read as zeros)."""
+    jobset = {"status": {"replicatedJobsStatus": [{"name": "node", "succeeded": 1, "ready": 0}]}}
+    mirrored = jobs_status_as_mirror(_trainjob({"succeeded": 1}), jobset)
+    assert mirrored["status"]["jobsStatus"] == MIRRORS_ITS_JOBSET
+    stale = jobs_status_as_mirror(_trainjob({"succeeded": 0, "active": 1}), jobset)
+    assert stale["status"]["jobsStatus"] == [{"name": "node", "succeeded": 0, "active": 1}]
+    assert jobs_status_as_mirror(_trainjob({"succeeded": 1}), None) == _trainjob({"succeeded": 1})
