@@ -131,7 +131,7 @@ def pod_sets_of(trainjob: dict[str, Any], runtime: dict[str, Any]) -> list[PodSe
 
 def pod_sets_of_jobset(jobset: dict[str, Any]) -> list[PodSet]:
     """One PodSet per replicated job of ``jobset``, in order (Kueue's JobSet adapter)."""
-    from trainer.api.core import PodSpec  # noqa: PLC0415
+    from trainer.machinery.models.core import PodSpec  # noqa: PLC0415
 
     out = []
     for rjob in (jobset.get("spec") or {}).get("replicatedJobs") or []:

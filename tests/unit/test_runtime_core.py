@@ -8,10 +8,10 @@ import pytest
 import yaml
 
 from tests import builders as b
-from trainer.api.core import ResourceRequirements
 from trainer.api.jobset import JobSet, JobSetSpec
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
+from trainer.machinery.models.core import ResourceRequirements
 from trainer.machinery.quantity import Quantity, QuantityError
 from trainer.plugins.status import status_from_jobset
 from trainer.runtime import naming

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from trainer.api.core import Condition
+from trainer.machinery.models.core import Condition
 
 
 def find_condition(conditions: list[Condition] | None, type_: str) -> Condition | None:

@@ -16,15 +16,15 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from trainer.api.base import K8sModel, Rule, Schema, TopLevel
-from trainer.api.core import (
+from trainer.api.jobset_contract import API_VERSION, FAILURE_ACTIONS, KIND
+from trainer.machinery.models.base import K8sModel, Rule, Schema, TopLevel
+from trainer.machinery.models.core import (
     Condition,
     Int32,
     JobTemplateSpec,
     ObjectMeta,
     PersistentVolumeClaimTemplate,
 )
-from trainer.api.jobset_contract import API_VERSION, FAILURE_ACTIONS, KIND
 
 
 class DependsOn(K8sModel):

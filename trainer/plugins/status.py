@@ -11,9 +11,9 @@ from __future__ import annotations
 from trainer.api import constants as c
 from trainer.api import jobset_contract as jsc
 from trainer.api.conditions import set_condition
-from trainer.api.core import Condition
 from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
+from trainer.machinery.models.core import Condition
 
 CONDITION_MAP = {
     jsc.COMPLETED: c.COND_COMPLETE,

@@ -6,8 +6,8 @@ from typing import Any
 
 from trainer.api import constants as c
 from trainer.api import jobset_contract as jsc
-from trainer.api.core import ObjectMeta, OwnerReference
 from trainer.api.v1alpha1 import TrainJob
+from trainer.machinery.models.core import ObjectMeta, OwnerReference
 
 
 def owner_reference(trainjob: TrainJob) -> OwnerReference:
