@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 from benchlib import percentiles, proc_cpu_seconds, proc_rss_mb
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.kube import resources as r
 from trainer.kube.informer import DELETED, Informer
 from trainer.kube.rest import Kube

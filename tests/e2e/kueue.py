@@ -53,9 +53,9 @@ from typing import Any
 from aiohttp import web
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.jobset import contract as jsc
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError, Kube

@@ -1,4 +1,4 @@
-"""trainer.api.jobset_contract: one mask of the JobSet fields that stay mutable while
+"""trainer.jobset.contract: one mask of the JobSet fields that stay mutable while
 suspended, used by the local API server's JobSet webhook and by the controller."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from trainer.api import jobset_contract as jsc
-from trainer.api.jobset_contract import mask_pod_templates
-from trainer.local.apiserver.jobset_webhook import validate_update
+from trainer.jobset import contract as jsc
+from trainer.jobset.contract import mask_pod_templates
+from trainer.jobset.webhook import validate_update
 
 
 def _rjob(pod_meta: dict[str, Any], pod_spec: dict[str, Any]) -> dict[str, Any]:

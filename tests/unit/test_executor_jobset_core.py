@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.local.executor import jobset_core as core
 from trainer.local.executor.batch import CONTROLLER_UID
 

@@ -1,4 +1,4 @@
-"""The JobSet contract is spelled once: in ``trainer/api/jobset_contract.py`` (docs/design.md).
+"""The JobSet contract is spelled once: in ``trainer/jobset/contract.py`` (docs/design.md).
 
 Scans the product sources (``trainer/`` and ``webhooks/``) with ``ast`` (so comments and
 docstrings, which may name a label to explain it, do not count) and fails with ``file:line``
@@ -23,10 +23,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 
 ROOT = Path(__file__).resolve().parents[2]
-HOME = Path("trainer/api/jobset_contract.py")
+HOME = Path("trainer/jobset/contract.py")
 TRAINER_NAMES = Path("trainer/api/constants.py")  # the home of the Trainer's own BuildFailed
 
 # Files allowed to spell the contract (none: the local executor's rewrite onto the shared
@@ -126,8 +126,7 @@ def test_the_jobset_contract_is_spelled_only_in_its_home() -> None:
     found = _scan()
     offending = [hit for rel, hits in found.items() if rel not in ALLOWED for hit in hits]
     assert not offending, (
-        "spelled outside trainer/api/jobset_contract.py (use the contract):\n"
-        + "\n".join(offending)
+        "spelled outside trainer/jobset/contract.py (use the contract):\n" + "\n".join(offending)
     )
     stale = sorted(str(p) for p in ALLOWED if p not in found)
     assert not stale, f"allow-listed but clean, remove from ALLOWED: {stale}"

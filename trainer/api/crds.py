@@ -26,9 +26,9 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from trainer.api import constants as c
-from trainer.api import jobset as js
-from trainer.api import jobset_contract as jsc
 from trainer.api import v1alpha1 as v1
+from trainer.jobset import contract as jsc
+from trainer.jobset import types as js
 from trainer.machinery import kubeschema, kubeschema_gen, yamlout
 from trainer.machinery.kubeschema import embedded_meta, kube_schema
 from trainer.machinery.models.base import K8sModel, Schema

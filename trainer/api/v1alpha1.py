@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from trainer.api import constants as c
-from trainer.api.jobset import JobSetSpec
+from trainer.jobset.types import JobSetSpec
 from trainer.machinery.models.base import IMMUTABLE, K8sModel, Rule, Schema, TopLevel
 from trainer.machinery.models.core import (
     Condition,

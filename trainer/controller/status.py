@@ -24,10 +24,10 @@ from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.conditions import find_condition, is_true, set_condition
-from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
 from trainer.controller.failures import CAUSE_MARK
 from trainer.controller.lifecycle import times
+from trainer.jobset.types import JobSet
 from trainer.machinery.messages import truncate
 from trainer.machinery.models.core import Condition
 from trainer.machinery.times import format_time

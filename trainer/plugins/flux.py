@@ -31,7 +31,7 @@ trainer``, else the job named ``node``) writes upstream's pod template exactly (
 
 The ConfigMap volume is named after the TrainJob, so a TrainJob name over 47 characters makes
 a volume name over 63, which the Job API refuses; admission's name budget
-(:mod:`trainer.runtime.naming`) counts it.
+(:mod:`trainer.jobset.budget`) counts it.
 
 The pod count comes from ``trainer.numNodes``, set when the Info is assembled
 (:mod:`trainer.runtime.podsets`); this plugin does not set it again.

@@ -9,10 +9,10 @@ status (its own conditions, ``trainerStatus``) is kept.
 from __future__ import annotations
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
 from trainer.api.conditions import set_condition
-from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
+from trainer.jobset import contract as jsc
+from trainer.jobset.types import JobSet
 from trainer.machinery.models.core import Condition
 
 CONDITION_MAP = {

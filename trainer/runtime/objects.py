@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
 from trainer.api.v1alpha1 import TrainJob
+from trainer.jobset import contract as jsc
 from trainer.machinery.models.core import ObjectMeta, OwnerReference
 
 

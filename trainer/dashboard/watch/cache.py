@@ -32,10 +32,10 @@ from typing import Any
 import yaml
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
 from trainer.dashboard import nodes, summary
 from trainer.dashboard.runtimes import runtime_row
 from trainer.dashboard.watch.history import History
+from trainer.jobset import contract as jsc
 from trainer.kube import resources as r
 from trainer.kube.informer import Backoff, Informer, key_of
 from trainer.kube.resources import GVR

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.api.jobset_contract import controller_of
+from trainer.jobset.contract import controller_of
 from trainer.machinery import disruption as pdbs
 from trainer.machinery.labels import SelectorError, selector_matches
 from trainer.machinery.times import format_time, parse_time

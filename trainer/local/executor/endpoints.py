@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.local.executor.batch import pod_phase, pod_ready
 from trainer.machinery.labels import ENDPOINTSLICE_CONTROLLER as CONTROLLER
 from trainer.machinery.labels import ENDPOINTSLICE_MANAGED_BY as MANAGED_BY

@@ -9,7 +9,7 @@ import logging
 import secrets
 from typing import Any
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.kube.events import NORMAL, WARNING
 from trainer.kube.informer import Informer
 from trainer.kube.resources import JOBS, PODS

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.local.executor.batch import COMPLETE, FAILED, job_condition, job_finished, job_ready
 from trainer.local.executor.ssh import is_sshd
 from trainer.local.executor.waiting import not_ready

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.kube.client import another_client
 from trainer.kube.informer import DELETED, Informer
 from trainer.kube.resources import (

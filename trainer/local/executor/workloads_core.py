@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.local.executor.batch import pod_phase, pod_ready
 from trainer.machinery.times import parse_time
 
