@@ -40,6 +40,7 @@ from trainer.kube import resources as r
 from trainer.kube.informer import Backoff, Informer, key_of
 from trainer.kube.resources import GVR
 from trainer.kube.rest import APIError, Kube
+from trainer.machinery.owners import controller_of
 
 Obj = dict[str, Any]
 Key = tuple[str, str]
@@ -93,7 +94,7 @@ def _text_label(obj: Obj, label: str) -> str:
 
 
 def _owner(obj: Obj, kind: str) -> str | None:
-    ref = jsc.controller_of(obj, kind)
+    ref = controller_of(obj, kind)
     return str(ref.get("name") or "") if ref is not None else None
 
 

@@ -37,9 +37,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.jobset.contract import controller_of
 from trainer.machinery import disruption as pdbs
 from trainer.machinery.labels import SelectorError, selector_matches
+from trainer.machinery.owners import controller_of
 from trainer.machinery.times import format_time, parse_time
 
 DELETION_TIMEOUT = dt.timedelta(minutes=2)

@@ -29,6 +29,7 @@ from trainer.jobset import contract as jc
 from trainer.local.executor.batch import COMPLETE, FAILED, job_condition, job_finished, job_ready
 from trainer.local.executor.ssh import is_sshd
 from trainer.local.executor.waiting import not_ready
+from trainer.machinery.owners import controller_reference
 
 Obj = dict[str, Any]
 
@@ -151,7 +152,7 @@ def job_labels(
 
 def owner_reference(js: Mapping[str, Any]) -> Obj:
     meta = js["metadata"]
-    return jc.owner_reference(meta["name"], meta["uid"])
+    return controller_reference(meta["name"], meta["uid"], api_version=jc.API_VERSION, kind=jc.KIND)
 
 
 @dataclass(frozen=True)
