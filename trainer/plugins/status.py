@@ -9,7 +9,7 @@ status (its own conditions, ``trainerStatus``) is kept.
 from __future__ import annotations
 
 from trainer.api import constants as c
-from trainer.api.conditions import set_condition
+from trainer.api.conditions import with_condition
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
 from trainer.jobset import contract as jsc
 from trainer.jobset.types import JobSet
@@ -41,7 +41,7 @@ def status_from_jobset(trainjob: TrainJob, jobset: JobSet) -> TrainJobStatus:
             message=cond.message,
             last_transition_time=cond.last_transition_time,
         )
-        conditions = set_condition(conditions, copied)
+        conditions = with_condition(conditions, copied)
     if conditions is not None:
         status.conditions = conditions
     if js_status.replicated_jobs_status is not None:
