@@ -30,9 +30,9 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
-from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.jobset import contract as jsc
+from trainer.jobset.types import JobSet
 
 
 def _metadata(

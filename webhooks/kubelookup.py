@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api.jobset import JobSet
 from trainer.api.load import ObjectError, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime
+from trainer.jobset.types import JobSet
 from trainer.kube import resources as r
 from trainer.kube.client import ApiClient
 from trainer.kube.rest import APIError, Kube

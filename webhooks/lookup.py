@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
 from trainer.api import constants as c
-from trainer.api.base import K8sModel
-from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime
+from trainer.jobset.types import JobSet
+from trainer.machinery.models.base import K8sModel
 from trainer.runtime.info import Runtime
 from trainer.runtime.validation import not_found
 

@@ -40,10 +40,10 @@ from trainer.admission.runtime import validate_runtime
 from trainer.admission.trainjob import validate_trainjob
 from trainer.admission.types import ClusterView, Verdict
 from trainer.api import constants as c
-from trainer.api.base import K8sModel
 from trainer.api.load import ObjectError, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from trainer.machinery.errors import format_errors
+from trainer.machinery.models.base import K8sModel
 from trainer.machinery.quantity import QuantityError
 from trainer.machinery.status import failure
 from trainer.runtime.info import BuildError

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.local.executor import scheduling as sch
 
 ROOT = Path(__file__).resolve().parents[2]

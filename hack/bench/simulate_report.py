@@ -14,10 +14,11 @@ from typing import Any
 import aiohttp
 from benchlib import percentiles, proc_cpu_seconds, proc_rss_mb
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.kube import resources as r
 from trainer.kube.informer import DELETED, Informer
 from trainer.kube.rest import Kube
+from trainer.machinery.owners import controller_of
 
 GPU = "nvidia.com/gpu"
 TERMINAL = ("Succeeded", "Failed")
@@ -66,7 +67,7 @@ def slim_trainjob(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def slim_jobset(js: dict[str, Any]) -> dict[str, Any]:
-    owner = jc.controller_of(js, "TrainJob")
+    owner = controller_of(js, "TrainJob")
     restarts = int((js.get("status") or {}).get("restarts") or 0)
     return {"metadata": _meta(js), "s": {"owner": (owner or {}).get("name"), "restarts": restarts}}
 

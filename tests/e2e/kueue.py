@@ -53,9 +53,9 @@ from typing import Any
 from aiohttp import web
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.jobset import contract as jsc
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError, Kube
@@ -131,7 +131,7 @@ def pod_sets_of(trainjob: dict[str, Any], runtime: dict[str, Any]) -> list[PodSe
 
 def pod_sets_of_jobset(jobset: dict[str, Any]) -> list[PodSet]:
     """One PodSet per replicated job of ``jobset``, in order (Kueue's JobSet adapter)."""
-    from trainer.api.core import PodSpec  # noqa: PLC0415
+    from trainer.machinery.models.core import PodSpec  # noqa: PLC0415
 
     out = []
     for rjob in (jobset.get("spec") or {}).get("replicatedJobs") or []:

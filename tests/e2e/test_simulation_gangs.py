@@ -16,8 +16,8 @@ import pytest
 from tests import builders as b
 from tests.e2e.test_run import condition, until
 from tests.e2e.test_simulation import GpuWatch, one_second_runtime, simulated_plane
-from trainer.api import jobset_contract as jc
 from trainer.cli.localplane import LocalPlane
+from trainer.jobset import contract as jc
 from trainer.kube import resources as r
 from trainer.local.apiserver.store import Event
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from trainer.api.jobset import JobSet
 from trainer.api.load import check_object, load_documents, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
 from trainer.cli.render import to_yaml_stream
+from trainer.jobset.types import JobSet
 from trainer.plugins.registry import render
 from trainer.runtime.builtin import builtin_runtimes
 from trainer.runtime.info import BuildContext, Observed, Runtime, SSHKeyPair

@@ -16,8 +16,8 @@ import pytest
 from tests.builders import trainjob
 from tests.integration.harness import Plane, local_plane
 from tests.integration.test_controller import KEYS
-from trainer.api import jobset_contract as jsc
 from trainer.controller.manager import Controller
+from trainer.jobset import contract as jsc
 from trainer.kube import resources as r
 
 JOBSET_FAILED = "jobset failed due to one or more job failures (first failed job: bad-node-0)"

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.listeners import pod_listeners
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 from trainer.local.executor import sandbox, uts
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]

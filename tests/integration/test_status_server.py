@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
 from trainer.cli.localplane import LocalPlane, start_local_plane
+from trainer.jobset import contract as jsc
 from trainer.kube import resources as r
 
 NS, NAME = "default", "reporter"

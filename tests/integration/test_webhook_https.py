@@ -20,9 +20,9 @@ import yaml
 from cryptography import x509
 
 from tests import builders as b
-from trainer.api.jobset import JobSet
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime
+from trainer.jobset.types import JobSet
 from trainer.listeners.https_app import HttpsAppServer, serve
 from trainer.machinery.sockets import bind_socket
 from trainer.runtime.info import Runtime

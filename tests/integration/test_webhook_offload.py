@@ -22,9 +22,9 @@ import yaml
 
 from tests import builders as b
 from tests.asgi import asgi_request
-from trainer.api.jobset import JobSet
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime
+from trainer.jobset.types import JobSet
 from webhooks.app import (
     PATH_MUTATE_TRAINJOB,
     PATH_VALIDATE_CLUSTER_TRAINING_RUNTIME,

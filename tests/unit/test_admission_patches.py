@@ -12,9 +12,10 @@ import yaml
 
 from tests import builders as b
 from trainer.admission import patches
-from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
+from trainer.jobset.types import JobSet
 from trainer.machinery.errors import FORBIDDEN, INVALID, REQUIRED, FieldError
+from trainer.machinery.names import domain_prefixed_path_errors
 
 trainjob = partial(b.trainjob_model, namespace="ns", runtime="rt")
 
@@ -106,7 +107,7 @@ PATH_MSG = "Invalid path (regex used for validation is '[A-Za-z0-9/\\-._~%!$&'()
     ],
 )
 def test_domain_prefixed_path(manager: str, expected: list[tuple[str, str, str | None]]) -> None:
-    errors = patches.domain_prefixed_path_errors("x", manager)
+    errors = domain_prefixed_path_errors("x", manager)
     got = [(e.type, e.message, e.value if e.has_value else None) for e in errors]
     assert got == expected
     assert all(e.path == "x" for e in errors)
@@ -114,7 +115,7 @@ def test_domain_prefixed_path(manager: str, expected: list[tuple[str, str, str |
 
 def test_too_long_domain_reports_length_and_format() -> None:
     host = "a" * 254
-    errors = patches.domain_prefixed_path_errors("x", f"{host}/m")
+    errors = domain_prefixed_path_errors("x", f"{host}/m")
     assert [e.message for e in errors] == ["must be no more than 253 characters"]
 
 

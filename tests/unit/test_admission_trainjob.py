@@ -14,8 +14,8 @@ from trainer.admission import patches, trainjob
 from trainer.admission.trainjob import validate_trainjob
 from trainer.admission.types import ClusterView, Verdict
 from trainer.api import constants as c
-from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
+from trainer.jobset.types import JobSet
 from trainer.machinery.errors import FORBIDDEN, INVALID, FieldError, Rendered
 from trainer.runtime.assemble import PatchMergeError
 from trainer.runtime.framework import Framework

@@ -10,10 +10,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 
 from tests.strategies import wire_data
-from trainer.api.base import K8sModel
-from trainer.api.jobset import JobSet
 from trainer.api.load import load_documents, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.jobset.types import JobSet
+from trainer.machinery.models.base import K8sModel
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO_YAML = sorted(p for d in ("runtimes", "examples") for p in (ROOT / d).rglob("*.yaml"))

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.api import jobset_contract as jsc
 from trainer.dashboard import summary
 from trainer.dashboard.runtimes import runtime_row
 from trainer.dashboard.views import ENV
 from trainer.dashboard.watch.cache import to_yaml
 from trainer.dashboard.watch.history import MAX_POINTS, History
+from trainer.jobset import contract as jsc
 
 
 def job(**status: Any) -> dict[str, Any]:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.local.executor import jobset_core as core
 from trainer.local.executor.batch import CONTROLLER_UID
+from trainer.machinery.owners import controller_reference
 
 STAMP = "2026-01-01T00:00:00Z"
 Obj = dict[str, Any]
@@ -80,7 +81,9 @@ def test_a_new_jobset_gets_its_jobs_service_and_status() -> None:
     assert labels[jc.LABEL_GLOBAL_REPLICAS] == "3"
     assert labels[jc.LABEL_RESTART_ATTEMPT] == "0"
     assert len(labels[jc.LABEL_JOB_KEY]) == 40
-    assert job["metadata"]["ownerReferences"] == [jc.owner_reference("train", "js-uid")]
+    assert job["metadata"]["ownerReferences"] == [
+        controller_reference("train", "js-uid", api_version=jc.API_VERSION, kind=jc.KIND)
+    ]
     pod = job["spec"]["template"]
     assert pod["metadata"]["labels"]["app"] == "train"
     assert pod["metadata"]["annotations"]["example.com/ports"] == "{}"

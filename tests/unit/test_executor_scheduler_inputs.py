@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.local.executor.scheduler import Scheduler
 
 GPU = "nvidia.com/gpu"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.local.executor import scheduling as sch
 
 GPU = "nvidia.com/gpu"

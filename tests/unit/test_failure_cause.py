@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.api import jobset_contract as jsc
 from trainer.controller.failures import (
     MAX_OUTPUT_BYTES,
     first_failure,
@@ -12,6 +11,7 @@ from trainer.controller.failures import (
     last_output,
     slim_pod,
 )
+from trainer.jobset import contract as jsc
 
 SECOND = "2026-01-01T00:00:05Z"
 

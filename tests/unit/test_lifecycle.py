@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 from tests.builders import trainjob_model
-from trainer.api.core import Condition
 from trainer.api.v1alpha1 import RunPolicy, TrainingRuntime, TrainingRuntimeSpec
 from trainer.controller.lifecycle import run_policy, times, ttl_remaining
+from trainer.machinery.models.core import Condition
 
 CREATED = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:10:00Z"

@@ -8,13 +8,13 @@ import pytest
 import yaml
 
 from tests import builders as b
-from trainer.api.core import ResourceRequirements
-from trainer.api.jobset import JobSet, JobSetSpec
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainJob
+from trainer.jobset import budget
+from trainer.jobset.types import JobSet, JobSetSpec
+from trainer.machinery.models.core import ResourceRequirements
 from trainer.machinery.quantity import Quantity, QuantityError
 from trainer.plugins.status import status_from_jobset
-from trainer.runtime import naming
 from trainer.runtime.assemble import new_info
 from trainer.runtime.info import BuildError
 from trainer.runtime.merge import strategic_merge
@@ -257,14 +257,14 @@ class TestNaming:
         ],
     )
     def test_worked_limits_of_the_spec(self, rjob: str, completions: int, limit: int) -> None:
-        assert naming.max_name_length("x", self.spec(rjob, 1, completions)) == limit
+        assert budget.max_name_length("x", self.spec(rjob, 1, completions)) == limit
 
     def test_too_long_names_are_listed_longest_first(self) -> None:
-        long = naming.too_long("a" * 34, self.spec("dataset-initializer", 1, 1))
+        long = budget.too_long("a" * 34, self.spec("dataset-initializer", 1, 1))
         assert [(g.kind, len(g.name)) for g in long] == [("Pod", 64)]
-        longer = naming.too_long("a" * 40, self.spec("dataset-initializer", 1, 1))
+        longer = budget.too_long("a" * 40, self.spec("dataset-initializer", 1, 1))
         assert [(g.kind, len(g.name)) for g in longer] == [("Pod", 70), ("hostname", 64)]
-        assert naming.too_long("short", self.spec("node", 1, 3)) == []
+        assert budget.too_long("short", self.spec("node", 1, 3)) == []
 
 
 def test_snapshot_round_trip_and_checks() -> None:

@@ -17,9 +17,9 @@ from tests.asgi import ASGIResponse, asgi_request
 from trainer.admission.defaulter import default_trainjob
 from trainer.admission.trainjob import validate_trainjob
 from trainer.admission.types import ClusterView
-from trainer.api.jobset import JobSet
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.jobset.types import JobSet
 from trainer.machinery.errors import format_errors
 from trainer.runtime.info import Runtime
 from webhooks.app import (

@@ -31,10 +31,10 @@ from hypothesis import strategies as st
 from tests.asgi import asgi_request
 from tests.strategies import wire_data
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
-from trainer.api.jobset import JobSet
 from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.jobset import contract as jsc
+from trainer.jobset.types import JobSet
 from trainer.runtime.builtin import builtin_runtimes
 from trainer.runtime.info import Runtime
 from webhooks.app import (

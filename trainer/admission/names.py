@@ -1,12 +1,12 @@
 """Beyond upstream: the name budget of the JobSet a TrainJob will get (kubeflow/trainer#2735;
-the rule is JobSet's: trainer.runtime.naming).
+the rule is JobSet's: trainer.jobset.budget).
 
 Upstream admits any RFC-1035 TrainJob name of up to 63 characters, and the TrainJob then fails
 inside JobSet's webhook when a generated Job or Pod name is longer than 63
 (``<name>-dataset-initializer-0-0-abcde`` caps the name at 33). Here the TrainJob is rendered
 exactly as the controller would (pure: the MPI key generator returns a fixed dummy pair and
 the data cache's credential generator a fixed string, no randomness in admission) and every
-generated name is checked with :mod:`trainer.runtime.naming`. The names that are too long
+generated name is checked with :mod:`trainer.jobset.budget`. The names that are too long
 make an Invalid error at ``metadata.name`` (one error: the longest offending name, how many
 more there are, and the longest TrainJob name this runtime allows with these settings).
 """
@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.api import jobset_contract as jsc
-from trainer.api.jobset import JobSetSpec
 from trainer.api.v1alpha1 import TrainJob
+from trainer.jobset import budget
+from trainer.jobset import contract as jsc
+from trainer.jobset.types import JobSetSpec
 from trainer.machinery.errors import INVALID, FieldError
 from trainer.machinery.quantity import QuantityError
 from trainer.plugins.registry import default_framework, render
-from trainer.runtime import naming
 from trainer.runtime.info import BuildContext, BuildError, Info, Observed, Runtime, SSHKeyPair
 from trainer.runtime.snapshot import snapshot_name
 
@@ -83,29 +83,29 @@ def name_errors(trainjob_name: str, spec: JobSetSpec) -> list[FieldError]:
     A too-long ``network.subdomain`` set by the runtime does not depend on the TrainJob name,
     so it is reported at ``spec.runtimeRef`` instead.
     """
-    generated = naming.generated_names(trainjob_name, spec)
+    generated = budget.generated_names(trainjob_name, spec)
     errors: list[FieldError] = []
     grown = []
-    for gen in naming.too_long(trainjob_name, spec, generated):
+    for gen in budget.too_long(trainjob_name, spec, generated):
         if gen.kind == "subdomain" and _fixed_subdomain(spec):
             errors.append(
                 FieldError(
                     RUNTIME_REF_PATH,
                     INVALID,
                     f'the runtime\'s JobSet network.subdomain "{gen.name}" is {len(gen.name)} '
-                    f"characters, more than the {naming.MAX_NAME} a DNS-1035 label allows",
+                    f"characters, more than the {budget.MAX_NAME} a DNS-1035 label allows",
                     gen.name,
                 )
             )
         else:
             grown.append(gen)
     if grown:
-        limit = naming.max_name_length(trainjob_name, spec, generated)
+        limit = budget.max_name_length(trainjob_name, spec, generated)
         gen = grown[0]
         what = _KIND_TEXT.get(gen.kind, f"{gen.kind} name")
         where = f' for replicated job "{gen.replicated_job}"' if gen.replicated_job else ""
         suffix = (
-            f' ("{naming.POD_SUFFIX[1:]}" stands for the random suffix the Job controller adds)'
+            f' ("{budget.POD_SUFFIX[1:]}" stands for the random suffix the Job controller adds)'
             if gen.kind == "Pod"
             else ""
         )
@@ -121,7 +121,7 @@ def name_errors(trainjob_name: str, spec: JobSetSpec) -> list[FieldError]:
                 NAME_PATH,
                 INVALID,
                 f'the JobSet would generate the {what} "{gen.name}"{where}, {len(gen.name)} '
-                f"characters long{suffix}, but JobSet allows at most {naming.MAX_NAME}{others}; "
+                f"characters long{suffix}, but JobSet allows at most {budget.MAX_NAME}{others}; "
                 f"the longest TrainJob name this runtime allows with these settings is {limit} "
                 "characters",
                 trainjob_name,

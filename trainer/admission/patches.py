@@ -25,14 +25,13 @@ offending value, so a user (or Kueue's logs) can tell which patch and which entr
 
 from __future__ import annotations
 
-import functools
-import re
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api.jobset import JobSet, ReplicatedJob
 from trainer.api.v1alpha1 import ContainerPatch, ReplicatedJobPatch, RuntimePatch, TrainJob
-from trainer.machinery.errors import FORBIDDEN, INVALID, REQUIRED, FieldError, join_path
+from trainer.jobset.types import JobSet, ReplicatedJob
+from trainer.machinery.errors import FORBIDDEN, INVALID, FieldError, join_path
+from trainer.machinery.names import domain_prefixed_path_errors
 from trainer.machinery.nulls import drop_nulls
 from trainer.runtime.info import Runtime
 
@@ -50,14 +49,6 @@ NO_ENV_CONTAINERS = frozenset(
     {c.CONTAINER_DATASET_INITIALIZER, c.CONTAINER_MODEL_INITIALIZER, c.CONTAINER_NODE}
 )
 
-# k8s.io/apimachinery/pkg/util/validation: IsDNS1123Subdomain and IsDomainPrefixedPath.
-DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-DNS1123_SUBDOMAIN_FMT = DNS1123_LABEL_FMT + "(\\." + DNS1123_LABEL_FMT + ")*"
-DNS1123_SUBDOMAIN_MAX = 253
-HTTP_PATH_FMT = "[A-Za-z0-9/\\-._~%!$&'()*+,;=:]+"
-_SUBDOMAIN_RE = re.compile(f"^{DNS1123_SUBDOMAIN_FMT}$")
-_HTTP_PATH_RE = re.compile(f"^{HTTP_PATH_FMT}$")
-
 
 def msg_unknown_container(job: str) -> str:
     return f"must not have container that doesn't exist in the runtime job {job}"
@@ -70,64 +61,6 @@ def msg_unknown_init_container(job: str) -> str:
 def msg_job_active(job: str) -> str:
     return (
         f"RuntimePatches cannot be modified when the JobSet's ReplicatedJob {job} is still active"
-    )
-
-
-def _regex_error(msg: str, fmt: str, *examples: str) -> str:
-    """Kubernetes' ``validation.RegexError`` text."""
-    if not examples:
-        return f"{msg} (regex used for validation is '{fmt}')"
-    shown = " or ".join(f"'{e}'" for e in examples)
-    return f"{msg} (e.g. {shown}, regex used for validation is '{fmt}')"
-
-
-def dns1123_subdomain_errors(value: str) -> list[str]:
-    """Kubernetes' ``IsDNS1123Subdomain``: the reasons ``value`` is not a DNS-1123 subdomain."""
-    errs: list[str] = []
-    if len(value) > DNS1123_SUBDOMAIN_MAX:
-        errs.append(f"must be no more than {DNS1123_SUBDOMAIN_MAX} characters")
-    if not _SUBDOMAIN_RE.match(value):
-        errs.append(
-            _regex_error(
-                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                "characters, '-' or '.', and must start and end with an alphanumeric character",
-                DNS1123_SUBDOMAIN_FMT,
-                "example.com",
-            )
-        )
-    return errs
-
-
-def domain_prefixed_path_errors(path: str, value: str) -> list[FieldError]:
-    """Kubernetes' ``IsDomainPrefixedPath`` at ``path``: ``acme.io/manager`` passes;
-    ``kueue.k8s.io/`` (empty path), ``manager`` (no domain) and ``Acme.io/x`` fail."""
-    if not value:
-        return [FieldError(path, REQUIRED, "")]
-    if len(value) <= _REMEMBERED_LENGTH and _valid_domain_prefixed_path(value):
-        return []
-    host, sep, rest = value.partition("/")
-    if not sep or not host or not rest:
-        return [
-            FieldError(
-                path, INVALID, 'must be a domain-prefixed path (such as "acme.io/foo")', value
-            )
-        ]
-    errors = [FieldError(path, INVALID, msg, host) for msg in dns1123_subdomain_errors(host)]
-    if not _HTTP_PATH_RE.match(rest):
-        errors.append(FieldError(path, INVALID, _regex_error("Invalid path", HTTP_PATH_FMT), rest))
-    return errors
-
-
-#: Managers up to this long are remembered once found valid (every Kueue-patched TrainJob
-#: names the same one); the bound keeps the memory small whatever clients send.
-_REMEMBERED_LENGTH = 128
-
-
-@functools.lru_cache(maxsize=256)
-def _valid_domain_prefixed_path(value: str) -> bool:
-    host, sep, rest = value.partition("/")
-    return bool(
-        sep and host and rest and not dns1123_subdomain_errors(host) and _HTTP_PATH_RE.match(rest)
     )
 
 

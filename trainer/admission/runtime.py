@@ -21,17 +21,17 @@ Warnings: a ClusterTrainingRuntime created with ``trainer.kubeflow.org/support: 
 (as upstream, create only, cluster kind only); then the plugins' (the framework's
 ValidateRuntime phase: beyond upstream, the data cache's successPolicy and MPI's
 runLauncherAsNode jobs); then, beyond upstream, what JobSet's webhook would refuse in every
-JobSet built from the template (:mod:`trainer.admission.jobset_rules`: rule names, job failure
+JobSet built from the template (:mod:`trainer.jobset.webhook`: rule names, job failure
 reasons, ``groupName``, ``managedBy``).
 """
 
 from __future__ import annotations
 
-from trainer.admission import jobset_rules
 from trainer.admission.types import Verdict
 from trainer.api import constants as c
-from trainer.api.jobset import ReplicatedJob
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime
+from trainer.jobset import webhook as jobset_webhook
+from trainer.jobset.types import ReplicatedJob
 from trainer.machinery.errors import INVALID, FieldError
 from trainer.plugins.registry import default_framework
 from trainer.runtime.assemble import ancestor_of
@@ -115,6 +115,6 @@ def validate_runtime(new: AnyRuntime, old: AnyRuntime | None) -> Verdict:
         warnings.append(deprecation_warning(new))
     plugins = default_framework().validate_runtime(new, old)
     warnings += plugins.warnings
-    warnings += jobset_rules.template_warnings(new.spec.template.spec if new.spec else None)
+    warnings += jobset_webhook.template_warnings(new.spec.template.spec if new.spec else None)
     warnings += jobset_ttl_warning(new)
     return Verdict(warnings, validate_replicated_jobs(runtime_jobs(new)) + plugins.errors)

@@ -28,8 +28,8 @@ from __future__ import annotations
 from trainer.admission import names, patches
 from trainer.admission.types import ClusterView, Verdict
 from trainer.api import constants as c
-from trainer.api.jobset import ReplicatedJob
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, RuntimeRef, TrainJob
+from trainer.jobset.types import ReplicatedJob
 from trainer.machinery.errors import INVALID, REQUIRED, FieldError, Rendered
 from trainer.machinery.gofmt import go_struct
 from trainer.plugins.registry import default_framework

@@ -1,9 +1,11 @@
-"""metav1.Condition bookkeeping, as ``meta.SetStatusCondition`` does it: a condition's
-``lastTransitionTime`` changes only when its status flips."""
+"""The API's ``Condition`` models read and set: set by the floor's one
+:func:`~trainer.machinery.conditions.set_condition` (``meta.SetStatusCondition``: a condition's
+``lastTransitionTime`` changes only when its status flips)."""
 
 from __future__ import annotations
 
-from trainer.api.core import Condition
+from trainer.machinery.conditions import set_condition
+from trainer.machinery.models.core import Condition
 
 
 def find_condition(conditions: list[Condition] | None, type_: str) -> Condition | None:
@@ -18,17 +20,11 @@ def is_true(conditions: list[Condition] | None, type_: str) -> bool:
     return cond is not None and cond.status == "True"
 
 
-def set_condition(conditions: list[Condition] | None, new: Condition) -> list[Condition]:
+def with_condition(conditions: list[Condition] | None, new: Condition) -> list[Condition]:
     """A new list with ``new`` set: reason and message always updated, the transition time
-    kept unless the status changed."""
-    out = [c.model_copy(deep=True) for c in conditions or []]
-    for i, cond in enumerate(out):
-        if cond.type != new.type:
-            continue
-        updated = new.model_copy(deep=True)
-        if cond.status == new.status:
-            updated.last_transition_time = cond.last_transition_time
-        out[i] = updated
-        return out
-    out.append(new.model_copy(deep=True))
-    return out
+    kept unless the status changed. The models go through their wire form, which they keep
+    losslessly (:mod:`trainer.machinery.models.base`)."""
+    wire = set_condition(
+        [cond.to_wire() for cond in conditions or []], new.to_wire(), new.last_transition_time
+    )
+    return [Condition.from_wire(cond) for cond in wire]

@@ -2,12 +2,12 @@
 annotations, condition types and reasons, env names, container, job and object names.
 
 JobSet's names (its API identity, labels, condition types and reasons) are JobSet's contract,
-not the Trainer's: they live in :mod:`trainer.api.jobset_contract`. Like that module, this one
+not the Trainer's: they live in :mod:`trainer.jobset.contract`. Like that module, this one
 imports nothing else (pydantic included), so the dashboard can read it."""
 
 from __future__ import annotations
 
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 
 # --- API identity ---------------------------------------------------------------------------
 TRAINER_RELEASE = "2.3.0"

@@ -1,14 +1,14 @@
 """Generate CustomResourceDefinitions from the API models.
 
 The models are the single source of truth: their Python types give the structural schema and
-their :class:`~trainer.api.base.Schema` markers give the validation rules, defaults and list
-types; a field holding a Kubernetes type (a pod template, a container, ...) gets that type's
-full schema from :mod:`trainer.machinery.kubeschema`. ``python -m trainer.api.crds`` first
-regenerates ``trainer/machinery/kubeschema.json`` (:mod:`trainer.machinery.kubeschema_gen`,
-from the ``kubernetes-validate`` package), then writes ``manifests/base/crds/`` (the Trainer CRDs)
-and
-``manifests/local/`` (a JobSet CRD for the embedded control plane); ``--check`` fails when the
-committed files differ from what the sources generate.
+their :class:`~trainer.machinery.models.base.Schema` markers give the validation rules,
+defaults and list types; a field holding a Kubernetes type (a pod template, a container, ...)
+gets that type's full schema from :mod:`trainer.machinery.kubeschema`. ``python -m
+trainer.api.crds`` first regenerates ``trainer/machinery/kubeschema.json``
+(:mod:`trainer.machinery.kubeschema_gen`, from the ``kubernetes-validate`` package), then writes
+``manifests/base/crds/`` (the Trainer CRDs) and ``manifests/local/`` (a JobSet CRD for the
+embedded control plane); ``--check`` fails when the committed files differ from what the
+sources generate.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from trainer.api import constants as c
-from trainer.api import jobset as js
-from trainer.api import jobset_contract as jsc
 from trainer.api import v1alpha1 as v1
-from trainer.api.base import K8sModel, Schema
-from trainer.api.core import ObjectMeta
+from trainer.jobset import contract as jsc
+from trainer.jobset import types as js
 from trainer.machinery import kubeschema, kubeschema_gen, yamlout
 from trainer.machinery.kubeschema import embedded_meta, kube_schema
+from trainer.machinery.models.base import K8sModel, Schema
+from trainer.machinery.models.core import ObjectMeta
 
 GENERATED_BY = "trainer.kubeflow.org/generated-by"
 GENERATOR = "python -m trainer.api.crds"

@@ -20,11 +20,11 @@ from pydantic import ValidationError
 
 from trainer.api import constants as c
 from trainer.api import crds
-from trainer.api import jobset_contract as jsc
-from trainer.api.base import K8sModel
-from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.jobset import contract as jsc
+from trainer.jobset.types import JobSet
 from trainer.machinery.errors import INVALID, REQUIRED, FieldError, join_path
+from trainer.machinery.models.base import K8sModel
 from trainer.machinery.openapi import apply_defaults, prune, validate
 from trainer.machinery.safeload import FILE_LIMITS, InputError, Limits, load_yaml_documents
 

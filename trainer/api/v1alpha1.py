@@ -18,8 +18,9 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from trainer.api import constants as c
-from trainer.api.base import IMMUTABLE, K8sModel, Rule, Schema, TopLevel
-from trainer.api.core import (
+from trainer.jobset.types import JobSetSpec
+from trainer.machinery.models.base import IMMUTABLE, K8sModel, Rule, Schema, TopLevel
+from trainer.machinery.models.core import (
     Condition,
     Container,
     EnvVar,
@@ -33,7 +34,6 @@ from trainer.api.core import (
     Volume,
     VolumeMount,
 )
-from trainer.api.jobset import JobSetSpec
 
 GROUP = c.GROUP
 VERSION = c.VERSION

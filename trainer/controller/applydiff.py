@@ -9,7 +9,7 @@ import hashlib
 import json
 from typing import Any
 
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 from trainer.machinery.quantity import Quantity, QuantityError
 
 ObjectKey = tuple[str, str, str, str]

@@ -24,7 +24,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 from trainer.machinery.times import format_time, parse_time
 
 Obj = dict[str, Any]

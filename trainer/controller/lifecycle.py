@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from trainer.api import constants as c
 from trainer.api.conditions import find_condition
-from trainer.api.core import Condition
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob
+from trainer.machinery.models.core import Condition
 from trainer.machinery.times import format_time, parse_time
 
 Runtime = TrainingRuntime | ClusterTrainingRuntime

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
 from trainer.controller.failures import FailedPods, slim_pod
 from trainer.controller.handlers import (
     enqueue_owner,
@@ -31,6 +30,7 @@ from trainer.controller.handlers import (
     trainjob_key,
 )
 from trainer.controller.reconcile import Caches, Reconciler, build_context
+from trainer.jobset import contract as jsc
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import Kube

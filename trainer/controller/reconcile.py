@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
 from trainer.api.conditions import is_true
-from trainer.api.jobset import JobSet
 from trainer.api.load import ObjectError, parse_object
 from trainer.api.v1alpha1 import ClusterTrainingRuntime, TrainingRuntime, TrainJob, TrainJobStatus
 from trainer.controller import events as ev
@@ -43,6 +41,8 @@ from trainer.controller.failures import (
 )
 from trainer.controller.lifecycle import deadline_remaining, is_finished, run_policy, ttl_remaining
 from trainer.controller.status import BuildFailure, desired_status, unserved_message
+from trainer.jobset import contract as jsc
+from trainer.jobset.types import JobSet
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import APIError, Kube

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api.conditions import find_condition, is_true, set_condition
-from trainer.api.core import Condition
-from trainer.api.jobset import JobSet
+from trainer.api.conditions import find_condition, is_true, with_condition
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
 from trainer.controller.failures import CAUSE_MARK
 from trainer.controller.lifecycle import times
+from trainer.jobset.types import JobSet
 from trainer.machinery.messages import truncate
+from trainer.machinery.models.core import Condition
 from trainer.machinery.times import format_time
 from trainer.plugins.registry import default_framework
 from trainer.runtime.framework import Framework
@@ -103,11 +103,11 @@ def desired_status(
 
     suspended = bool(trainjob.spec and trainjob.spec.suspend)
     if suspended:
-        conds = set_condition(
+        conds = with_condition(
             conds, _cond(c.COND_SUSPENDED, True, c.REASON_SUSPENDED, c.MSG_SUSPENDED, stamp)
         )
     elif is_true(conds, c.COND_SUSPENDED):
-        conds = set_condition(
+        conds = with_condition(
             conds, _cond(c.COND_SUSPENDED, False, c.REASON_RESUMED, c.MSG_RESUMED, stamp)
         )
 
@@ -122,23 +122,23 @@ def desired_status(
         conds = _with_cause(conds, trainjob, failure_cause)
 
     if runtime_missing is not None:
-        conds = set_condition(
+        conds = with_condition(
             conds,
             _cond(c.COND_FAILED, True, c.REASON_RUNTIME_NOT_SUPPORTED, runtime_missing, stamp),
         )
     if deadline_exceeded:
-        conds = set_condition(
+        conds = with_condition(
             conds,
             _cond(c.COND_FAILED, True, c.REASON_DEADLINE_EXCEEDED, c.MSG_DEADLINE_EXCEEDED, stamp),
         )
 
     if build_failure is not None:
-        conds = set_condition(
+        conds = with_condition(
             conds,
             _cond(c.COND_BUILD_FAILED, True, build_failure.reason, build_failure.message, stamp),
         )
     elif is_true(conds, c.COND_BUILD_FAILED):
-        conds = set_condition(
+        conds = with_condition(
             conds,
             _cond(
                 c.COND_BUILD_FAILED,
@@ -184,7 +184,7 @@ def _with_cause(
             return conds
     if cause and CAUSE_MARK not in (failed.message or "") and failed.reason not in OWN_REASONS:
         failed = failed.model_copy(update={"message": f"{failed.message}; {cause}"})
-    return set_condition(conds, failed)
+    return with_condition(conds, failed)
 
 
 def current_state(

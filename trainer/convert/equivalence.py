@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 
 Obj = dict[str, Any]
 

@@ -22,10 +22,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
-from trainer.api.core import PodTemplateSpec
 from trainer.api.load import pydantic_errors
+from trainer.jobset import contract as jsc
 from trainer.machinery.errors import format_errors
+from trainer.machinery.models.core import PodTemplateSpec
 
 V1 = "kubeflow.org/v1"
 V2BETA1 = "kubeflow.org/v2beta1"

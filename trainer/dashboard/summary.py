@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 from trainer.machinery.times import parse_time
 
 Obj = dict[str, Any]

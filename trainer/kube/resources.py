@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 from trainer.machinery.gvr import GVR
 
 __all__ = ["GVR", "gvr_for", "gvr_of"]

@@ -6,7 +6,7 @@ controller share, as Kubernetes spells them:
 - whether a pod is Ready (``podutil.IsPodReady``);
 - the ``DisruptionAllowed`` condition (k8s.io/component-helpers/apps/poddisruptionbudget:
   ``UpdateDisruptionAllowedCondition`` and ``ConditionsAreUpToDate``) over
-  ``apimeta.SetStatusCondition``;
+  ``apimeta.SetStatusCondition`` (:mod:`trainer.machinery.conditions`);
 - a count from an integer or a percentage (``intstr.GetScaledValueFromIntOrPercent``).
 
 Objects are the wire dicts; nothing here does I/O.
@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from trainer.machinery.conditions import set_condition
 from trainer.machinery.labels import SelectorError, selector_matches
 
 DISRUPTION_ALLOWED = "DisruptionAllowed"
@@ -59,36 +60,6 @@ def budgets_of(
 ) -> list[Mapping[str, Any]]:
     """The budgets of ``pdbs`` that cover ``pod``, in the order given."""
     return [pdb for pdb in pdbs if covers(pdb, pod)]
-
-
-def set_condition(
-    conditions: list[dict[str, Any]], new: Mapping[str, Any], now: str
-) -> list[dict[str, Any]]:
-    """``apimeta.SetStatusCondition``: ``new`` in place of the condition of its type (its
-    ``lastTransitionTime`` kept unless the status changes, ``now`` then), or appended; a new
-    list, in the field order Kubernetes writes a ``metav1.Condition``."""
-    out: list[dict[str, Any]] = []
-    found = False
-    for old in conditions:
-        if old.get("type") != new["type"]:
-            out.append(dict(old))
-            continue
-        found = True
-        since = old.get("lastTransitionTime") if old.get("status") == new["status"] else None
-        out.append(_condition(new, since or new.get("lastTransitionTime") or now))
-    if not found:
-        out.append(_condition(new, new.get("lastTransitionTime") or now))
-    return out
-
-
-def _condition(c: Mapping[str, Any], since: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": c["type"], "status": c["status"]}
-    if c.get("observedGeneration"):
-        out["observedGeneration"] = c["observedGeneration"]
-    out["lastTransitionTime"] = since
-    out["reason"] = c.get("reason") or ""
-    out["message"] = c.get("message") or ""
-    return out
 
 
 def update_disruption_allowed_condition(status: dict[str, Any], now: str) -> None:

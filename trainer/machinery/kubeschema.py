@@ -15,7 +15,7 @@ same fields as with upstream's CRDs. It is not the oldest Kubernetes the install
 cluster passes the CRD and is dropped by the cluster's Job API (docs/crds.md).
 
 Models name the type a field holds with ``kube_definition`` (a class in
-:mod:`trainer.api.core`) or ``Schema(kube=...)`` (a field typed ``dict[str, Any]``).
+:mod:`trainer.machinery.models.core`) or ``Schema(kube=...)`` (a field typed ``dict[str, Any]``).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ JSON schema of the Kubernetes API that the ``kubernetes-validate`` package bundl
 Kubernetes version (``kubernetes-json-schema/v1.36.0-local/_definitions.json``: generated from
 Kubernetes' own OpenAPI document, with descriptions, ``required``, list and map types and
 formats). Every definition reachable from the roots our models name (``kube_definition`` in
-:mod:`trainer.api.core`, ``Schema(kube=...)``) is turned into the structural schema fragment
-controller-gen emits for the same Go type (https://book.kubebuilder.io/reference/markers/crd):
+:mod:`trainer.machinery.models.core`, ``Schema(kube=...)``) is turned into the structural schema
+fragment controller-gen emits for the same Go type (https://book.kubebuilder.io/reference/markers/crd):
 
 * ``type: [object, "null"]`` becomes ``type: object`` (a CRD schema states one type);
 * ``resource.Quantity`` becomes ``anyOf`` integer/string with the quantity ``pattern`` and

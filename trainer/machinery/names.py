@@ -1,5 +1,6 @@
 """Kubernetes' string rules: k8s.io/apimachinery/pkg/util/validation (DNS-1123 labels and
-subdomains, DNS-1035 labels, qualified names, label values, ConfigMap keys) and the
+subdomains, DNS-1035 labels, qualified names, label values, ConfigMap keys, domain-prefixed
+paths) and the
 ``ValidateNameFunc`` s objects are named by, with Kubernetes' exact messages.
 
 Go measures lengths in bytes, so lengths here count UTF-8 bytes; Go's regexp ``$`` never
@@ -14,6 +15,8 @@ import re
 from collections.abc import Callable
 from typing import Final
 
+from trainer.machinery.errors import INVALID, REQUIRED, FieldError
+
 # --- k8s.io/apimachinery/pkg/util/validation ---------------------------------------------------
 
 DNS1123_LABEL_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -24,6 +27,7 @@ QNAME_EXT_CHAR_FMT: Final = "[-A-Za-z0-9_.]"
 QUALIFIED_NAME_FMT: Final = f"({QNAME_CHAR_FMT}{QNAME_EXT_CHAR_FMT}*)?{QNAME_CHAR_FMT}"
 LABEL_VALUE_FMT: Final = f"({QUALIFIED_NAME_FMT})?"
 CONFIG_MAP_KEY_FMT: Final = "[-._a-zA-Z0-9]+"
+HTTP_PATH_FMT: Final = "[A-Za-z0-9/\\-._~%!$&'()*+,;=:]+"
 
 DNS1123_LABEL_MAX: Final = 63
 DNS1123_SUBDOMAIN_MAX: Final = 253
@@ -40,6 +44,7 @@ _DNS1035_LABEL = re.compile(DNS1035_LABEL_FMT)
 _QUALIFIED_NAME = re.compile(QUALIFIED_NAME_FMT)
 _LABEL_VALUE = re.compile(LABEL_VALUE_FMT)
 _CONFIG_MAP_KEY = re.compile(CONFIG_MAP_KEY_FMT)
+_HTTP_PATH = re.compile(HTTP_PATH_FMT)
 
 QUALIFIED_NAME_MSG: Final = (
     "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
@@ -189,6 +194,40 @@ def is_config_map_key(value: str) -> list[str]:
     elif value.startswith(".."):
         errs.append("must not start with '..'")
     return errs
+
+
+def domain_prefixed_path_errors(path: str, value: str) -> list[FieldError]:
+    """``validation.IsDomainPrefixedPath`` at ``path``: ``<DNS-1123 subdomain>/<HTTP path>``;
+    ``acme.io/manager`` passes, ``kueue.k8s.io/`` (empty path), ``manager`` (no domain) and
+    ``Acme.io/x`` fail."""
+    if not value:
+        return [FieldError(path, REQUIRED, "")]
+    if len(value) <= _REMEMBERED_LENGTH and _valid_domain_prefixed_path(value):
+        return []
+    host, sep, rest = value.partition("/")
+    if not sep or not host or not rest:
+        return [
+            FieldError(
+                path, INVALID, 'must be a domain-prefixed path (such as "acme.io/foo")', value
+            )
+        ]
+    errors = [FieldError(path, INVALID, msg, host) for msg in is_dns1123_subdomain(host)]
+    if not _HTTP_PATH.fullmatch(rest):
+        errors.append(FieldError(path, INVALID, regex_error("Invalid path", HTTP_PATH_FMT), rest))
+    return errors
+
+
+#: Paths up to this long are remembered once found valid (every Kueue-patched TrainJob names
+#: the same manager); the bound keeps the memory small whatever clients send.
+_REMEMBERED_LENGTH = 128
+
+
+@functools.lru_cache(maxsize=256)
+def _valid_domain_prefixed_path(value: str) -> bool:
+    host, sep, rest = value.partition("/")
+    return bool(
+        sep and host and rest and not is_dns1123_subdomain(host) and _HTTP_PATH.fullmatch(rest)
+    )
 
 
 # --- name rules (ValidateNameFunc: name, is it a generateName prefix) ---------------------------

@@ -28,10 +28,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
-from trainer.api.core import Container, KeyToPath, SecretVolumeSource, Volume, VolumeMount
-from trainer.api.jobset import JobSetSpec, ReplicatedJob
 from trainer.api.v1alpha1 import TrainJob
+from trainer.jobset import contract as jsc
+from trainer.jobset.types import JobSetSpec, ReplicatedJob
+from trainer.machinery.models.core import (
+    Container,
+    KeyToPath,
+    SecretVolumeSource,
+    Volume,
+    VolumeMount,
+)
 from trainer.runtime import apply
 from trainer.runtime.assemble import ancestor_of
 from trainer.runtime.info import BuildContext, BuildError, Info, Runtime

@@ -31,7 +31,7 @@ trainer``, else the job named ``node``) writes upstream's pod template exactly (
 
 The ConfigMap volume is named after the TrainJob, so a TrainJob name over 47 characters makes
 a volume name over 63, which the Job API refuses; admission's name budget
-(:mod:`trainer.runtime.naming`) counts it.
+(:mod:`trainer.jobset.budget`) counts it.
 
 The pod count comes from ``trainer.numNodes``, set when the Info is assembled
 (:mod:`trainer.runtime.podsets`); this plugin does not set it again.
@@ -59,15 +59,15 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from trainer.api import constants as c
-from trainer.api.core import (
+from trainer.api.v1alpha1 import TrainJob
+from trainer.machinery.errors import INVALID, FieldError
+from trainer.machinery.models.core import (
     ConfigMapVolumeSource,
     Container,
     SecretVolumeSource,
     Volume,
     VolumeMount,
 )
-from trainer.api.v1alpha1 import TrainJob
-from trainer.machinery.errors import INVALID, FieldError
 from trainer.plugins import flux_scripts as scripts
 from trainer.runtime import apply, z85
 from trainer.runtime.info import BuildContext, BuildError, Info, PodSet

@@ -5,7 +5,7 @@ container. GPUs do not change ``JAX_NUM_PROCESSES`` (one process per node)."""
 from __future__ import annotations
 
 from trainer.api import constants as c
-from trainer.api.core import ContainerPort
+from trainer.machinery.models.core import ContainerPort
 from trainer.runtime import apply
 from trainer.runtime.info import Info
 from trainer.runtime.podsets import trainer_node_container

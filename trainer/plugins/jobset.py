@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.api import jobset_contract as jsc
-from trainer.api.core import ObjectMeta
-from trainer.api.jobset import JobSet
+from trainer.jobset import contract as jsc
+from trainer.jobset.types import JobSet
+from trainer.machinery.models.core import ObjectMeta
 from trainer.runtime.info import BuildContext, Info
 from trainer.runtime.merge import merge_string_maps
 from trainer.runtime.objects import owner_reference

@@ -79,7 +79,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api.core import (
+from trainer.api.v1alpha1 import MPIMLPolicySource, TrainJob
+from trainer.machinery.errors import INVALID, FieldError
+from trainer.machinery.models.core import (
     ConfigMapVolumeSource,
     Container,
     EnvVar,
@@ -88,8 +90,6 @@ from trainer.api.core import (
     Volume,
     VolumeMount,
 )
-from trainer.api.v1alpha1 import MPIMLPolicySource, TrainJob
-from trainer.machinery.errors import INVALID, FieldError
 from trainer.runtime import apply
 from trainer.runtime.info import BuildContext, BuildError, Info, PodSet, Runtime
 from trainer.runtime.objects import object_meta

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from trainer.api import constants as c
-from trainer.api.core import ContainerPort
+from trainer.machinery.models.core import ContainerPort
 from trainer.runtime import apply
 from trainer.runtime.info import Info
 

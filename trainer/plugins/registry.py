@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
 from trainer.api.v1alpha1 import TrainJob
+from trainer.jobset import contract as jsc
 from trainer.machinery.quantity import QuantityError
 from trainer.plugins.coscheduling import CoschedulingPlugin
 from trainer.plugins.datacache import DataCachePlugin

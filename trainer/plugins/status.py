@@ -9,11 +9,11 @@ status (its own conditions, ``trainerStatus``) is kept.
 from __future__ import annotations
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
-from trainer.api.conditions import set_condition
-from trainer.api.core import Condition
-from trainer.api.jobset import JobSet
+from trainer.api.conditions import with_condition
 from trainer.api.v1alpha1 import JobStatus, TrainJob, TrainJobStatus
+from trainer.jobset import contract as jsc
+from trainer.jobset.types import JobSet
+from trainer.machinery.models.core import Condition
 
 CONDITION_MAP = {
     jsc.COMPLETED: c.COND_COMPLETE,
@@ -41,7 +41,7 @@ def status_from_jobset(trainjob: TrainJob, jobset: JobSet) -> TrainJobStatus:
             message=cond.message,
             last_transition_time=cond.last_transition_time,
         )
-        conditions = set_condition(conditions, copied)
+        conditions = with_condition(conditions, copied)
     if conditions is not None:
         status.conditions = conditions
     if js_status.replicated_jobs_status is not None:

@@ -26,7 +26,7 @@ import json
 from collections.abc import Sequence
 
 from trainer.api import constants as c
-from trainer.api.core import Container, ContainerPort
+from trainer.machinery.models.core import Container, ContainerPort
 from trainer.runtime import apply
 from trainer.runtime.info import BuildError, Info, PodSet
 

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api.core import Container, ContainerPort, EnvVar, PodSpec
 from trainer.api.v1alpha1 import TorchElasticPolicy, Trainer, TrainJob
 from trainer.machinery.errors import INVALID, FieldError
+from trainer.machinery.models.core import Container, ContainerPort, EnvVar, PodSpec
 from trainer.plugins import torchtune
 from trainer.runtime import apply
 from trainer.runtime.apply import find_container

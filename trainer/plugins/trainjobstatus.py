@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api.core import Volume, VolumeMount
 from trainer.api.v1alpha1 import TrainJob
+from trainer.machinery.models.core import Volume, VolumeMount
 from trainer.runtime import apply
 from trainer.runtime.info import BuildContext, BuildError, Info, Observed, Runtime
 from trainer.runtime.objects import object_meta

@@ -24,9 +24,9 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api.core import PodSpec
 from trainer.api.v1alpha1 import TrainJob, VolcanoPodGroupPolicySource
 from trainer.machinery.errors import INVALID, FieldError
+from trainer.machinery.models.core import PodSpec
 from trainer.runtime.info import BuildContext, Info, PodSet
 from trainer.runtime.podgroup import gang_spec, pod_group, pod_group_watch, should_apply
 from trainer.runtime.validation import ClusterView, Verdict

@@ -9,9 +9,9 @@ its own index (upstream's format, unlike the other policies' one reserved-env er
 from __future__ import annotations
 
 from trainer.api import constants as c
-from trainer.api.core import ContainerPort
 from trainer.api.v1alpha1 import TrainJob
 from trainer.machinery.errors import FORBIDDEN, FieldError
+from trainer.machinery.models.core import ContainerPort
 from trainer.runtime import apply
 from trainer.runtime.info import Info
 from trainer.runtime.podsets import resources_per_node, trainer_node_container

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
 
-from trainer.api.core import (
+from trainer.machinery.models.core import (
     Container,
     ContainerPort,
     EnvFromSource,

@@ -28,9 +28,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainer.api import constants as c
-from trainer.api.core import EnvFromSource, LocalObjectReference
-from trainer.api.jobset import JobSetSpec, ReplicatedJob
 from trainer.api.v1alpha1 import DatasetInitializer, ModelInitializer, TrainJob
+from trainer.jobset.types import JobSetSpec, ReplicatedJob
+from trainer.machinery.models.core import EnvFromSource, LocalObjectReference
 from trainer.runtime import apply
 from trainer.runtime.info import BuildError, Info, Observed, PodSet, Runtime
 from trainer.runtime.merge import merge_string_maps, strategic_merge

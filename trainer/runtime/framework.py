@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from trainer.api.jobset import JobSet
 from trainer.api.v1alpha1 import TrainJob, TrainJobStatus
+from trainer.jobset.types import JobSet
 from trainer.machinery.errors import FieldError
 from trainer.runtime.assemble import apply_trainer_env
 from trainer.runtime.info import BuildContext, Info, Runtime

@@ -13,9 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
-from trainer.api.core import Container, JobSpec, PodSpec, PodTemplateSpec
-from trainer.api.jobset import JobSet, JobSetSpec, ReplicatedJob
 from trainer.api.v1alpha1 import (
     ClusterTrainingRuntime,
     MLPolicy,
@@ -23,6 +20,9 @@ from trainer.api.v1alpha1 import (
     TrainingRuntime,
     TrainJob,
 )
+from trainer.jobset import contract as jsc
+from trainer.jobset.types import JobSet, JobSetSpec, ReplicatedJob
+from trainer.machinery.models.core import Container, JobSpec, PodSpec, PodTemplateSpec
 from trainer.machinery.quantity import Quantity
 from trainer.runtime.apply import find_container, regular_container
 from trainer.runtime.resources import pod_requests

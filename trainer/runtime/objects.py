@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
-from trainer.api.core import ObjectMeta, OwnerReference
 from trainer.api.v1alpha1 import TrainJob
+from trainer.machinery.models.core import ObjectMeta, OwnerReference
+from trainer.machinery.owners import controller_reference
 
 
 def owner_reference(trainjob: TrainJob) -> OwnerReference:
     """The controller ownerReference every object made for a TrainJob carries."""
     meta = trainjob.metadata or ObjectMeta()
-    ref = jsc.owner_reference(
+    ref = controller_reference(
         meta.name or "", meta.uid or "", api_version=c.API_VERSION, kind=c.KIND_TRAINJOB
     )
     return OwnerReference.from_wire(ref)

@@ -20,9 +20,9 @@ them need lives in ``trainer.runtime``, here or beside the data it reads.
 from __future__ import annotations
 
 from trainer.api import constants as c
-from trainer.api.core import Container, ResourceRequirements
-from trainer.api.jobset import ReplicatedJob
 from trainer.api.v1alpha1 import MLPolicy
+from trainer.jobset.types import ReplicatedJob
+from trainer.machinery.models.core import Container, ResourceRequirements
 from trainer.runtime.info import Info, PodSet
 
 FORCED_SINGLE_REPLICA = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trainer.api.core import Container, PodSpec, Quantity, ResourceRequirements
+from trainer.machinery.models.core import Container, PodSpec, Quantity, ResourceRequirements
 from trainer.machinery.quantity import Quantity as Q
 from trainer.runtime.apply import upsert_by
 

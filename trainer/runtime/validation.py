@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from trainer.api import constants as c
-from trainer.api.jobset import JobSet, JobSetSpec, ReplicatedJob
 from trainer.api.v1alpha1 import Trainer
+from trainer.jobset.types import JobSet, JobSetSpec, ReplicatedJob
 from trainer.machinery.errors import INVALID, FieldError, Rendered
 from trainer.machinery.gofmt import go_struct
 from trainer.runtime.info import Info, Runtime

@@ -32,14 +32,15 @@ from typing import Any
 import yaml
 
 from trainer.api import constants as c
-from trainer.api import jobset_contract as jsc
 from trainer.dashboard import nodes, summary
 from trainer.dashboard.runtimes import runtime_row
 from trainer.dashboard.watch.history import History
+from trainer.jobset import contract as jsc
 from trainer.kube import resources as r
 from trainer.kube.informer import Backoff, Informer, key_of
 from trainer.kube.resources import GVR
 from trainer.kube.rest import APIError, Kube
+from trainer.machinery.owners import controller_of
 
 Obj = dict[str, Any]
 Key = tuple[str, str]
@@ -93,7 +94,7 @@ def _text_label(obj: Obj, label: str) -> str:
 
 
 def _owner(obj: Obj, kind: str) -> str | None:
-    ref = jsc.controller_of(obj, kind)
+    ref = controller_of(obj, kind)
     return str(ref.get("name") or "") if ref is not None else None
 
 

@@ -37,9 +37,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.api.jobset_contract import controller_of
 from trainer.machinery import disruption as pdbs
+from trainer.machinery.conditions import set_condition
 from trainer.machinery.labels import SelectorError, selector_matches
+from trainer.machinery.owners import controller_of
 from trainer.machinery.times import format_time, parse_time
 
 DELETION_TIMEOUT = dt.timedelta(minutes=2)
@@ -311,9 +312,7 @@ def fail_safe(pdb: Obj, message: str, stamp: str) -> dict[str, Any]:
         "message": message,
         "observedGeneration": int(status.get("observedGeneration") or 0),
     }
-    status["conditions"] = pdbs.set_condition(
-        list(status.get("conditions") or []), condition, stamp
-    )
+    status["conditions"] = set_condition(list(status.get("conditions") or []), condition, stamp)
     return status
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trainer.api import jobset_contract as jc
 from trainer.local.executor.batch import pod_phase, pod_ready
 from trainer.machinery.labels import ENDPOINTSLICE_CONTROLLER as CONTROLLER
 from trainer.machinery.labels import ENDPOINTSLICE_MANAGED_BY as MANAGED_BY
 from trainer.machinery.labels import SERVICE_NAME
+from trainer.machinery.owners import controller_reference
 
 
 def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def endpoint_slice(service: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
             "namespace": meta.get("namespace", ""),
             "labels": {SERVICE_NAME: meta.get("name", ""), MANAGED_BY: CONTROLLER},
             "ownerReferences": [
-                jc.owner_reference(
+                controller_reference(
                     str(meta.get("name", "")),
                     str(meta.get("uid", "")),
                     api_version="v1",

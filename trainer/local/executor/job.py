@@ -9,7 +9,6 @@ import logging
 import secrets
 from typing import Any
 
-from trainer.api import jobset_contract as jc
 from trainer.kube.events import NORMAL, WARNING
 from trainer.kube.informer import Informer
 from trainer.kube.resources import JOBS, PODS
@@ -24,6 +23,7 @@ from trainer.local.executor.batch import (
     pod_phase,
     pod_ready,
 )
+from trainer.machinery.owners import controller_reference
 from trainer.machinery.times import now
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class JobController:
                 "labels": labels,
                 "annotations": annotations,
                 "ownerReferences": [
-                    jc.owner_reference(
+                    controller_reference(
                         meta["name"], meta["uid"], api_version="batch/v1", kind="Job"
                     )
                 ],

@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.kube.events import Recorder
 from trainer.kube.informer import Informer
 from trainer.kube.resources import JOBS, JOBSETS, SERVICES

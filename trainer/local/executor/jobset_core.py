@@ -25,10 +25,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.local.executor.batch import COMPLETE, FAILED, job_condition, job_finished, job_ready
 from trainer.local.executor.ssh import is_sshd
 from trainer.local.executor.waiting import not_ready
+from trainer.machinery.conditions import set_condition
+from trainer.machinery.owners import controller_reference
 
 Obj = dict[str, Any]
 
@@ -90,37 +92,6 @@ def condition(status: Mapping[str, Any], type_: str) -> Obj | None:
     return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
 
 
-def set_condition(
-    status: Obj, type_: str, value: bool, reason: str, message: str, stamp: str
-) -> None:
-    """JobSet's rule: a condition is appended only when True; False only updates an entry."""
-    wanted = "True" if value else "False"
-    conds = list(status.get("conditions") or [])
-    for i, cond in enumerate(conds):
-        if cond.get("type") == type_:
-            if cond.get("status") != wanted:
-                conds[i] = {
-                    **cond,
-                    "status": wanted,
-                    "reason": reason,
-                    "message": message,
-                    "lastTransitionTime": stamp,
-                }
-            status["conditions"] = conds
-            return
-    if value:
-        conds.append(
-            {
-                "type": type_,
-                "status": "True",
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": stamp,
-            }
-        )
-        status["conditions"] = conds
-
-
 # --- the Jobs ---------------------------------------------------------------------------------
 def job_labels(
     js: Mapping[str, Any], rjob: Mapping[str, Any], index: int, global_index: int
@@ -151,7 +122,7 @@ def job_labels(
 
 def owner_reference(js: Mapping[str, Any]) -> Obj:
     meta = js["metadata"]
-    return jc.owner_reference(meta["name"], meta["uid"])
+    return controller_reference(meta["name"], meta["uid"], api_version=jc.API_VERSION, kind=jc.KIND)
 
 
 @dataclass(frozen=True)
@@ -304,7 +275,10 @@ def plan(seen: Observed) -> Plan:
     terminal = status.get("terminalState")
 
     def finish(type_: str, reason: str, message: str) -> None:
-        set_condition(status, type_, True, reason, message, seen.stamp)
+        new = {"type": type_, "status": "True", "reason": reason, "message": message}
+        status["conditions"] = set_condition(
+            status.get("conditions"), new, seen.stamp, transitions_only=True
+        )
         status["terminalState"] = type_
         out.events.append((NORMAL if type_ == jc.COMPLETED else WARNING, reason, message))
         out.delete_jobs += [
@@ -328,14 +302,26 @@ def plan(seen: Observed) -> Plan:
     was = condition(old_status, jc.SUSPENDED)
     was_suspended = was is not None and was.get("status") == "True"
     if suspended:
-        set_condition(
-            status, jc.SUSPENDED, True, jc.REASON_SUSPENDED, "jobset is suspended", seen.stamp
+        new = {
+            "type": jc.SUSPENDED,
+            "status": "True",
+            "reason": jc.REASON_SUSPENDED,
+            "message": "jobset is suspended",
+        }
+        status["conditions"] = set_condition(
+            status.get("conditions"), new, seen.stamp, transitions_only=True
         )
         if not was_suspended:
             out.events.append((NORMAL, jc.REASON_SUSPENDED, "jobset is suspended"))
     elif condition(status, jc.SUSPENDED):
-        set_condition(
-            status, jc.SUSPENDED, False, jc.REASON_RESUMED, "jobset is resumed", seen.stamp
+        new = {
+            "type": jc.SUSPENDED,
+            "status": "False",
+            "reason": jc.REASON_RESUMED,
+            "message": "jobset is resumed",
+        }
+        status["conditions"] = set_condition(
+            status.get("conditions"), new, seen.stamp, transitions_only=True
         )
         if was_suspended:
             out.events.append((NORMAL, jc.REASON_RESUMED, "jobset is resumed"))

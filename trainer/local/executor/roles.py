@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 
 JOBSET_CONTROLLER = jsc.CONTROLLER_NAME
 JOB_CONTROLLER = "job-controller"

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.kube.client import another_client
 from trainer.kube.informer import DELETED, Informer
 from trainer.kube.resources import (
@@ -44,6 +44,7 @@ from trainer.local.executor.workloads import (
     ReplicaSetController,
 )
 from trainer.machinery.labels import SERVICE_NAME
+from trainer.machinery.owners import controller_of
 from trainer.machinery.workqueue import Result, WorkQueue, run_workers
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def _split(key: str) -> tuple[str, str]:
 
 
 def _owner(obj: dict[str, Any], kind: str) -> str | None:
-    ref = jc.controller_of(obj, kind)
+    ref = controller_of(obj, kind)
     return str(ref.get("name")) if ref is not None else None
 
 

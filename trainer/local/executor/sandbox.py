@@ -50,7 +50,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 from trainer.local.executor import netns_holder
 from trainer.local.executor.podfields import LOOPBACK
 from trainer.machinery.files import private_dir

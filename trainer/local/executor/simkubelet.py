@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from trainer.api import jobset_contract as jc
+from trainer.jobset import contract as jc
 from trainer.kube import resources as r
 from trainer.kube.events import Recorder
 from trainer.kube.informer import DELETED, Informer

@@ -66,7 +66,7 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
 )
 
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 from trainer.machinery.files import write_file
 
 LOCAL_SSH = "trainer.kubeflow.org/local-ssh"

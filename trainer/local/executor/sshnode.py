@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 from trainer.local.executor.podfields import pod_hostname
 from trainer.local.executor.ports import PortAllocator
 from trainer.local.executor.ssh import LOCAL_SSH, is_sshd, sshd_port

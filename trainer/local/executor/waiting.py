@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 
 
 def _why(pod: dict[str, Any]) -> str:

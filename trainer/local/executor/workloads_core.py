@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.api import jobset_contract as jc
 from trainer.local.executor.batch import pod_phase, pod_ready
+from trainer.machinery.owners import controller_reference
 from trainer.machinery.times import parse_time
 
 POD_TEMPLATE_HASH = "pod-template-hash"
@@ -199,7 +199,7 @@ def new_pod(rs: Mapping[str, Any]) -> dict[str, Any]:
 
 def owner_reference(owner: Mapping[str, Any], kind: str) -> dict[str, Any]:
     m = meta(owner)
-    return jc.owner_reference(
+    return controller_reference(
         str(m.get("name", "")), str(m.get("uid", "")), api_version="apps/v1", kind=kind
     )
 

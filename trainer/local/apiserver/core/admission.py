@@ -21,8 +21,9 @@ from typing import Any, Protocol
 
 import jsonpatch
 
-from trainer.api import jobset_contract as jsc
-from trainer.local.apiserver import builtin, jobset_webhook, metadata
+from trainer.jobset import contract as jsc
+from trainer.jobset import webhook as jobset_webhook
+from trainer.local.apiserver import builtin, metadata
 from trainer.local.apiserver.core import crd, rules, services
 from trainer.local.apiserver.core.services import PodPort
 from trainer.local.apiserver.errors import APIError, bad_request, invalid

@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from trainer.api import jobset_contract as jsc
+from trainer.jobset import contract as jsc
 from trainer.local.apiserver import metadata
 from trainer.local.apiserver.core.storage import Storage
 from trainer.local.apiserver.errors import APIError, bad_request

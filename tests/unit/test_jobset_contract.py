@@ -1,4 +1,4 @@
-"""trainer.api.jobset_contract: one mask of the JobSet fields that stay mutable while
+"""trainer.jobset.contract: one mask of the JobSet fields that stay mutable while
 suspended, used by the local API server's JobSet webhook and by the controller."""
 
 from __future__ import annotations
@@ -6,9 +6,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from trainer.api import jobset_contract as jsc
-from trainer.api.jobset_contract import mask_pod_templates
-from trainer.local.apiserver.jobset_webhook import validate_update
+from trainer.jobset import contract as jsc
+from trainer.jobset.contract import mask_pod_templates
+from trainer.jobset.webhook import validate_update
+from trainer.machinery.owners import controller_of, controller_reference
 
 
 def _rjob(pod_meta: dict[str, Any], pod_spec: dict[str, Any]) -> dict[str, Any]:
@@ -67,10 +68,10 @@ def test_names_follow_jobsets_rules() -> None:
 
 
 def test_controller_of_reads_malformed_metadata_as_no_owner() -> None:
-    owner = jsc.owner_reference("t", "u", api_version="trainer.kubeflow.org/v1alpha1", kind="T")
+    owner = controller_reference("t", "u", api_version="trainer.kubeflow.org/v1alpha1", kind="T")
     plain = {"apiVersion": "v1", "kind": "T", "name": "other", "uid": "v"}
     good = {"metadata": {"ownerReferences": ["junk", plain, owner]}}
-    assert jsc.controller_of(good, "T") == owner
-    assert jsc.controller_of(good, "JobSet") is None
+    assert controller_of(good, "T") == owner
+    assert controller_of(good, "JobSet") is None
     for bad in ({"metadata": "x"}, {"metadata": {"ownerReferences": "x"}}, {}):
-        assert jsc.controller_of(bad) is None
+        assert controller_of(bad) is None

@@ -1,6 +1,6 @@
-"""The core Kubernetes types the Trainer and JobSet APIs embed.
+"""The core Kubernetes types an API embeds (the Trainer's and JobSet's do).
 
-Only the part the controller reads or writes is modelled; everything else on these objects
+Only the part their controllers read or write is modelled; everything else on these objects
 (probes, affinity, security contexts, every volume source, future fields) is kept verbatim as
 an extra field and survives a load/dump round trip. The generated CRDs do not follow these
 models: each class names its Kubernetes type (``kube_definition``) and the CRD gets that type's
@@ -14,8 +14,8 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
-from trainer.api.base import K8sModel, Schema
 from trainer.machinery.kubeschema import QUANTITY_PATTERN
+from trainer.machinery.models.base import K8sModel, Schema
 
 Quantity = Annotated[int | float | str, Schema(int_or_string=True, pattern=QUANTITY_PATTERN)]
 """A resource quantity (``"500m"``, ``2``, ``"4Gi"``), kept exactly as written."""

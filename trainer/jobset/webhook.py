@@ -1,5 +1,5 @@
-"""What JobSet v0.12.0's webhooks do on create that its CRD does not, with JobSet's messages and
-in its order (upstream:
+"""JobSet v0.12.0's own webhooks: what they do on create that its CRD does not, with JobSet's
+messages and in its order, and what they refuse on update (upstream:
 https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/webhooks/jobset_webhook.go).
 
 Its defaulting webhook (:func:`default_create`) sets the success policy (``All``), the startup
@@ -19,11 +19,20 @@ most 63 characters; the success policy's and failure-policy rules' targets are r
 of the JobSet; each rule has a unique name of 1 to 128 characters matching
 ``^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`` and known job failure reasons; the coordinator's
 replicated job, Job index, Indexed completion with ``completions`` set, pod index, and its
-address as a label value. The test bed's JobSet answered each case of
-tests/jobset_webhook_cases.py as these do (docs/local-plane.md, "JobSet's admission checks").
+address as a label value. :func:`validate_create` answers them as JobSet v0.12.0 does: a 422
+Invalid of the JobSet whose errors without a field read ``<nil>: Internal error: ...`` (JobSet
+wraps them so).
 
-Two users: the local plane's built-in JobSet webhooks, and runtime admission, which warns about
-a runtime whose JobSet template breaks these checks (upstream's runtime webhook accepts such a
+On update (:func:`validate_update`): ``spec.replicatedJobs`` is immutable except, while the old
+or the new object is suspended, each pod template's labels, annotations, nodeSelector,
+tolerations and schedulingGates; ``managedBy`` never changes.
+
+The test bed's JobSet answered each case of tests/jobset_webhook_cases.py as these do
+(docs/local-plane.md, "JobSet's admission checks").
+
+Two users: the local API server, which runs these as JobSet's webhooks built in, so a JobSet is
+defaulted and refused locally as on a cluster; and runtime admission, which warns about a
+runtime whose JobSet template breaks these checks (upstream's runtime webhook accepts such a
 runtime, but JobSet refuses every JobSet built from it). Pure: no I/O.
 """
 
@@ -33,13 +42,22 @@ import copy
 import re
 from typing import Any
 
-from trainer.admission.patches import domain_prefixed_path_errors
-from trainer.api import jobset_contract as jsc
-from trainer.api.jobset import JobSetSpec, ReplicatedJob
-from trainer.api.jobset_contract import JOB_FAILURE_REASONS, PREFIX, RESTART_JOB_ACTIONS
-from trainer.machinery.errors import INVALID, TOO_LONG, FieldError
+from trainer.jobset import contract as jsc
+from trainer.jobset.contract import (
+    JOB_FAILURE_REASONS,
+    PREFIX,
+    RESTART_JOB_ACTIONS,
+    mask_pod_templates,
+)
+from trainer.jobset.types import JobSetSpec, ReplicatedJob
+from trainer.machinery.errors import INTERNAL, INVALID, NIL_PATH, TOO_LONG, FieldError
 from trainer.machinery.gofmt import go_quote
-from trainer.machinery.names import is_dns1035_label, is_dns1123_subdomain, is_valid_label_value
+from trainer.machinery.names import (
+    domain_prefixed_path_errors,
+    is_dns1035_label,
+    is_dns1123_subdomain,
+    is_valid_label_value,
+)
 
 MAX_MANAGED_BY = 63
 RULE_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
@@ -409,3 +427,34 @@ def template_warnings(spec: JobSetSpec | None) -> list[str]:
         f"{error}"
         for error in create_errors(None, defaulted)
     ]
+
+
+def validate_create(obj: dict[str, Any]) -> list[FieldError]:
+    """The validating webhook's errors for a defaulted JobSet, as JobSet reports them."""
+    name = (obj.get("metadata") or {}).get("name", "")
+    try:
+        spec = JobSetSpec.from_wire(obj.get("spec") or {})
+    except Exception:  # the CRD schema reports malformed specs
+        return []
+    return [
+        FieldError(NIL_PATH, INTERNAL, error.message) if isinstance(error, Message) else error
+        for error in create_errors(name, spec)
+    ]
+
+
+def validate_update(obj: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+    spec, old_spec = obj.get("spec") or {}, old.get("spec") or {}
+    errors = []
+    if spec.get("managedBy") != old_spec.get("managedBy"):
+        errors.append(
+            FieldError("spec.managedBy", INVALID, "field is immutable", spec.get("managedBy"))
+        )
+    new_jobs, old_jobs = spec.get("replicatedJobs") or [], old_spec.get("replicatedJobs") or []
+    if new_jobs == old_jobs:
+        return errors
+    suspended = bool(spec.get("suspend")) or bool(old_spec.get("suspend"))
+    if not suspended or mask_pod_templates(new_jobs) != mask_pod_templates(old_jobs):
+        # JobSet's ValidateImmutableField error: only the pod templates' labels, annotations,
+        # nodeSelector, tolerations and schedulingGates may change, while suspended.
+        errors.append(FieldError("spec.replicatedJobs", INVALID, "field is immutable", new_jobs))
+    return errors

@@ -7,7 +7,7 @@ ones JobSet's mutating webhook applies on create (successPolicy All, startupPoli
 Indexed completion, network DNS hostnames) are not CRD defaults and are not applied here.
 What JobSet checks in its validating webhook rather than its CRD (failure-policy rule names,
 job failure reasons, ``managedBy`` and ``groupName`` lengths) is checked by the local plane's
-JobSet webhook (``trainer/admission/jobset_rules.py``).
+JobSet webhook (``trainer/jobset/webhook.py``).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from trainer.api.base import K8sModel, Rule, Schema, TopLevel
-from trainer.api.core import (
+from trainer.jobset.contract import API_VERSION, FAILURE_ACTIONS, KIND
+from trainer.machinery.models.base import K8sModel, Rule, Schema, TopLevel
+from trainer.machinery.models.core import (
     Condition,
     Int32,
     JobTemplateSpec,
     ObjectMeta,
     PersistentVolumeClaimTemplate,
 )
-from trainer.api.jobset_contract import API_VERSION, FAILURE_ACTIONS, KIND
 
 
 class DependsOn(K8sModel):

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from trainer.api import jobset_contract as jsc
-from trainer.api.jobset import JobSetSpec
+from trainer.jobset import contract as jsc
+from trainer.jobset.types import JobSetSpec
 
 MAX_NAME = 63
 POD_SUFFIX = "-abcde"

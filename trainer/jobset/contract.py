@@ -1,6 +1,7 @@
 """The JobSet contract, in one place: the names JobSet gives the Jobs and pods it makes, their
-DNS names, the labels and annotations it sets, how its children point at their owner, the fields
-that stay mutable while it is suspended, and its condition types and reasons.
+DNS names, the labels and annotations it sets, the fields that stay mutable while it is
+suspended, and its condition types and reasons. (How its children point at it is generic: a
+controller reference, :mod:`trainer.machinery.owners`.)
 
 Everyone who makes a JobSet or reads one agrees through this module: the build (pod endpoints,
 name budgets), the controller (status, updates it may send), the local plane's JobSet controller
@@ -117,34 +118,6 @@ def claim_name(claim: str, jobset: str) -> str:
     """The PersistentVolumeClaim JobSet makes from a ``volumeClaimPolicies`` template named
     ``claim``: ``<claim>-<jobset>``."""
     return f"{claim}-{jobset}"
-
-
-def owner_reference(
-    name: str, uid: str, *, api_version: str = API_VERSION, kind: str = KIND
-) -> dict[str, Any]:
-    """The controller reference a child carries (``controller`` and ``blockOwnerDeletion``, as
-    controller-runtime's ``SetControllerReference``); a JobSet's unless told otherwise."""
-    return {
-        "apiVersion": api_version,
-        "kind": kind,
-        "name": name,
-        "uid": uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def controller_of(obj: dict[str, Any], kind: str | None = None) -> dict[str, Any] | None:
-    """The controller reference of ``obj`` (of ``kind`` when given), or None. Malformed
-    metadata (the dashboard shows whatever a cluster holds) has none."""
-    meta = obj.get("metadata")
-    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
-    for ref in refs if isinstance(refs, list) else []:
-        if not isinstance(ref, dict) or not ref.get("controller"):
-            continue
-        if kind is None or ref.get("kind") == kind:
-            return dict(ref)
-    return None
 
 
 # --- Fields mutable while suspended ---------------------------------------------------------
