@@ -1,6 +1,6 @@
 """The Helm chart's lifecycle on a cluster without the Trainer CRDs: the local plane started
-with ``trainer up --without-controller`` (docs/install.md, "Rehearsing an install locally"),
-which runs Jobs and their pods as a cluster does. One ``helm install --set
+with ``trainer up --without-controller`` (docs/local-plane.md, "Without the built-in
+controller"), which runs Jobs and their pods as a cluster does. One ``helm install --set
 runtimes.defaultEnabled=true`` creates the CRDs and the controller, and its post-install hook
 Job (``trainer runtimes install`` in the controller's image, with its ServiceAccount's token
 and RBAC) applies every built-in runtime; an upgrade that switches all but one off deletes
@@ -26,8 +26,10 @@ pytestmark = pytest.mark.slow
 
 READY = "no controller or webhook of its own"
 INSTALLER = "trainer.kubeflow.org/managed-by=runtimes-installer"
-# The controller's pods stay Pending (no node has this label): the hooks are the subject here,
-# and the rehearsal of the running Deployment is tests/e2e/test_install.py's.
+# The hooks are the subject here: the plane stores the release's Deployment and runs no
+# Deployment controller (docs/local-plane.md, "What the local plane is for"), and a node
+# selector no node matches keeps its pods off this host all the same. The running Deployment
+# is the cluster tier's (tests/cluster/test_helm.py, tests/cluster/test_node_agent.py).
 PENDING = ["--set-string", "manager.nodeSelector.testbed\\.kubeflow\\.org/nowhere=true"]
 
 

@@ -1,12 +1,14 @@
 """End to end: the ``trainer up`` command as a user runs it. It writes a kubeconfig, kubectl
 applies a TrainJob and waits for it to complete, SIGTERM stops it cleanly, and a second
 ``trainer up`` on the same ``--state-file`` still has the TrainJob, and deletes the one whose
-TTL after finishing expires across the restart."""
+TTL after finishing expires across the restart. ``trainer run --kubeconfig`` runs a TrainJob on
+the plane, and a pod's in-cluster client reaches the plane as its ServiceAccount."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
 import signal
 import sys
 from pathlib import Path
@@ -125,5 +127,72 @@ async def test_trainer_up_serves_kubectl_stops_cleanly_and_keeps_state(tmp_path:
         assert gone >= finished + dt.timedelta(seconds=TTL), (gone, finished)
         jobsets = await kubectl(kubeconfig, "get", "jobsets", "-o", "name")
         assert jobsets.split() == ["jobset.jobset.x-k8s.io/upjob"], jobsets
+    finally:
+        await stop_up(proc)
+
+
+IN_CLUSTER = """
+import asyncio
+from kubernetes_asyncio import client, config
+
+async def main():
+    config.load_incluster_config()
+    async with client.ApiClient() as api:
+        review = await client.AuthenticationV1Api(api).create_self_subject_review(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        )
+        print("in-cluster as", review.status.user_info.username)
+
+asyncio.run(main())
+"""
+
+
+async def test_trainer_run_on_the_planes_kubeconfig_and_a_pods_in_cluster_client(
+    tmp_path: Path,
+) -> None:
+    """``trainer run --kubeconfig`` on a ``trainer up`` plane: created there, followed to
+    Complete, its pod's log printed under the pod's name. And a pod's in-cluster client
+    (docs/local-plane.md, "In-cluster configuration") finds the API server and is its
+    ServiceAccount, while the token's standard path exists in the pod's mount namespace only:
+    this host still looks like no pod to the programs run on it."""
+    kubeconfig, marker = tmp_path / "kubeconfig", Path("/var/run/secrets/kubernetes.io")
+    existed = marker.exists()
+    proc = await start_up(tmp_path, kubeconfig, tmp_path / "state.db")
+    try:
+        job = tmp_path / "by-trainer-run.yaml"
+        job.write_text(yaml.safe_dump(train_job("by-trainer-run")))
+        run = await asyncio.create_subprocess_exec(
+            *(PY, "-m", "trainer.cli.main", "run", "--kubeconfig", str(kubeconfig)),
+            *("-f", str(job), "--timeout", "90"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out = (await asyncio.wait_for(run.communicate(), 120))[0].decode()
+        assert run.returncode == 0, out
+        assert "TrainJob default/by-trainer-run: Complete" in out, out
+        assert re.search(r"^by-trainer-run-node-0-0-\w+ \| trained$", out, re.MULTILINE), out
+
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "client", "namespace": "default"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {"name": "client", "image": "python:3.11", "command": [PY, "-c", IN_CLUSTER]}
+                ],
+            },
+        }
+        await kubectl(kubeconfig, "create", "-f", "-", stdin=yaml.safe_dump(pod))
+        await kubectl(
+            kubeconfig,
+            "wait",
+            "--for=jsonpath={.status.phase}=Succeeded",
+            "pod/client",
+            "--timeout=60s",
+        )
+        said = await kubectl(kubeconfig, "logs", "client")
+        assert said.strip() == "in-cluster as system:serviceaccount:default:default", said
+        assert marker.exists() == existed
     finally:
         await stop_up(proc)

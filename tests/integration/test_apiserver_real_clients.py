@@ -133,6 +133,8 @@ async def test_metadata_only_list_get_and_watch(client: Client) -> None:
         "/api/v1/namespaces/default/persistentvolumeclaims",
         "/api/v1/replicationcontrollers",
         "/apis/apps/v1/statefulsets",
+        "/apis/apps/v1/replicasets",
+        "/apis/policy/v1/poddisruptionbudgets",
         "/apis/storage.k8s.io/v1/storageclasses",
         "/apis/storage.k8s.io/v1/csinodes",
         "/apis/storage.k8s.io/v1/csidrivers",

@@ -161,8 +161,9 @@ class LocalPlane:
 def install_basics(server: APIServer, *, trainer: bool = True) -> None:
     """CRDs, the system namespace and the built-in runtimes (labelled to skip the runtime
     webhooks, as the runtimes overlay does), unless already present (a state file). Without
-    ``trainer`` only JobSet's CRD (the executor plays JobSet's controller): the rest is the
-    production install's to create (``trainer up --without-controller``)."""
+    ``trainer`` only JobSet's CRD (the executor plays JobSet's controller): the rest is for
+    whoever runs a controller against the plane to create (``trainer up
+    --without-controller``)."""
     if not trainer:
         _create_crds(server, [crds.jobset_crd()])
         return
@@ -228,10 +229,9 @@ async def start_local_plane(
     runs too, on 127.0.0.1 (its certificate covers 127.0.0.1), and pods are told
     ``https://127.0.0.1:<port>`` as its base URL. ``allow_exposed_ports`` lets elastic
     TrainJobs run where pods cannot get a network sandbox. Without ``with_controller`` the
-    plane runs no controller or webhook of its own and installs nothing of Trainer's: an
-    admin applies the production install to it (docs/install.md, "Rehearsing an install
-    locally"). ``without`` names the executor's roles left to the real programs
-    (:mod:`trainer.local.executor.roles`)."""
+    plane runs no controller or webhook of its own and installs nothing of Trainer's
+    (docs/local-plane.md, "Without the built-in controller"). ``without`` names the
+    executor's roles left to the real programs (:mod:`trainer.local.executor.roles`)."""
     server = APIServer(port=port, state_file=state_file, reset_damaged_state=reset_damaged_state)
     await server.start()
     install_basics(server, trainer=with_controller)
@@ -293,7 +293,7 @@ async def start_local_plane(
         without=without,
     )
     await executor.start()
-    server.attach_pods(executor.dial)
+    server.attach_pods()
     await asyncio.wait(
         {*tasks, asyncio.create_task(ready.wait())}, return_when=asyncio.FIRST_COMPLETED
     )

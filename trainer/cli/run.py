@@ -448,9 +448,9 @@ async def _up(
         )
     else:
         printer.line(
-            "no controller or webhook of its own: apply the production install, e.g. "
-            f"KUBECONFIG={kubeconfig} kubectl apply --server-side -k manifests/overlays/standalone"
-            ' (docs/install.md, "Rehearsing an install locally")'
+            "no controller or webhook of its own: apply the Trainer CRDs and run a controller "
+            f"against it, e.g. KUBECONFIG={kubeconfig} kubectl apply --server-side -k "
+            'manifests/base/crds (docs/local-plane.md, "Without the built-in controller")'
         )
     if without:
         printer.line(
@@ -505,8 +505,8 @@ def up(
         typer.Option(
             "--without-controller",
             help="Run no controller, webhook or built-in runtimes of the plane's own (JobSet's "
-            "CRD only), to apply the production install to it as on a cluster "
-            '(docs/install.md, "Rehearsing an install locally").',
+            "CRD only), for a Trainer controller of your own to run against it "
+            '(docs/local-plane.md, "Without the built-in controller").',
         ),
     ] = False,
     without: Annotated[

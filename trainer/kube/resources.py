@@ -39,20 +39,6 @@ JOBS = GVR("batch", "v1", "jobs", True, "Job")
 SERVICES = GVR("", "v1", "services", True, "Service")
 NODES = GVR("", "v1", "nodes", False, "Node")
 SERVICE_ACCOUNTS = GVR("", "v1", "serviceaccounts", True, "ServiceAccount")
-DEPLOYMENTS = GVR("apps", "v1", "deployments", True, "Deployment")
-REPLICASETS = GVR("apps", "v1", "replicasets", True, "ReplicaSet")
-ENDPOINT_SLICES = GVR("discovery.k8s.io", "v1", "endpointslices", True, "EndpointSlice")
-# Its disruption controller keeps PodDisruptionBudgets' status, reading the scale of the
-# workloads their pods belong to:
-POD_DISRUPTION_BUDGETS = GVR("policy", "v1", "poddisruptionbudgets", True, "PodDisruptionBudget")
-SCALED_WORKLOADS: dict[tuple[str, str], GVR] = {
-    ("", "ReplicationController"): GVR(
-        "", "v1", "replicationcontrollers", True, "ReplicationController"
-    ),
-    ("apps", "ReplicaSet"): REPLICASETS,
-    ("apps", "Deployment"): DEPLOYMENTS,
-    ("apps", "StatefulSet"): GVR("apps", "v1", "statefulsets", True, "StatefulSet"),
-}
 CRDS = GVR(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
 )

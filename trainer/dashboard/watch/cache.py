@@ -126,8 +126,9 @@ class ClusterCache:
         self.kube = kube
         self.namespace = namespace
         selector = jsc.LABEL_JOBSET_NAME
-        # The resources of CRDs, which may be installed after the dashboard starts (the
-        # install rehearsal of docs/install.md applies Trainer's to a running `trainer up`).
+        # The resources of CRDs, which may be installed after the dashboard starts (under
+        # `trainer up --without-controller` Trainer's are applied to the running plane:
+        # docs/local-plane.md, "Without the built-in controller").
         self.trainjobs = self._crd_informer(r.TRAINJOBS, namespace)
         self.jobsets = self._crd_informer(r.JOBSETS, namespace)
         self.jobs = Informer(kube, JOBS, namespace, selector)

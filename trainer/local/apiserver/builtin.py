@@ -76,7 +76,6 @@ def builtin_types() -> list[ResourceType]:
             status=True,
             log=True,
             binding=True,
-            eviction=True,
             categories=("all",),
         ),
         rt("", "v1", "Node", "nodes", False, short_names=("no",), status=True),
@@ -85,8 +84,9 @@ def builtin_types() -> list[ResourceType]:
         rt("events.k8s.io", "v1", "Event", "events", True, short_names=("ev",)),
         rt("coordination.k8s.io", "v1", "Lease", "leases", True),
         rt("batch", "v1", "Job", "jobs", True, status=True, categories=("all",)),
-        # Run by the executor's Deployment and ReplicaSet controllers (docs/local-plane.md,
-        # "Workloads and Services"): what the production install needs.
+        # Stored and served, run by no controller here (docs/local-plane.md, "What the local
+        # plane is for"): kube-scheduler's informers list ReplicaSets and PodDisruptionBudgets,
+        # and the Helm chart's install applies a Deployment and a PodDisruptionBudget.
         rt(
             "apps",
             "v1",
@@ -107,7 +107,6 @@ def builtin_types() -> list[ResourceType]:
             status=True,
             categories=("all",),
         ),
-        rt("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True),
         rt(
             "policy",
             "v1",

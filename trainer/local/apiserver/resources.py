@@ -44,9 +44,6 @@ class ResourceType:
     """Has a ``/token`` subresource (service accounts: TokenRequest)."""
     binding: bool = False
     """Has a ``/binding`` subresource (pods: a scheduler assigns a pod to a node)."""
-    eviction: bool = False
-    """Has an ``/eviction`` subresource (pods: a voluntary eviction under the pod's
-    PodDisruptionBudget)."""
     rule_memo: RuleMemo | None = field(default=None, repr=False, compare=False)
     """CEL rule outcomes for ``schema`` (a CRD version's own; dropped with it)."""
 
@@ -110,18 +107,6 @@ class ResourceType:
                     "singularName": "",
                     "namespaced": self.namespaced,
                     "kind": "Binding",
-                    "verbs": ["create"],
-                }
-            )
-        if self.eviction:
-            out.append(
-                {
-                    "name": f"{self.plural}/eviction",
-                    "singularName": "",
-                    "namespaced": self.namespaced,
-                    "group": "policy",
-                    "version": "v1",
-                    "kind": "Eviction",
                     "verbs": ["create"],
                 }
             )

@@ -119,10 +119,10 @@ async def create_pods(
     owner: dict[str, Any],
     bodies: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """Create ``bodies`` at once, as the Job and ReplicaSet controllers send their creates in
-    parallel: each created pod is put in the pod cache (its handlers told) with a
-    ``SuccessfulCreate`` Event on ``owner``; the first failure is raised once the others are
-    counted (the work queue retries the owner with back-off). The pods created."""
+    """Create ``bodies`` at once, as the Job controller sends its creates in parallel: each
+    created pod is put in the pod cache (its handlers told) with a ``SuccessfulCreate`` Event
+    on ``owner``; the first failure is raised once the others are counted (the work queue
+    retries the owner with back-off). The pods created."""
     results = await asyncio.gather(
         *(kube.create(body, gvr=PODS) for body in bodies), return_exceptions=True
     )

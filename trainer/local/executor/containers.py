@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -222,20 +221,19 @@ def reverse_name(names: list[str], namespace: str, *, subdomain: bool) -> str:
 
 async def _hosts_file(pod: RunningPod) -> str | None:
     """The pod's ``/etc/hosts`` (this host's plus the pod's own names at 127.0.0.1, as the
-    kubelet writes a pod's, an MPI node pod's peers (:func:`_mpi_peers`) and the Services it
-    can reach by name from its sandbox: :mod:`~trainer.local.executor.servicedns`), written
-    into the pod's directory; None when it cannot be."""
+    kubelet writes a pod's, and an MPI node pod's peers: :func:`_mpi_peers`), written into the
+    pod's directory; None when it cannot be."""
     spec = pod.pod.get("spec") or {}
     subdomain = str(spec.get("subdomain") or "")
     names = host_names(pod_hostname(pod.pod), subdomain, pod.namespace)
     path = pod_dir(pod.host.state_dir, pod.pod) / "etc-hosts"
-    services = _mpi_peers(pod) + await _reachable_services(pod)
+    peers = _mpi_peers(pod)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         uts.write_hosts(
             str(path),
             names,
-            extra=services,
+            extra=peers,
             reverse=reverse_name(names, pod.namespace, subdomain=bool(subdomain)),
         )
     except OSError as exc:
@@ -278,31 +276,6 @@ async def _remove_cgroup(pod: RunningPod, c: Container, cgroup: cgroups.Containe
         log.warning(
             "pod %s: container %s: a process stays in its cgroup %s", pod.key, c.name, cgroup.dirs
         )
-
-
-async def _reachable_services(pod: RunningPod) -> list[tuple[str, list[str]]]:
-    """Listen in the pod's sandbox on each routed Service's address and ports; the
-    (address, names) lines of its hosts file. None without a sandbox (a Service's address
-    would be one of this host's)."""
-    directory, box = pod.host.services, pod.sandbox
-    if directory is None or box is None:
-        return []
-    lines = []
-    for entry in directory.entries():
-        try:
-            for port in entry.ports:
-                await box.serve(
-                    entry.address,
-                    port,
-                    functools.partial(directory.connect, entry.namespace, entry.name, port),
-                )
-        except OSError as exc:
-            log.warning(
-                "pod %s: service %s/%s not reachable: %s", pod.key, entry.namespace, entry.name, exc
-            )
-            continue
-        lines.append((entry.address, entry.names(pod.namespace)))
-    return lines
 
 
 async def exec_once(pod: RunningPod, c: Container) -> int | None:

@@ -91,7 +91,7 @@ from urllib.parse import urlsplit
 from trainer.kube.informer import DELETED, Informer
 from trainer.kube.resources import PODS
 from trainer.kube.rest import Kube
-from trainer.local.executor import cgroups, incluster, probes, volumes
+from trainer.local.executor import cgroups, incluster, volumes
 from trainer.local.executor.api import confirm_deletion, recorder
 from trainer.local.executor.devices import CHECKPOINT, DeviceManager
 from trainer.local.executor.logsink import LogCallback, log_file
@@ -101,9 +101,7 @@ from trainer.local.executor.pod import LocalPod
 from trainer.local.executor.podaddress import PodAddresses
 from trainer.local.executor.podfields import LOOPBACK, NODE_NAME, Node
 from trainer.local.executor.podhost import GRACE_CAP, killpg
-from trainer.local.executor.rewrites import parse_ports
 from trainer.local.executor.sandbox import Sandboxes
-from trainer.local.executor.servicedns import ServiceDirectory
 from trainer.local.executor.sshnode import NodeSSHPorts
 
 SANDBOX_DIR = "sandboxes"
@@ -205,8 +203,6 @@ class Kubelet:
         self.sandboxes: Sandboxes | None = (
             Sandboxes(self.state_dir / SANDBOX_DIR, plane_ports) if sandbox else None
         )
-        self.services: ServiceDirectory | None = None
-        """Set by the executor, which watches Services and EndpointSlices."""
         self.stopping = False
         self._stop_event = asyncio.Event()
         self._pods: dict[str, LocalPod] = {}
@@ -263,25 +259,6 @@ class Kubelet:
     def pods(self) -> dict[str, str]:
         """``namespace/name`` -> phase of every pod this kubelet runs or ran."""
         return {p.key: p.phase for p in self._pods.values()}
-
-    async def dial(
-        self, namespace: str, name: str, port: int
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A connection to container port ``port`` of running pod ``namespace/name``, inside
-        its network sandbox (the local API server calls a Service's webhook through this:
-        docs/local-plane.md, "Workloads and Services"). OSError when the pod does not run
-        here."""
-        pod = next(
-            (
-                p
-                for p in self._pods.values()
-                if p.namespace == namespace and p.name == name and not p.done.is_set()
-            ),
-            None,
-        )
-        if pod is None:
-            raise OSError(f"pod {namespace}/{name} is not running on node {self.node_name}")
-        return await probes.connect(pod, parse_ports(pod.pod).get(port, port))
 
     def owns(self, path: str) -> bool:
         """Whether ``path`` lies under ``state_dir`` (the kubelet may create it)."""

@@ -15,9 +15,6 @@ What differs from the node of the local plane, and why:
   :mod:`~trainer.local.executor.podaddress`): then each pod in a sandbox gets an address of
   it, where its declared TCP ports are published, so that kube-apiserver can call a webhook
   it serves through an EndpointSlice.
-- No Services by name in the sandboxes (the executor watches EndpointSlices for that, which a
-  node's credentials may not list); a pod reaches the others of its JobSet by hostname, as on
-  the local plane.
 - The API server's port is forwarded into the sandboxes and ``KUBERNETES_SERVICE_HOST`` is
   127.0.0.1, so in-cluster clients reach the server the kubeconfig names (its certificate must
   name 127.0.0.1, as the test bed's does).

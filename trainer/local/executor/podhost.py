@@ -30,7 +30,6 @@ from trainer.local.executor.podaddress import PodAddresses
 from trainer.local.executor.podenv import ContainerPlan
 from trainer.local.executor.podfields import Node, pod_hostname
 from trainer.local.executor.sandbox import Sandbox, Sandboxes
-from trainer.local.executor.servicedns import ServiceDirectory
 
 GRACE_CAP = 5.0
 """Upper bound of terminationGracePeriodSeconds locally."""
@@ -57,8 +56,6 @@ class PodHost(Protocol):
     sandboxes: Sandboxes | None
     addresses: PodAddresses | None
     """The pod network's addresses, given to pods in sandboxes (None: pods report 127.0.0.1)."""
-    services: ServiceDirectory | None
-    """The Services pods reach by name from their sandboxes (None: none)."""
     allow_exposed_ports: bool
     devices: DeviceManager | None
     """The node's GPUs and who holds them (None until the kubelet found them)."""

@@ -1,11 +1,9 @@
-"""The executor: watch caches, the JobSet, Job, Deployment, ReplicaSet, EndpointSlice and
-disruption controllers and the kubelet, on the same plumbing as the controller: one REST client
-(:class:`~trainer.kube.rest.Kube`), watch caches (:class:`~trainer.kube.informer.Informer`) and
-work queues (:class:`~trainer.machinery.workqueue.WorkQueue`). A change to a Pod queues its Job
-or ReplicaSet, the Services that select it and the PodDisruptionBudgets that cover it, a change
-to a Job its JobSet, a change to a ReplicaSet its Deployment; a reconcile that fails is retried
-with per-key exponential back-off, as the controller's are, and a deadline comes back through
-``add_after``."""
+"""The executor: watch caches, the JobSet and Job controllers and the kubelet, on the same
+plumbing as the controller: one REST client (:class:`~trainer.kube.rest.Kube`), watch caches
+(:class:`~trainer.kube.informer.Informer`) and work queues
+(:class:`~trainer.machinery.workqueue.WorkQueue`). A change to a Pod queues its Job, a change
+to a Job its JobSet; a reconcile that fails is retried with per-key exponential back-off, as
+the controller's are, and a deadline comes back through ``add_after``."""
 
 from __future__ import annotations
 
@@ -17,33 +15,15 @@ from typing import Any
 
 from trainer.jobset import contract as jc
 from trainer.kube.client import another_client
-from trainer.kube.informer import DELETED, Informer
-from trainer.kube.resources import (
-    DEPLOYMENTS,
-    ENDPOINT_SLICES,
-    JOBS,
-    JOBSETS,
-    POD_DISRUPTION_BUDGETS,
-    PODS,
-    REPLICASETS,
-    SERVICES,
-    TRAINJOBS,
-)
+from trainer.kube.informer import Informer
+from trainer.kube.resources import JOBS, JOBSETS, PODS, SERVICES, TRAINJOBS
 from trainer.kube.rest import APIError, Kube
-from trainer.local.executor.disruption import DisruptionController, budgets_for_pod
 from trainer.local.executor.job import JobController
 from trainer.local.executor.jobset import JobSetController
 from trainer.local.executor.nodeconfig import NodeConfig
 from trainer.local.executor.roles import JOB_CONTROLLER, JOBSET_CONTROLLER, KUBELET, SCHEDULER
-from trainer.local.executor.servicedns import ServiceDirectory
 from trainer.local.executor.simkubelet import stage_keys
 from trainer.local.executor.simulation import Simulation
-from trainer.local.executor.workloads import (
-    DeploymentController,
-    EndpointSliceController,
-    ReplicaSetController,
-)
-from trainer.machinery.labels import SERVICE_NAME
 from trainer.machinery.owners import controller_of
 from trainer.machinery.workqueue import Result, WorkQueue, run_workers
 
@@ -104,11 +84,6 @@ class Executor:
         self.jobs = Informer(kube, JOBS)
         self.pods = Informer(kube, PODS)
         self.services = Informer(kube, SERVICES)
-        # The production install's kinds (docs/local-plane.md, "Workloads and Services").
-        self.deployments = Informer(kube, DEPLOYMENTS)
-        self.replicasets = Informer(kube, REPLICASETS)
-        self.slices = Informer(kube, ENDPOINT_SLICES)
-        self.budgets = Informer(kube, POD_DISRUPTION_BUDGETS)
         # Simulated stages may be chosen by a TrainJob's labels (docs/simulation.md): a slim
         # watch of TrainJobs, only with --simulate.
         self.trainjobs = (
@@ -125,18 +100,8 @@ class Executor:
             ready_timeout=ready_timeout,
         )
         self.job_controller = JobController(kube, self.jobs, self.pods)
-        self.deployment_controller = DeploymentController(kube, self.deployments, self.replicasets)
-        self.replicaset_controller = ReplicaSetController(kube, self.replicasets, self.pods)
-        self.endpoint_controller = EndpointSliceController(
-            kube, self.services, self.slices, self.pods
-        )
-        self.disruption_controller = DisruptionController(kube, self.budgets, self.pods)
-        self.disruption_queue = WorkQueue("disruption")
         self.jobset_queue = WorkQueue("jobset")
         self.job_queue = WorkQueue("job")
-        self.deployment_queue = WorkQueue("deployment")
-        self.replicaset_queue = WorkQueue("replicaset")
-        self.service_queue = WorkQueue("endpointslice")
         self.workdir, self.state_dir, self.on_log = workdir, state_dir, on_log
         self.run_kubelet = kubelet and KUBELET not in without
         self.run_scheduler = kubelet and SCHEDULER not in without
@@ -151,17 +116,7 @@ class Executor:
     @property
     def informers(self) -> tuple[Informer, ...]:
         extra = (self.trainjobs,) if self.trainjobs is not None else ()
-        return (
-            self.jobsets,
-            self.jobs,
-            self.pods,
-            self.services,
-            self.deployments,
-            self.replicasets,
-            self.slices,
-            self.budgets,
-            *extra,
-        )
+        return (self.jobsets, self.jobs, self.pods, self.services, *extra)
 
     @property
     def queues(self) -> tuple[tuple[WorkQueue, Callable[[str, str], Awaitable[Any]]], ...]:
@@ -172,13 +127,7 @@ class Executor:
             own += ((self.job_queue, self.job_controller.reconcile),)
         if JOBSET_CONTROLLER not in self.without:
             own += ((self.jobset_queue, self.jobset_controller.reconcile),)
-        return (
-            *own,
-            (self.deployment_queue, self.deployment_controller.reconcile),
-            (self.replicaset_queue, self.replicaset_controller.reconcile),
-            (self.service_queue, self.endpoint_controller.reconcile),
-            (self.disruption_queue, self.disruption_controller.reconcile),
-        )
+        return own
 
     def _wire(self) -> None:
         jobs_here = JOB_CONTROLLER not in self.without
@@ -197,55 +146,16 @@ class Executor:
             if owner and jobsets_here:
                 self.jobset_queue.add(_key(meta.get("namespace", ""), owner))
 
-        def on_pod(_event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        def on_pod(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
             namespace = (obj.get("metadata") or {}).get("namespace", "")
             owner = _owner(obj, "Job")
             if owner and jobs_here:
                 self.job_queue.add(_key(namespace, owner))
-            owner = _owner(obj, "ReplicaSet")
-            if owner:
-                self.replicaset_queue.add(_key(namespace, owner))
-            for pod in (obj, old) if old is not None else (obj,):
-                for key in self.endpoint_controller.services_selecting(pod):
-                    self.service_queue.add(key)
-            for budget in budgets_for_pod(self.budgets, obj):
-                self.disruption_queue.add(budget)
-
-        def on_budget(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
-            meta = obj.get("metadata") or {}
-            self.disruption_queue.add(_key(meta.get("namespace", ""), meta.get("name", "")))
-
-        def on_deployment(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
-            meta = obj.get("metadata") or {}
-            self.deployment_queue.add(_key(meta.get("namespace", ""), meta.get("name", "")))
-
-        def on_replicaset(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
-            meta = obj.get("metadata") or {}
-            self.replicaset_queue.add(_key(meta.get("namespace", ""), meta.get("name", "")))
-            owner = _owner(obj, "Deployment")
-            if owner:
-                self.deployment_queue.add(_key(meta.get("namespace", ""), owner))
-
-        def on_service(event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
-            meta = obj.get("metadata") or {}
-            self.endpoint_controller.notice_service(obj, deleted=event == DELETED)
-            self.service_queue.add(_key(meta.get("namespace", ""), meta.get("name", "")))
-
-        def on_slice(_event: str, obj: dict[str, Any], _old: dict[str, Any] | None) -> None:
-            meta = obj.get("metadata") or {}
-            service = (meta.get("labels") or {}).get(SERVICE_NAME)
-            if service:
-                self.service_queue.add(_key(meta.get("namespace", ""), service))
 
         if jobsets_here:
             self.jobsets.add_handler(on_jobset)
         self.jobs.add_handler(on_job)
         self.pods.add_handler(on_pod)
-        self.deployments.add_handler(on_deployment)
-        self.replicasets.add_handler(on_replicaset)
-        self.services.add_handler(on_service)
-        self.slices.add_handler(on_slice)
-        self.budgets.add_handler(on_budget)
 
     def _maybe_ttl(self, js: dict[str, Any]) -> None:
         ttl = (js.get("spec") or {}).get("ttlSecondsAfterFinished")
@@ -292,7 +202,6 @@ class Executor:
                 allow_exposed_ports=self.allow_exposed_ports,
                 node_config=self.node_config,
             )
-            self.kubelet.services = ServiceDirectory(self.services, self.slices, self.kubelet.dial)
             self._tasks.append(asyncio.create_task(self.kubelet.run(), name="kubelet"))
         if self.run_kubelet and simulation is not None:
             # docs/simulation.md: without the host's node (withHostNode: false) the real
@@ -327,18 +236,6 @@ class Executor:
             return await reconcile(*_split(key))
 
         return handle
-
-    async def dial(
-        self, namespace: str, name: str, port: int
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A connection to a port of a pod this executor's kubelet runs (the local API server
-        calls a Service's webhook through it)."""
-        if self.kubelet is None:
-            raise OSError(f"no kubelet runs pod {namespace}/{name}")
-        connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] = await self.kubelet.dial(
-            namespace, name, port
-        )
-        return connection
 
     async def stop(self) -> None:
         if self.kubelet is not None:

@@ -232,7 +232,6 @@ class Sandbox:
         self._lock = threading.Lock()
         self._servers: list[asyncio.Server] = []
         self._unix: dict[int, str] = {}
-        self._listening: set[tuple[str, int]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self.userns_fd = -1
@@ -366,24 +365,6 @@ class Sandbox:
 
         handle = self._forwarder(lambda: asyncio.open_connection(LOOPBACK, host_port))
         self._servers.append(await asyncio.start_server(handle, sock=sock))
-
-    async def serve(
-        self, address: str, port: int, open_other: Callable[[], Awaitable[Streams]]
-    ) -> None:
-        """Listen on ``address:port`` inside the namespace (once) and carry every connection
-        to what ``open_other`` opens: a Service's address, to one of its pods."""
-        if (address, port) in self._listening:
-            return
-        sock = await self.socket()
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((address, port))
-            sock.listen(128)
-        except OSError:
-            sock.close()
-            raise
-        self._listening.add((address, port))
-        self._servers.append(await asyncio.start_server(self._forwarder(open_other), sock=sock))
 
     async def publish(self, address: str, port: int) -> asyncio.Server:
         """Listen on ``address:port`` of the host and carry every connection to port ``port``

@@ -24,8 +24,7 @@ import jsonpatch
 from trainer.jobset import contract as jsc
 from trainer.jobset import webhook as jobset_webhook
 from trainer.local.apiserver import builtin, metadata
-from trainer.local.apiserver.core import crd, rules, services
-from trainer.local.apiserver.core.services import PodPort
+from trainer.local.apiserver.core import crd, rules
 from trainer.local.apiserver.errors import APIError, bad_request, invalid
 from trainer.local.apiserver.resources import ResourceType
 from trainer.local.apiserver.selectors import parse_label_selector
@@ -45,19 +44,6 @@ class WebhookTransport(Protocol):
     async def post(
         self, url: str, ca_bundle: str, body: bytes, timeout: float
     ) -> tuple[int, bytes]: ...
-
-    async def post_to_pod(
-        self,
-        endpoint: PodPort,
-        url: str,
-        server_name: str,
-        ca_bundle: str,
-        body: bytes,
-        timeout: float,
-    ) -> tuple[int, bytes]:
-        """As :meth:`post`, to ``url`` of a Service, sent to one of its pods (``endpoint``)
-        with TLS for ``server_name``."""
-        ...
 
     async def close(self) -> None: ...
 
@@ -348,31 +334,21 @@ class Admission:
         return True
 
     async def _send(self, client: dict[str, Any], body: bytes, timeout: float) -> tuple[int, bytes]:
-        """POST the review to ``clientConfig.url``, or to a ready pod of
-        ``clientConfig.service`` (:mod:`~trainer.local.apiserver.core.services`)."""
+        """POST the review to ``clientConfig.url``. A ``clientConfig.service`` has no
+        endpoint here: the plane makes no EndpointSlices and routes no Service
+        (docs/local-plane.md, "What the local plane is for"), so the call fails as
+        kube-apiserver's does for a Service without a ready endpoint."""
         ca_bundle = client.get("caBundle", "")
         url = client.get("url")
         if url:
             return await self.transport.post(url, ca_bundle, body, timeout)
         ref = client.get("service") or {}
-        url, server_name = services.service_url(ref)
-        endpoints = services.ready_endpoints(
-            self.store,
-            str(ref.get("namespace", "")),
-            str(ref.get("name", "")),
-            int(ref.get("port") or 443),
+        host = f"{ref.get('name', '')}.{ref.get('namespace', '')}.svc"
+        url = f"https://{host}:{int(ref.get('port') or 443)}{ref.get('path') or ''}"
+        raise RuntimeError(
+            f'failed to call webhook: Post "{url}": no endpoints available for service '
+            f'"{ref.get("name", "")}"'
         )
-        if not endpoints:
-            raise RuntimeError(
-                f'failed to call webhook: Post "{url}": no endpoints available for service '
-                f'"{ref.get("name", "")}"'
-            )
-        try:
-            return await self.transport.post_to_pod(
-                services.pick(endpoints), url, server_name, ca_bundle, body, timeout
-            )
-        except WebhookCallError as exc:
-            raise RuntimeError(f'failed to call webhook: Post "{url}": {exc}') from None
 
     async def _call(
         self,

@@ -19,7 +19,6 @@ from aiohttp import web
 
 from trainer.local.apiserver import authn, metadata
 from trainer.local.apiserver.authz import subject_access_review
-from trainer.local.apiserver.core.eviction import evict as evict_pod
 from trainer.local.apiserver.core.rules import WriteOptions
 from trainer.local.apiserver.core.storage import Storage
 from trainer.local.apiserver.errors import APIError, method_not_allowed
@@ -153,14 +152,6 @@ async def bind(c: Call) -> web.StreamResponse:
     return json_response({"kind": "Status", "apiVersion": "v1", "status": "Success"}, status=201)
 
 
-async def evict(c: Call) -> web.StreamResponse:
-    """``pods/{name}/eviction``: delete the pod unless its PodDisruptionBudget forbids it
-    (:mod:`..core.eviction`)."""
-    r = c.route
-    answer, code = await evict_pod(c.storage, r.rt, r.namespace, r.name, await c.body(), c.query)
-    return json_response(answer, status=code)
-
-
 async def update(c: Call) -> web.StreamResponse:
     options = c.write_options()
     r = c.route
@@ -271,7 +262,6 @@ HANDLERS: dict[tuple[str, str], Handler] = {
     ("create", "log"): append_log,
     ("create", "token"): tokens,
     ("create", "binding"): bind,
-    ("create", "eviction"): evict,
     ("update", ANY): update,
     ("patch", ANY): patch,
     ("delete", ANY): delete,

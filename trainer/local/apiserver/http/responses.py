@@ -92,8 +92,7 @@ def json_response(
 
 def status_response(err: APIError) -> web.Response:
     """The Status of ``err``. ``Retry-After`` is its ``details.retryAfterSeconds`` when it has
-    one, as kube-apiserver's ``ErrorNegotiated`` sets it (an eviction a budget refuses has
-    none: client-go then leaves the retry to its caller); a bare 429 says 1 s."""
+    one, as kube-apiserver's ``ErrorNegotiated`` sets it; a bare 429 says 1 s."""
     if isinstance(err, PageNotFound):
         return web.Response(text=err.TEXT, status=404, content_type="text/plain")
     retry = err.details.get("retryAfterSeconds") if err.details else None

@@ -27,9 +27,8 @@ SUBRESOURCES: dict[str, Callable[[ResourceType], bool]] = {
     "finalize": lambda rt: True,
     "token": lambda rt: rt.token,
     "binding": lambda rt: rt.binding,
-    "eviction": lambda rt: rt.eviction,
 }
-CREATE_ONLY = frozenset({"token", "eviction"})
+CREATE_ONLY = frozenset({"token"})
 """Subresources that serve only ``create`` (any other verb is 405, as kube-apiserver answers)."""
 
 

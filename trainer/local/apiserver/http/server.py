@@ -43,7 +43,7 @@ from trainer.local.apiserver.http import discovery, handlers, routing
 from trainer.local.apiserver.http.logs import PodLogs
 from trainer.local.apiserver.http.responses import json_response, status_response
 from trainer.local.apiserver.http.routing import Route
-from trainer.local.apiserver.http.webhook_client import PodDialer, WebhookClient
+from trainer.local.apiserver.http.webhook_client import WebhookClient
 from trainer.local.apiserver.tls import ServingTLS
 from trainer.local.apiserver.tokens import TokenIssuer
 from trainer.machinery import yamlout
@@ -117,13 +117,10 @@ class APIServer:
         log.info("local API server listening on %s", self.url)
         return self.url
 
-    def attach_pods(self, dialer: PodDialer) -> None:
-        """A plane that runs pods: let admission reach a Service's pods (webhooks
-        registered by ``clientConfig.service``) through ``dialer``, the executor's kubelet
-        (docs/local-plane.md, "Workloads and Services"), and publish ConfigMap
-        ``kube-root-ca.crt`` in every namespace for the pods' in-cluster clients, as a
-        cluster's controller manager does (an API server alone runs no pods and has none)."""
-        self._webhooks.pod_dialer = dialer
+    def attach_pods(self) -> None:
+        """A plane that runs pods: publish ConfigMap ``kube-root-ca.crt`` in every namespace
+        for the pods' in-cluster clients, as a cluster's controller manager does (an API
+        server alone runs no pods and has none)."""
         self.storage.publish_root_ca(self.tls.ca_pem.decode())
 
     async def stop(self) -> None:
