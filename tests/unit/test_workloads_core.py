@@ -217,7 +217,7 @@ def test_endpoint_slice_lists_ready_pods_and_resolves_named_ports() -> None:
 
 
 def test_service_entries_give_routed_services_an_address_and_their_cluster_names() -> None:
-    from trainer.local.executor.servicedns import ServiceDirectory  # noqa: PLC0415
+    from trainer.local.executor.sandbox.servicedns import ServiceDirectory  # noqa: PLC0415
 
     class Cache:
         def __init__(self, items: list[dict[str, Any]]) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trainer.api import jobset_contract as jc
-from trainer.local.executor.batch import pod_phase, pod_ready
+from trainer.local.executor.controllers.policy.batch import pod_phase, pod_ready
 from trainer.machinery.labels import ENDPOINTSLICE_CONTROLLER as CONTROLLER
 from trainer.machinery.labels import ENDPOINTSLICE_MANAGED_BY as MANAGED_BY
 from trainer.machinery.labels import SERVICE_NAME

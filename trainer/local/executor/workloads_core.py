@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.api import jobset_contract as jc
-from trainer.local.executor.batch import pod_phase, pod_ready
+from trainer.local.executor.controllers.policy.batch import pod_phase, pod_ready
 from trainer.machinery.times import parse_time
 
 POD_TEMPLATE_HASH = "pod-template-hash"
