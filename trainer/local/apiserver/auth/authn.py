@@ -34,9 +34,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.local.apiserver.authz import subject_access_review
+from trainer.local.apiserver.auth.authz import subject_access_review
+from trainer.local.apiserver.auth.tokens import SA_PREFIX, Lookup, TokenIssuer
 from trainer.local.apiserver.errors import APIError, forbidden, unauthorized
-from trainer.local.apiserver.tokens import SA_PREFIX, Lookup, TokenIssuer
 
 PROBES = ("/healthz", "/livez", "/readyz")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
