@@ -1,7 +1,7 @@
-"""SSH between the pods of a local JobSet (trainer.local.executor.sandbox.ssh): which JobSets get a
-port per pod hostname, how a pod finds its own, the sshd and ssh configs the executor writes,
-and the local file modes of fsGroup volumes
-(trainer.local.executor.kubelet.policy.volumes.local_mode)."""
+"""SSH between the pods of a local JobSet: which JobSets get a port per pod hostname and how a
+pod finds its own (trainer.local.executor.policy.sshports), the sshd and ssh configs the
+executor writes (trainer.local.executor.sandbox.ssh), and the local file modes of fsGroup
+volumes (trainer.local.executor.kubelet.policy.volumes.local_mode)."""
 
 from __future__ import annotations
 
