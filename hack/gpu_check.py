@@ -546,7 +546,7 @@ def print_node(config: str | None) -> int:
     import asyncio  # noqa: PLC0415
 
     from trainer.cli.localplane import start_local_plane  # noqa: PLC0415
-    from trainer.local.executor.nodeconfig import load_node_config  # noqa: PLC0415
+    from trainer.local.executor.node.config import load_node_config  # noqa: PLC0415
 
     async def main() -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="gpu-check-node-") as tmp:

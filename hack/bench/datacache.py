@@ -39,7 +39,7 @@ from typing import Any
 from benchlib import ROOT, OtherLoad, child_env, source_state, stop_process
 
 from trainer.datacache.client import CacheClient
-from trainer.local.executor.grpc_probe import check_health
+from trainer.local.executor.kubelet.grpc_probe import check_health
 
 EXAMPLE = ROOT / "examples/data-cache/transactions.csv"
 SERVE = [sys.executable, "-m", "trainer.cli.main", "data-cache", "serve"]

@@ -1,5 +1,5 @@
-"""Benchmark the local scheduler's decisions (trainer/local/executor/scheduling.py) at cluster
-scale: how long a pass takes, and pods bound per second.
+"""Benchmark the local scheduler's decisions (trainer/local/executor/scheduler/policy/scheduling.py)
+at cluster scale: how long a pass takes, and pods bound per second.
 
 A cluster of ``--nodes`` nodes with ``--gpus`` ``nvidia.com/gpu`` each and ``--jobsets`` JobSets
 of ``--pods`` pods asking one GPU each, all pending, scheduled all or nothing per JobSet:
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.jobset import contract as jc
-from trainer.local.executor import scheduling as sch
+from trainer.local.executor.scheduler.policy import scheduling as sch
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"

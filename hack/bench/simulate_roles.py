@@ -30,7 +30,7 @@ from trainer.kube.client import new_api_client
 from trainer.kube.rest import Kube
 from trainer.local.executor.api import API_TIMEOUT, USER_AGENT
 from trainer.local.executor.runner import Executor
-from trainer.local.executor.simulation import load_simulation
+from trainer.local.executor.simulation.config import load_simulation
 from trainer.machinery.gctuning import tune_for_serving
 
 EXECUTOR_WORKERS = 8

@@ -22,7 +22,7 @@ import bed as beds
 import yaml
 from netns import AGENT_POD_CIDR
 
-from trainer.local.executor.ssh import private_parent
+from trainer.local.executor.sandbox.ssh import private_parent
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "agent-0"

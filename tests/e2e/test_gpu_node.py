@@ -20,7 +20,7 @@ from tests.e2e.test_run import condition, until
 from tests.e2e.test_run_flows import KUBECTL, kubectl
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.kube import resources as r
-from trainer.local.executor.nodeconfig import parse_node_config
+from trainer.local.executor.node.config import parse_node_config
 
 GPU = "nvidia.com/gpu"
 NODE_CONFIG = {"gpus": [{"product": "NVIDIA H100 80GB HBM3", "count": 4}], "capacity": {"cpu": 16}}

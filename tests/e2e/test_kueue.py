@@ -28,7 +28,7 @@ from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.kube import resources as r
 from trainer.kube.client import new_api_client
 from trainer.kube.rest import APIError, Kube
-from trainer.local.executor.nodeconfig import parse_node_config
+from trainer.local.executor.node.config import parse_node_config
 
 PY = sys.executable
 JOBSET = "jobset.x-k8s.io/v1alpha2"

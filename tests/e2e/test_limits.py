@@ -22,7 +22,7 @@ import yaml
 from tests.e2e.test_run import condition, trainjob, until
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.kube import resources as r
-from trainer.local.executor import cgroups
+from trainer.local.executor.sandbox import cgroups
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = cgroups.layout()

@@ -33,7 +33,7 @@ from tests.e2e.listeners import assert_no_pod_listeners, run_watched
 from trainer.api import constants as c
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.kube import resources as r
-from trainer.local.executor import ssh, uts
+from trainer.local.executor.sandbox import ssh, uts
 from trainer.runtime.sshkeys import generate_ssh_keypair
 
 ROOT = Path(__file__).resolve().parents[2]

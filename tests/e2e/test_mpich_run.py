@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_mpi_run import pod_lines, trainer_run
-from trainer.local.executor import ssh, uts
+from trainer.local.executor.sandbox import ssh, uts
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples/mpich/trainjob.yaml"

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.e2e.listeners import Watch, assert_no_pod_listeners
-from trainer.local.executor import sandbox
+from trainer.local.executor.sandbox import sandbox
 
 pytestmark = pytest.mark.slow
 

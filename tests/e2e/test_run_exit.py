@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests import builders as b
-from trainer.local.executor.podhost import GRACE_CAP
+from trainer.local.executor.kubelet.podhost import GRACE_CAP
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ from trainer.api import constants as c
 from trainer.cli.localplane import LocalPlane, start_local_plane
 from trainer.kube import resources as r
 from trainer.local.apiserver.store import Event
-from trainer.local.executor.simulation import parse_simulation
+from trainer.local.executor.simulation.config import parse_simulation
 
 GPU = "nvidia.com/gpu"
 SIMULATION = {

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.local.executor import cgroups, uts
+from trainer.local.executor.sandbox import cgroups, uts
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = cgroups.layout()
@@ -192,14 +192,14 @@ def test_another_user_is_told_why_limits_cannot_hold() -> None:
         "trainer/machinery/quantity.py",
         "trainer/local/__init__.py",
         "trainer/local/executor/__init__.py",
-        "trainer/local/executor/cgroups.py",
+        "trainer/local/executor/sandbox/cgroups.py",
     ):
         (readable / module).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         shutil.copy(ROOT / module, readable / module)
         (readable / module).chmod(0o644)
     code = (
         f"import sys; sys.path.insert(0, {str(readable)!r}); "
-        "from trainer.local.executor import cgroups; "
+        "from trainer.local.executor.sandbox import cgroups; "
         "found = cgroups.layout(); print(sorted(found.roots)); "
         "print(found.unenforced(cgroups.Limits(memory=1, cpu_millis=1)))"
     )

@@ -43,7 +43,7 @@ from trainer.datacache.client import CacheClient, CacheClientError  # noqa: E402
 from trainer.datacache.config import CacheConfig  # noqa: E402
 from trainer.datacache.server import CacheServer  # noqa: E402
 from trainer.datacache.signed import SignedClient  # noqa: E402
-from trainer.local.executor.grpc_probe import check_health  # noqa: E402
+from trainer.local.executor.kubelet.grpc_probe import check_health  # noqa: E402
 
 ROWS = 1000
 CREDENTIAL = b"the-trainjobs-credential-0123456789abc"

@@ -27,9 +27,9 @@ from trainer.kube.rest import JSON_PATCH, APIError, Kube
 from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.store import Event
 from trainer.local.executor.api import executor_kube
-from trainer.local.executor.kubelet import Kubelet
-from trainer.local.executor.podfields import LOCAL_PORTS
-from trainer.local.executor.scheduler import Scheduler
+from trainer.local.executor.kubelet.kubelet import Kubelet
+from trainer.local.executor.policy.podfields import LOCAL_PORTS
+from trainer.local.executor.scheduler.scheduler import Scheduler
 
 PY = sys.executable
 NS = "default"

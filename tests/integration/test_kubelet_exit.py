@@ -21,9 +21,9 @@ from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.store import Event
 from trainer.local.executor.api import executor_kube
-from trainer.local.executor.kubelet import Kubelet
-from trainer.local.executor.podfields import NODE_NAME
-from trainer.local.executor.podhost import GRACE_CAP
+from trainer.local.executor.kubelet.kubelet import Kubelet
+from trainer.local.executor.kubelet.podhost import GRACE_CAP
+from trainer.local.executor.policy.podfields import NODE_NAME
 
 PY = sys.executable
 NS = "default"

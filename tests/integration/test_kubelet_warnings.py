@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from tests.integration.test_kubelet import PY, Env, env, pod, status_of
-from trainer.local.executor import sandbox
+from trainer.local.executor.sandbox import sandbox
 
 __all__ = ["env"]  # the fixture, used by name
 

@@ -21,10 +21,10 @@ from trainer.kube import resources as r
 from trainer.kube.informer import DELETED
 from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
-from trainer.local.executor import sandbox
 from trainer.local.executor.api import executor_kube
 from trainer.local.executor.nodeagent import NodeAgent, NodeAgentError, check_node_name
-from trainer.local.executor.podaddress import parse_network
+from trainer.local.executor.sandbox import sandbox
+from trainer.local.executor.sandbox.podaddress import parse_network
 
 NODE = "agent-1"
 

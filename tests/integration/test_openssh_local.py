@@ -1,5 +1,5 @@
-"""Real OpenSSH with what the local executor gives an MPI pod (trainer.local.executor.ssh and
-uts): the sshd config it writes, the client wrapper, a key pair from the controller's own
+"""Real OpenSSH with what the local executor gives an MPI pod (trainer.local.executor.sandbox.ssh
+and uts): the sshd config it writes, the client wrapper, a key pair from the controller's own
 generator (trainer.runtime.sshkeys) laid out as the Secret volume lays it out, and the pod's
 own hostname. Proves that real OpenSSH refuses a private key its group or others can read
 (the controller's 0640 as written without fsGroup), accepts the mode the local kubelet gives
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer.local.executor import ssh, uts
-from trainer.local.executor.volumes import local_mode
+from trainer.local.executor.kubelet.policy.volumes import local_mode
+from trainer.local.executor.policy import sshports
+from trainer.local.executor.sandbox import ssh, uts
 from trainer.plugins.mpi import SSH_PRIVATE_KEY_MODE, SSH_PUBLIC_KEY_MODE
 from trainer.runtime.sshkeys import generate_ssh_keypair
 
@@ -72,7 +73,7 @@ class Pods:
 
     def pod(self, hostname: str) -> dict[str, object]:
         return {
-            "metadata": {"name": hostname, "annotations": {ssh.LOCAL_SSH: self.annotation}},
+            "metadata": {"name": hostname, "annotations": {sshports.LOCAL_SSH: self.annotation}},
             "spec": {"hostname": hostname, "subdomain": "job"},
         }
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_sandbox import POD, need_sandbox
-from trainer.local.executor import sandbox, ssh, uts
-from trainer.local.executor.containers import reverse_name
+from trainer.local.executor.kubelet.containers import reverse_name
+from trainer.local.executor.sandbox import sandbox, ssh, uts
 
 LOOKUPS = """
 import json, socket, sys

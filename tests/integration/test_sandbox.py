@@ -21,7 +21,7 @@ import pytest
 
 from tests.e2e.listeners import pod_listeners
 from trainer.jobset import contract as jsc
-from trainer.local.executor import sandbox, uts
+from trainer.local.executor.sandbox import sandbox, uts
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 POD = {"metadata": {"namespace": "ns", "name": "p-0", "labels": {jsc.LABEL_JOBSET_NAME: "js"}}}
@@ -202,7 +202,7 @@ AS_ANOTHER_USER = """
 import asyncio, subprocess, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from trainer.local.executor import sandbox, uts
+from trainer.local.executor.sandbox import sandbox, uts
 
 async def main():
     port, listener = int(sys.argv[2]), sys.argv[4]

@@ -1,4 +1,4 @@
-"""The request checks of the local API server one by one (trainer/local/apiserver/authn.py);
+"""The request checks of the local API server one by one (trainer/local/apiserver/auth/authn.py);
 tests/integration/test_apiserver_authn.py drives them over HTTPS."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from multidict import CIMultiDict
 
-from trainer.local.apiserver import authn
+from trainer.local.apiserver.auth import authn
 from trainer.local.apiserver.errors import APIError
 
 PORT = 6443

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from trainer.local.apiserver.authz import subject_access_review
+from trainer.local.apiserver.auth.authz import subject_access_review
 
 ROLES: dict[str, list[dict[str, Any]]] = {
     "clusterroles": [

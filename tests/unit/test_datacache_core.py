@@ -17,7 +17,7 @@ from trainer.api.load import parse_object
 from trainer.api.v1alpha1 import TrainingRuntime, TrainJob
 from trainer.datacache import config as cfg
 from trainer.datacache.sharding import RowRange, part_of, pieces, split
-from trainer.local.executor.jobset_core import declared_ports
+from trainer.local.executor.controllers.policy.jobset import declared_ports
 from trainer.plugins.registry import render
 from trainer.runtime.info import BuildContext
 
@@ -227,7 +227,7 @@ def test_the_built_in_runtime_runs_the_cache_with_a_grpc_probe() -> None:
 def test_a_grpc_probe_without_grpcio_fails_and_says_which_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from trainer.local.executor import grpc_probe  # noqa: PLC0415
+    from trainer.local.executor.kubelet import grpc_probe  # noqa: PLC0415
 
     monkeypatch.setattr(grpc_probe, "grpc_modules", lambda: None)
     with pytest.raises(ImportError, match=r"the 'datacache' extra: pip install"):

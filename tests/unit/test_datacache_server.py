@@ -29,7 +29,7 @@ from trainer.datacache.config import CacheConfig  # noqa: E402
 from trainer.datacache.loader import DatasetError, load  # noqa: E402
 from trainer.datacache.server import BindError, CacheServer  # noqa: E402
 from trainer.datacache.signed import SignedClient  # noqa: E402
-from trainer.local.executor.grpc_probe import check_health  # noqa: E402
+from trainer.local.executor.kubelet.grpc_probe import check_health  # noqa: E402
 
 ROWS = 1000
 CREDENTIAL = b"test-credential-0123456789abcdef"

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from trainer.local.executor.cgroups import (
+from trainer.local.executor.kubelet.containers import terminated_state
+from trainer.local.executor.sandbox.cgroups import (
     CPU,
     MEMORY,
     Layout,
@@ -23,7 +24,6 @@ from trainer.local.executor.cgroups import (
     v1_files,
     v2_files,
 )
-from trainer.local.executor.containers import terminated_state
 
 
 def spec(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> Any:

@@ -1,4 +1,4 @@
-"""GPUs handed out like the NVIDIA device plugin (trainer/local/executor/devices.py): whole
+"""GPUs handed out like the NVIDIA device plugin (trainer/local/executor/node/devices.py): whole
 devices per container, none twice, kept across an executor restart."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trainer.local.executor.devices import (
+from trainer.local.executor.node.devices import (
     AllocationError,
     DeviceManager,
     Gpu,

@@ -1,4 +1,4 @@
-"""The local JobSet controller's policy (trainer.local.executor.jobset_core), as pure
+"""The local JobSet controller's policy (trainer.local.executor.controllers.policy.jobset), as pure
 functions: from a JobSet and the Jobs it owns to the Jobs to create or delete, the Service, the
 Events and the status a user sees with ``kubectl get jobset -o yaml``."""
 
@@ -8,8 +8,8 @@ import copy
 from typing import Any
 
 from trainer.jobset import contract as jc
-from trainer.local.executor import jobset_core as core
-from trainer.local.executor.batch import CONTROLLER_UID
+from trainer.local.executor.controllers.policy import jobset as core
+from trainer.local.executor.controllers.policy.batch import CONTROLLER_UID
 from trainer.machinery.owners import controller_reference
 
 STAMP = "2026-01-01T00:00:00Z"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trainer.kube.rest import APIError
-from trainer.local.executor.logsink import (
+from trainer.local.executor.kubelet.logsink import (
     LOG_FLUSH_BYTES,
     TERMINATION_LOG_BYTES,
     LogSink,

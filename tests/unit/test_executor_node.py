@@ -9,9 +9,14 @@ from pathlib import Path
 import pytest
 
 from trainer.local.apiserver.http.table.printers import BUILTIN_PRINTERS
-from trainer.local.executor.devices import Gpu, discover_gpus, parse_gpus
-from trainer.local.executor.node import LEASE_NAMESPACE, kept_taints, lease_object, node_object
-from trainer.local.executor.podfields import Node
+from trainer.local.executor.node.devices import Gpu, discover_gpus, parse_gpus
+from trainer.local.executor.node.heartbeat import (
+    LEASE_NAMESPACE,
+    kept_taints,
+    lease_object,
+    node_object,
+)
+from trainer.local.executor.policy.podfields import Node
 
 STAMP = "2026-11-27T09:00:00Z"
 NOW = dt.datetime(2026, 11, 27, 9, 5, tzinfo=dt.UTC)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer.local.executor.node import node_object
-from trainer.local.executor.nodeconfig import NodeConfigError, load_node_config, parse_node_config
-from trainer.local.executor.podfields import Node
+from trainer.local.executor.node.config import NodeConfigError, load_node_config, parse_node_config
+from trainer.local.executor.node.heartbeat import node_object
+from trainer.local.executor.policy.podfields import Node
 
 STAMP = "2026-11-27T09:00:00Z"
 

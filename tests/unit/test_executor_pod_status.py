@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from trainer.local.executor.containers import should_restart, terminated_state
-from trainer.local.executor.pod_status import (
+from trainer.local.executor.kubelet.containers import should_restart, terminated_state
+from trainer.local.executor.kubelet.policy.pod_status import (
     ContainerReport,
     PodState,
     final_phase,
     pod_status,
 )
-from trainer.local.executor.probes import probe_timing
-from trainer.local.executor.scheduler import scheduling_gated_status
+from trainer.local.executor.kubelet.probes import probe_timing
+from trainer.local.executor.scheduler.scheduler import scheduling_gated_status
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
 

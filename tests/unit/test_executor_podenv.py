@@ -1,6 +1,6 @@
-"""How the local kubelet resolves a pod's containers (trainer.local.executor.podenv): env as a
-kubelet builds it, $(VAR) expansion, the downward API, and the DNS / port / mount-path rewrites
-that map "a pod on a cluster" to "a process on this host"; volume layout and file modes."""
+"""How the local kubelet resolves a pod's containers (trainer.local.executor.kubelet.policy.podenv):
+env as a kubelet builds it, $(VAR) expansion, the downward API, and the DNS / port / mount-path
+rewrites that map "a pod on a cluster" to "a process on this host"; volume layout and file modes."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from trainer.local.executor.podenv import final_env, plan_container, resolve_env
-from trainer.local.executor.podfields import (
+from trainer.local.executor.kubelet.policy.podenv import final_env, plan_container, resolve_env
+from trainer.local.executor.kubelet.policy.rewrites import Rewriter, parse_ports
+from trainer.local.executor.kubelet.policy.volumes import plan_volumes, write_volume
+from trainer.local.executor.policy.podfields import (
     LOCAL_PORTS,
     ConfigError,
     Node,
@@ -25,8 +27,6 @@ from trainer.local.executor.podfields import (
     service_account,
     token_requests,
 )
-from trainer.local.executor.rewrites import Rewriter, parse_ports
-from trainer.local.executor.volumes import plan_volumes, write_volume
 
 INDEX_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 NODE = Node(cpus=8, memory=16 * 1024**3, ephemeral_storage=100 * 1024**3)

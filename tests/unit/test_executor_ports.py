@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.local.executor.ports import (
+from trainer.local.executor.sandbox.ports import (
     DEFAULT_EPHEMERAL,
     NoFreePort,
     PortAllocator,

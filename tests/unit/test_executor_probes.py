@@ -1,5 +1,5 @@
-"""The local kubelet's probes (trainer/local/executor/probes.py): what a liveness failure does
-(pure functions), and what one tcpSocket or httpGet probe reports, in the kubelet's words,
+"""The local kubelet's probes (trainer/local/executor/kubelet/probes.py): what a liveness failure
+does (pure functions), and what one tcpSocket or httpGet probe reports, in the kubelet's words,
 against real sockets on loopback. The restarts themselves:
 tests/integration/test_kubelet_liveness.py."""
 
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from trainer.local.executor import probes
-from trainer.local.executor.containers import should_restart
-from trainer.local.executor.podhost import Container
+from trainer.local.executor.kubelet import probes
+from trainer.local.executor.kubelet.containers import should_restart
+from trainer.local.executor.kubelet.podhost import Container
 
 
 @pytest.mark.parametrize(

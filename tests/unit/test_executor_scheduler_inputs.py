@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.jobset import contract as jc
-from trainer.local.executor.scheduler import Scheduler
+from trainer.local.executor.scheduler.scheduler import Scheduler
 
 GPU = "nvidia.com/gpu"
 

@@ -1,5 +1,5 @@
-"""The local scheduler's decisions (trainer/local/executor/scheduling.py): kube-scheduler's
-filters and messages, and all-or-nothing gangs per JobSet."""
+"""The local scheduler's decisions (trainer/local/executor/scheduler/policy/scheduling.py):
+kube-scheduler's filters and messages, and all-or-nothing gangs per JobSet."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from trainer.jobset import contract as jc
-from trainer.local.executor import scheduling as sch
+from trainer.local.executor.scheduler.policy import scheduling as sch
 
 GPU = "nvidia.com/gpu"
 

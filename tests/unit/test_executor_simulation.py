@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from trainer.local.executor.simkubelet import (
+from trainer.local.executor.simulation.config import (
+    SIMULATED_LABEL,
+    ZONE_LABEL,
+    SimulationError,
+    Stages,
+    parse_simulation,
+)
+from trainer.local.executor.simulation.kubelet import (
     DURATION_KEY,
     EXIT_CODE_KEY,
     FAIL_PROBABILITY_KEY,
@@ -20,13 +27,6 @@ from trainer.local.executor.simkubelet import (
     run_seconds,
     sim_status,
     stage_keys,
-)
-from trainer.local.executor.simulation import (
-    SIMULATED_LABEL,
-    ZONE_LABEL,
-    SimulationError,
-    Stages,
-    parse_simulation,
 )
 
 T0, T1, T2 = "2026-01-01T00:00:00Z", "2026-01-01T00:00:30Z", "2026-01-01T00:01:00Z"

@@ -1,6 +1,7 @@
-"""SSH between the pods of a local JobSet (trainer.local.executor.ssh): which JobSets get a
-port per pod hostname, how a pod finds its own, the sshd and ssh configs the executor writes,
-and the local file modes of fsGroup volumes (trainer.local.executor.volumes.local_mode)."""
+"""SSH between the pods of a local JobSet: which JobSets get a port per pod hostname and how a
+pod finds its own (trainer.local.executor.policy.sshports), the sshd and ssh configs the
+executor writes (trainer.local.executor.sandbox.ssh), and the local file modes of fsGroup
+volumes (trainer.local.executor.kubelet.policy.volumes.local_mode)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from trainer.local.executor import ssh
-from trainer.local.executor.podfields import LOCAL_PORTS, Node, Sources
-from trainer.local.executor.rewrites import parse_ports
-from trainer.local.executor.volumes import local_mode, plan_volumes
+from trainer.local.executor.kubelet.policy.rewrites import parse_ports
+from trainer.local.executor.kubelet.policy.volumes import local_mode, plan_volumes
+from trainer.local.executor.policy import sshports
+from trainer.local.executor.policy.podfields import LOCAL_PORTS, Node, Sources
+from trainer.local.executor.sandbox import ssh
 
 
 def sshd_container(**extra: Any) -> dict[str, Any]:
@@ -44,7 +46,7 @@ def jobset(node: dict[str, Any], *, parallelism: int = 2) -> dict[str, Any]:
 
 def test_every_pod_hostname_gets_a_port_when_a_job_runs_sshd() -> None:
     probe = {"tcpSocket": {"port": 2222}}
-    found = ssh.ssh_hosts(jobset(sshd_container(readinessProbe=probe)))
+    found = sshports.ssh_hosts(jobset(sshd_container(readinessProbe=probe)))
     assert found == (2222, ["job-launcher-0-0", "job-node-0-0", "job-node-0-1"])
 
 
@@ -60,18 +62,18 @@ def test_every_pod_hostname_gets_a_port_when_a_job_runs_sshd() -> None:
 def test_sshd_port_comes_from_probe_then_ports_then_22(
     container: dict[str, Any], port: int
 ) -> None:
-    found = ssh.ssh_hosts(jobset(container))
+    found = sshports.ssh_hosts(jobset(container))
     assert found is not None and found[0] == port
 
 
 def test_a_jobset_without_sshd_gets_no_ssh_ports() -> None:
-    assert ssh.ssh_hosts(jobset({"name": "node", "command": ["torchrun", "train.py"]})) is None
+    assert sshports.ssh_hosts(jobset({"name": "node", "command": ["torchrun", "train.py"]})) is None
 
 
 def pod(hostname: str, ssh_map: dict[str, Any] | None, **spec: Any) -> dict[str, Any]:
     annotations = {LOCAL_PORTS: json.dumps({"29500": 21000})}
     if ssh_map is not None:
-        annotations[ssh.LOCAL_SSH] = json.dumps(ssh_map)
+        annotations[sshports.LOCAL_SSH] = json.dumps(ssh_map)
     return {
         "metadata": {"name": f"{hostname}-abcde", "namespace": "team", "annotations": annotations},
         "spec": {"hostname": hostname, "subdomain": "job", **spec},

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from trainer.local.executor.logsink import LogSink
-from trainer.local.executor.termination import limit_pod_messages, message
+from trainer.local.executor.kubelet.logsink import LogSink
+from trainer.local.executor.kubelet.policy.termination import limit_pod_messages, message
 
 
 async def _noop(*_args: object) -> None:

@@ -1,11 +1,11 @@
-"""Which pods a JobSet still waits on (trainer.local.executor.waiting)."""
+"""Which pods a JobSet still waits on (trainer.local.executor.controllers.policy.waiting)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from trainer.jobset import contract as jsc
-from trainer.local.executor.waiting import not_ready
+from trainer.local.executor.controllers.policy.waiting import not_ready
 
 
 def pod(name: str, jobset: str, status: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.local.executor.volumes import VolumeFile, VolumePlan, write_volume
+from trainer.local.executor.kubelet.policy.volumes import VolumeFile, VolumePlan, write_volume
 from trainer.machinery.files import write_file
 
 

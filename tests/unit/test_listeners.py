@@ -33,7 +33,7 @@ from trainer.listeners.guard import (
 )
 from trainer.listeners.uvicorn_server import GuardedUvicornServer
 from trainer.local.apiserver import APIServer
-from trainer.local.apiserver.tls import ServingTLS
+from trainer.local.apiserver.auth.tls import ServingTLS
 from trainer.machinery.sockets import bind_socket
 
 TIMEOUT = 0.4

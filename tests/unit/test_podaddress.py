@@ -1,5 +1,5 @@
 """A node agent's pod network (``trainer node --pod-cidr``):
-trainer/local/executor/podaddress.py."""
+trainer/local/executor/sandbox/podaddress.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from trainer.local.executor.podaddress import (
+from trainer.local.executor.sandbox.podaddress import (
     PodAddresses,
     PodNetworkError,
     check_local,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from trainer.kube.satoken import MalformedToken, TokenClaims, precheck
-from trainer.local.apiserver.tokens import TokenIssuer
+from trainer.local.apiserver.auth.tokens import TokenIssuer
 
 AUD = "trainer.kubeflow.org/v1alpha1/namespaces/team/trainjobs/job/status"
 NOW = time.time()

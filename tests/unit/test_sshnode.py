@@ -1,5 +1,5 @@
 """The ports a node gives the sshd of MPI pods that come without the plane's port map (pods of
-a real JobSet controller: trainer/local/executor/sshnode.py)."""
+a real JobSet controller: trainer/local/executor/sandbox/sshnode.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import random
 from typing import Any
 
-from trainer.local.executor.ports import PortAllocator
-from trainer.local.executor.ssh import LOCAL_SSH, own_port
-from trainer.local.executor.sshnode import NodeSSHPorts
+from trainer.local.executor.policy.sshports import LOCAL_SSH, own_port
+from trainer.local.executor.sandbox.ports import PortAllocator
+from trainer.local.executor.sandbox.sshnode import NodeSSHPorts
 
 SSHD = {
     "name": "node",

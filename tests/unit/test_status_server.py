@@ -16,7 +16,7 @@ from tests.asgi import asgi_request
 from trainer.kube.authn import TokenReviewer, bearer_token, namespace_of
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import APIError
-from trainer.local.apiserver.tokens import TokenIssuer
+from trainer.local.apiserver.auth.tokens import TokenIssuer
 from trainer.statusserver.fairlimit import FairLimiter
 from trainer.statusserver.server import (
     MAX_BODY_BYTES,

@@ -17,7 +17,7 @@ from trainer.controller.failures import CAUSE_MARK
 from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import Kube
-from trainer.local.executor.waiting import not_ready
+from trainer.local.executor.controllers.policy.waiting import not_ready
 
 PLURALS = {
     c.KIND_TRAINJOB: r.TRAINJOBS,

@@ -23,11 +23,11 @@ from trainer.kube.client import ApiClient, new_api_client
 from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
 from trainer.local.executor.api import executor_kube
-from trainer.local.executor.nodeconfig import NodeConfig
-from trainer.local.executor.ports import PortAllocator
+from trainer.local.executor.node.config import NodeConfig
 from trainer.local.executor.runner import Executor
-from trainer.local.executor.simulation import Simulation
-from trainer.local.executor.ssh import private_parent
+from trainer.local.executor.sandbox.ports import PortAllocator
+from trainer.local.executor.sandbox.ssh import private_parent
+from trainer.local.executor.simulation.config import Simulation
 from trainer.machinery.files import private_dir
 from trainer.runtime.builtin import builtin_runtime_documents
 
@@ -41,7 +41,7 @@ MUTATING = "defaulter.trainer.kubeflow.org"
 def free_port() -> int:
     """A port for one of the plane's servers (webhook, status server): from below the kernel's
     ephemeral range, where no outgoing connection can take it before the server binds it
-    (see :mod:`trainer.local.executor.ports`)."""
+    (see :mod:`trainer.local.executor.sandbox.ports`)."""
     return PortAllocator().allocate("local-plane")
 
 

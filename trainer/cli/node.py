@@ -18,10 +18,10 @@ from trainer.cli.run import AllowExposedPortsOption, NodeConfigOption, _node_con
 from trainer.cli.signals import stop_on_signals
 from trainer.kube.client import KubeconfigError
 from trainer.local.executor.api import executor_kube
+from trainer.local.executor.node.config import NodeConfig
 from trainer.local.executor.nodeagent import NodeAgent, NodeAgentError, check_node_name
-from trainer.local.executor.nodeconfig import NodeConfig
-from trainer.local.executor.podaddress import PodNetworkError, check_local, parse_network
-from trainer.local.executor.ssh import private_parent
+from trainer.local.executor.sandbox.podaddress import PodNetworkError, check_local, parse_network
+from trainer.local.executor.sandbox.ssh import private_parent
 from trainer.observability.logging import setup_logging
 
 log = logging.getLogger("trainer.node")

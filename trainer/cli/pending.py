@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.jobset import contract as jsc
-from trainer.local.executor import scheduling as sch
+from trainer.local.executor.scheduler.policy import scheduling as sch
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from trainer.kube import resources as r
 from trainer.kube.client import KubeconfigError, new_api_client
 from trainer.kube.rest import APIError, Kube
 from trainer.local.apiserver.statefile import StateFileError
-from trainer.local.executor.nodeconfig import NodeConfig, NodeConfigError, load_node_config
+from trainer.local.executor.node.config import NodeConfig, NodeConfigError, load_node_config
 from trainer.local.executor.roles import ROLES, RoleError, parse_roles
-from trainer.local.executor.simulation import Simulation, load_simulation
+from trainer.local.executor.simulation.config import Simulation, load_simulation
 from trainer.machinery.safeload import InputError
 from trainer.observability.logging import setup_logging
 

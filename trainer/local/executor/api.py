@@ -19,7 +19,7 @@ from trainer.kube.events import NORMAL, Recorder
 from trainer.kube.informer import Informer
 from trainer.kube.resources import PODS, SERVICE_ACCOUNTS
 from trainer.kube.rest import APIError, Kube
-from trainer.local.executor.podfields import NODE_NAME
+from trainer.local.executor.policy.podfields import NODE_NAME
 from trainer.machinery.backoff import doubling
 
 log = logging.getLogger(__name__)

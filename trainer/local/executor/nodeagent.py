@@ -1,5 +1,5 @@
 """The executor's node role alone, as a Node of any cluster (``trainer node``; docs/local-plane.md,
-"A node of a real cluster"): the kubelet (:mod:`~trainer.local.executor.kubelet`) with its
+"A node of a real cluster"): the kubelet (:mod:`~trainer.local.executor.kubelet.kubelet`) with its
 sandboxes, devices and cgroups, registered under a name of its own against the API server a
 kubeconfig names, running the pods that cluster's scheduler binds to it.
 
@@ -12,7 +12,7 @@ What differs from the node of the local plane, and why:
   ``pods/log`` is an extension of the local API server, which kube-apiserver lacks (it reads
   logs from the kubelet's own HTTPS endpoint, which this agent does not serve).
 - Pods report 127.0.0.1 as their IP unless the node is given a pod network (``--pod-cidr``,
-  :mod:`~trainer.local.executor.podaddress`): then each pod in a sandbox gets an address of
+  :mod:`~trainer.local.executor.sandbox.podaddress`): then each pod in a sandbox gets an address of
   it, where its declared TCP ports are published, so that kube-apiserver can call a webhook
   it serves through an EndpointSlice.
 - The API server's port is forwarded into the sandboxes and ``KUBERNETES_SERVICE_HOST`` is
@@ -32,9 +32,9 @@ from urllib.parse import urlsplit
 
 from trainer.kube.rest import APIError, Kube
 from trainer.local.executor.api import TRANSIENT
-from trainer.local.executor.kubelet import Kubelet
-from trainer.local.executor.logsink import LogCallback
-from trainer.local.executor.nodeconfig import NodeConfig
+from trainer.local.executor.kubelet.kubelet import Kubelet
+from trainer.local.executor.kubelet.logsink import LogCallback
+from trainer.local.executor.node.config import NodeConfig
 
 log = logging.getLogger(__name__)
 

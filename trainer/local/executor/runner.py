@@ -18,12 +18,12 @@ from trainer.kube.client import another_client
 from trainer.kube.informer import Informer
 from trainer.kube.resources import JOBS, JOBSETS, PODS, SERVICES, TRAINJOBS
 from trainer.kube.rest import APIError, Kube
-from trainer.local.executor.job import JobController
-from trainer.local.executor.jobset import JobSetController
-from trainer.local.executor.nodeconfig import NodeConfig
+from trainer.local.executor.controllers.job import JobController
+from trainer.local.executor.controllers.jobset import JobSetController
+from trainer.local.executor.node.config import NodeConfig
 from trainer.local.executor.roles import JOB_CONTROLLER, JOBSET_CONTROLLER, KUBELET, SCHEDULER
-from trainer.local.executor.simkubelet import stage_keys
-from trainer.local.executor.simulation import Simulation
+from trainer.local.executor.simulation.config import Simulation
+from trainer.local.executor.simulation.kubelet import stage_keys
 from trainer.machinery.owners import controller_of
 from trainer.machinery.workqueue import Result, WorkQueue, run_workers
 
@@ -190,7 +190,7 @@ class Executor:
             )
         simulation = self.simulation
         if self.run_kubelet and (simulation is None or simulation.with_host_node):
-            from trainer.local.executor.kubelet import Kubelet  # noqa: PLC0415 - optional part
+            from trainer.local.executor.kubelet.kubelet import Kubelet  # noqa: PLC0415 - optional part
 
             self.kubelet = Kubelet(
                 self.kube,
@@ -206,7 +206,7 @@ class Executor:
         if self.run_kubelet and simulation is not None:
             # docs/simulation.md: without the host's node (withHostNode: false) the real
             # kubelet is not started, so no Node ``local`` is registered and nothing binds there.
-            from trainer.local.executor.simkubelet import SimKubelet  # noqa: PLC0415
+            from trainer.local.executor.simulation.kubelet import SimKubelet  # noqa: PLC0415
 
             # Its own connections: a thousand pods bound at once must not queue the Job and
             # JobSet controllers' requests behind their status writes (docs/simulation.md).
@@ -217,7 +217,7 @@ class Executor:
             self.sim_kubelet = SimKubelet(sim_kube, self.pods, simulation, trainjobs=self.trainjobs)
             self._tasks.append(asyncio.create_task(self.sim_kubelet.run(), name="sim-kubelet"))
         if self.run_scheduler:
-            from trainer.local.executor.scheduler import Scheduler  # noqa: PLC0415
+            from trainer.local.executor.scheduler.scheduler import Scheduler  # noqa: PLC0415
 
             config = self.node_config
             self.scheduler = Scheduler(

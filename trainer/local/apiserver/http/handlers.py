@@ -17,8 +17,10 @@ from typing import Any
 
 from aiohttp import web
 
-from trainer.local.apiserver import authn, metadata
-from trainer.local.apiserver.authz import subject_access_review
+from trainer.local.apiserver import metadata
+from trainer.local.apiserver.auth import authn
+from trainer.local.apiserver.auth.authz import subject_access_review
+from trainer.local.apiserver.auth.tokens import TokenIssuer, TokenRequestError
 from trainer.local.apiserver.core.rules import WriteOptions
 from trainer.local.apiserver.core.storage import Storage
 from trainer.local.apiserver.errors import APIError, method_not_allowed
@@ -34,7 +36,6 @@ from trainer.local.apiserver.http.routing import Route
 from trainer.local.apiserver.http.watch import serve_watch
 from trainer.local.apiserver.resources import served, served_copy
 from trainer.local.apiserver.selectors import flag
-from trainer.local.apiserver.tokens import TokenIssuer, TokenRequestError
 
 ANY = "*"
 RBAC_GROUP = "rbac.authorization.k8s.io"

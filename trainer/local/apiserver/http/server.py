@@ -35,7 +35,9 @@ from urllib.parse import parse_qs
 from aiohttp import web
 
 from trainer.listeners.aiohttp_site import GuardedSite
-from trainer.local.apiserver import authn
+from trainer.local.apiserver.auth import authn
+from trainer.local.apiserver.auth.tls import ServingTLS
+from trainer.local.apiserver.auth.tokens import TokenIssuer
 from trainer.local.apiserver.core.storage import Storage
 from trainer.local.apiserver.errors import APIError, internal, method_not_allowed, too_large
 from trainer.local.apiserver.hooks import RequestRecord
@@ -44,8 +46,6 @@ from trainer.local.apiserver.http.logs import PodLogs
 from trainer.local.apiserver.http.responses import json_response, status_response
 from trainer.local.apiserver.http.routing import Route
 from trainer.local.apiserver.http.webhook_client import WebhookClient
-from trainer.local.apiserver.tls import ServingTLS
-from trainer.local.apiserver.tokens import TokenIssuer
 from trainer.machinery import yamlout
 from trainer.machinery.sockets import bind_socket
 from trainer.machinery.status import reason_for
