@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.dashboard import nodes
+from trainer.dashboard.policy import nodes
 from trainer.machinery.podresources import amounts
 
 GPU = "nvidia.com/gpu"

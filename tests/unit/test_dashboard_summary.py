@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.dashboard import summary
-from trainer.dashboard.runtimes import runtime_row
+from trainer.dashboard.policy import summary
+from trainer.dashboard.policy.history import MAX_POINTS, History
+from trainer.dashboard.policy.runtimes import runtime_row
 from trainer.dashboard.views import ENV
 from trainer.dashboard.watch.cache import to_yaml
-from trainer.dashboard.watch.history import MAX_POINTS, History
 from trainer.jobset import contract as jsc
 
 

@@ -2,9 +2,9 @@
 
 Modules, bottom up:
 
-- :mod:`trainer.dashboard.summary`, :mod:`trainer.dashboard.runtimes`: pure functions from API
-  objects to what a page shows (a TrainJob's row, its steps, pods, events and timeline; a
-  runtime's framework, policy and images). No I/O.
+- :mod:`trainer.dashboard.policy`: pure functions from API objects to what a page shows (a
+  TrainJob's row, its steps, pods, events and timeline; a runtime's framework, policy and
+  images; the Nodes page; the metric history). No I/O.
 - :mod:`trainer.dashboard.watch`: watch caches (:mod:`trainer.kube.informer`) of TrainJobs,
   JobSets, Jobs, pods, Events and runtimes, the metric history each TrainJob reported while
   the dashboard watched, and subscriptions that tell a page which TrainJobs changed.

@@ -29,8 +29,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from trainer.dashboard import nodes
 from trainer.dashboard.context import DashboardContext
+from trainer.dashboard.policy import nodes
 from trainer.dashboard.views import ctx_of
 from trainer.dashboard.watch.cache import ClusterCache, Key, Subscription
 from trainer.kube.podlogs import stream_log

@@ -5,7 +5,7 @@ polling) per resource, in one namespace or all of them: TrainJobs, JobSets, the 
 of JobSets (JobSet's ``jobset-name`` label, so unrelated pods of a cluster are not
 cached), Events, TrainingRuntimes and ClusterTrainingRuntimes; and for the Nodes page, the
 Nodes and the pods of every namespace that have not terminated (slimmed to what a node's
-allocation reads, :func:`trainer.dashboard.nodes.slim_pod`). Everything but TrainJobs is
+allocation reads, :func:`trainer.dashboard.policy.nodes.slim_pod`). Everything but TrainJobs is
 optional: a user who may not list a resource sees its section empty, named in
 :attr:`ClusterCache.unavailable`. A resource whose CRD is not installed (a 404 on list: the
 Trainer CRDs before ``kubectl apply`` of the install, JobSets without JobSet) is listed again,
@@ -17,7 +17,7 @@ Every change is mapped to the TrainJob it concerns (a JobSet through its control
 Job or pod through its JobSet label, an Event through its involved object) and added to the
 dirty set of each :class:`Subscription` (one per open page stream), which a page drains at its
 own pace: a burst of changes to one TrainJob is one update. TrainJob events also feed the
-metric :class:`~trainer.dashboard.watch.history.History`. Node and all-namespace pod changes
+metric :class:`~trainer.dashboard.policy.history.History`. Node and all-namespace pod changes
 wake only the Nodes page's subscriptions (a busy cluster's pods do not wake TrainJob pages).
 """
 
@@ -32,9 +32,9 @@ from typing import Any
 import yaml
 
 from trainer.api import constants as c
-from trainer.dashboard import nodes, summary
-from trainer.dashboard.runtimes import runtime_row
-from trainer.dashboard.watch.history import History
+from trainer.dashboard.policy import nodes, summary
+from trainer.dashboard.policy.history import History
+from trainer.dashboard.policy.runtimes import runtime_row
 from trainer.jobset import contract as jsc
 from trainer.kube import resources as r
 from trainer.kube.informer import Backoff, Informer, key_of
@@ -418,7 +418,7 @@ class ClusterCache:
         return None if self.pods.get(namespace, name) else self.deleted_pods.get((namespace, name))
 
     def nodes_view(self) -> Obj:
-        """The Nodes page (:func:`trainer.dashboard.nodes.view`); allocation is unknown
+        """The Nodes page (:func:`trainer.dashboard.policy.nodes.view`); allocation is unknown
         when the pods of every namespace cannot be listed."""
         known = ALL_PODS not in self.refused and self.node_pods.served
         pods = self.node_pods.list() if known else []

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.dashboard.summary import Obj, meta
+from trainer.dashboard.policy.summary import Obj, meta
 
 POLICY_FIELDS = ("numNodes",)
 

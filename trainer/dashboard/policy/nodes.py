@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
-from trainer.dashboard.summary import Obj, _dict, _list, _text, epoch, meta
+from trainer.dashboard.policy.summary import Obj, _dict, _list, _text, epoch, meta
 from trainer.machinery import podresources
 from trainer.machinery.podresources import Amounts, add, amounts
 

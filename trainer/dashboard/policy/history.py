@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.dashboard.summary import epoch
+from trainer.dashboard.policy.summary import epoch
 
 MAX_POINTS = 500
 
