@@ -17,7 +17,7 @@ async def no_pods(*_: Any) -> Any:
 async def test_every_namespace_gets_the_default_service_account_and_the_root_ca() -> None:
     async with local_plane() as plane:
         plane.server.attach_pods(no_pods)  # as the local plane's executor does at its start
-        plane.server.storage.create_direct("v1", "Namespace", {"metadata": {"name": "team"}})
+        plane.server.storage.create_unadmitted("v1", "Namespace", {"metadata": {"name": "team"}})
         ca = plane.server.tls.ca_pem.decode()
         assert ca.startswith("-----BEGIN CERTIFICATE-----")
         for namespace in ("default", "team"):

@@ -4,7 +4,7 @@ kube-apiserver and kube-controller-manager answer them (docs/local-plane.md, "Di
 budgets and evictions"). Pods are made Ready by hand (no kubelet runs here); the real kubectl
 drains the node where it is installed (``kubectl create --raw`` sends no Content-Type, which
 this server refuses: docs/local-plane.md, "Content types"). Waits are on API writes
-(store.on_write), never sleeps."""
+(Store.subscribe), never sleeps."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class Env:
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
 
-        self.plane.server.storage.store.on_write.append(on_write)
+        self.plane.server.storage.store.subscribe(on_write)
 
     async def evict(self, name: str, **extra: Any) -> dict[str, Any]:
         """POST an Eviction with the project's client (an APIError when refused)."""
@@ -104,7 +104,7 @@ async def _env(with_controller: bool) -> AsyncIterator[Env]:
         with tempfile.TemporaryDirectory() as tmp:
             kubeconfig = Path(tmp) / "kubeconfig"
             plane.server.write_kubeconfig(str(kubeconfig))
-            plane.server.storage.create_direct("v1", "Node", {"metadata": {"name": "local"}})
+            plane.server.storage.create_unadmitted("v1", "Node", {"metadata": {"name": "local"}})
             if not with_controller:
                 yield Env(plane, kubeconfig, None)
                 return
@@ -488,8 +488,10 @@ async def test_rbac_is_create_on_pods_eviction(bare: Env) -> None:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "evictor"},
         "subjects": [{"kind": "User", "name": "alice"}],
     }
-    bare.plane.server.storage.create_direct("rbac.authorization.k8s.io/v1", "Role", role)
-    bare.plane.server.storage.create_direct("rbac.authorization.k8s.io/v1", "RoleBinding", binding)
+    bare.plane.server.storage.create_unadmitted("rbac.authorization.k8s.io/v1", "Role", role)
+    bare.plane.server.storage.create_unadmitted(
+        "rbac.authorization.k8s.io/v1", "RoleBinding", binding
+    )
     body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a"}}
     path = r.PODS.path(NS, "a", "eviction")
     async with session_from_kubeconfig(bare.kubeconfig) as session:

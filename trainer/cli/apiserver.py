@@ -43,7 +43,7 @@ async def _serve(
                 )
                 is None
             ):
-                server.storage.create_direct(
+                server.storage.create_unadmitted(
                     "apiextensions.k8s.io/v1", "CustomResourceDefinition", crd
                 )
     server.write_kubeconfig(str(kubeconfig))

@@ -168,10 +168,12 @@ def install_basics(server: APIServer, *, trainer: bool = True) -> None:
         return
     _create_crds(server, [*crds.trainer_crds(), crds.jobset_crd()])
     if server.storage.get_object("v1", "namespaces", "", SYSTEM_NAMESPACE) is None:
-        server.storage.create_direct("v1", "Namespace", {"metadata": {"name": SYSTEM_NAMESPACE}})
+        server.storage.create_unadmitted(
+            "v1", "Namespace", {"metadata": {"name": SYSTEM_NAMESPACE}}
+        )
     if server.storage.get_object("v1", "configmaps", SYSTEM_NAMESPACE, c.PUBLIC_CONFIG_MAP) is None:
         # What the Kubeflow SDK reads to learn the Trainer version (upstream's overlay ships it).
-        server.storage.create_direct(
+        server.storage.create_unadmitted(
             "v1",
             "ConfigMap",
             {
@@ -193,7 +195,9 @@ def install_basics(server: APIServer, *, trainer: bool = True) -> None:
             )
             is None
         ):
-            server.storage.create_direct(c.API_VERSION, c.KIND_CLUSTER_TRAINING_RUNTIME, runtime)
+            server.storage.create_unadmitted(
+                c.API_VERSION, c.KIND_CLUSTER_TRAINING_RUNTIME, runtime
+            )
 
 
 def _create_crds(server: APIServer, documents: list[dict[str, Any]]) -> None:
@@ -205,7 +209,9 @@ def _create_crds(server: APIServer, documents: list[dict[str, Any]]) -> None:
             )
             is None
         ):
-            server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+            server.storage.create_unadmitted(
+                "apiextensions.k8s.io/v1", "CustomResourceDefinition", crd
+            )
 
 
 async def start_local_plane(
@@ -238,7 +244,9 @@ async def start_local_plane(
     webhook_port = free_port()
     for hook_config in webhook_configurations(webhook_port) if with_controller else []:
         # (Re)registered at every start: the webhook's port is new each time.
-        server.storage.create_direct(hook_config["apiVersion"], hook_config["kind"], hook_config)
+        server.storage.create_unadmitted(
+            hook_config["apiVersion"], hook_config["kind"], hook_config
+        )
     tmp = None
     if state_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="trainer-local-", dir=private_parent())
@@ -326,7 +334,7 @@ async def _wait_webhook_ready(plane: LocalPlane, timeout: float = 30.0) -> None:
         return True
 
     changed = asyncio.Event()
-    plane.server.storage.store.on_write.append(lambda _ev: changed.set())
+    plane.server.storage.store.subscribe(lambda _ev: changed.set())
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not injected():
