@@ -162,7 +162,7 @@ async def local_api_server() -> AsyncIterator[Endpoint]:
     """The local API server with our CRDs installed (and no webhook), in this event loop."""
     server = APIServer()
     for crd in crds.trainer_crds():
-        server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+        server.storage.create_unadmitted("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     await server.start()
     try:
         yield Endpoint(server.url, server.client_ssl_context(), server.auth_headers())

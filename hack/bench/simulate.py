@@ -57,7 +57,8 @@ from benchlib import ROOT, ApiServerProcess, child_env, source_state, stop_proce
 from simulate_report import Counters, Tracker, report
 
 from trainer.api import constants as c
-from trainer.cli.localplane import SYSTEM_NAMESPACE, free_port, webhook_configurations
+from trainer.cli.localplane import free_port
+from trainer.cli.seed import SYSTEM_NAMESPACE, webhook_configurations
 from trainer.kube import resources as r
 from trainer.kube.client import new_api_client
 from trainer.kube.rest import Kube

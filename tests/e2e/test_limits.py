@@ -73,7 +73,7 @@ def record_terminations(plane: LocalPlane, job: str) -> list[tuple[str, dict[str
                 if "terminated" in state and (meta["uid"], state["terminated"]) not in seen:
                     seen.append((meta["uid"], state["terminated"]))
 
-    plane.server.storage.store.on_write.append(record)
+    plane.server.storage.store.subscribe(record)
     return seen
 
 

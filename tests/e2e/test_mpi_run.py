@@ -214,7 +214,7 @@ async def test_a_secret_whose_public_key_does_not_match_fails_at_ssh_authenticat
     await p.kube.create(runtime, gvr=r.TRAINING_RUNTIMES)
     await p.kube.create(job, gvr=r.TRAINJOBS)
     changed = asyncio.Event()
-    p.server.storage.store.on_write.append(lambda _ev: changed.set())
+    p.server.storage.store.subscribe(lambda _ev: changed.set())
     async with asyncio.timeout(RUN_TIMEOUT):
         while (condition := failed(p, name)) is None:
             changed.clear()

@@ -81,7 +81,7 @@ async def plane(tmp_path: Path) -> AsyncIterator[LocalPlane]:
 async def until(plane: LocalPlane, check: Any, timeout: float = 60.0) -> Any:
     changed = asyncio.Event()
     hook = lambda _ev: changed.set()  # noqa: E731
-    plane.server.storage.store.on_write.append(hook)
+    plane.server.storage.store.subscribe(hook)
     try:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -96,7 +96,7 @@ async def until(plane: LocalPlane, check: Any, timeout: float = 60.0) -> Any:
                 continue
         return result
     finally:
-        plane.server.storage.store.on_write.remove(hook)
+        plane.server.storage.store.unsubscribe(hook)
 
 
 def trainjob(name: str, command: list[str], **spec: Any) -> dict[str, Any]:

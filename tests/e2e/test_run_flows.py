@@ -307,10 +307,10 @@ async def test_the_mpi_example_fails_clearly_without_mpi_on_this_host(plane: Loc
                 if "terminated" in (st.get("state") or {}):
                     terminations.append(st["state"]["terminated"])
 
-    plane.server.storage.store.on_write.append(record)
+    plane.server.storage.store.subscribe(record)
     name = await apply_example(plane, "examples/mpi/trainjob.yaml")
     failed = await until(plane, lambda: condition(plane, name, "Failed"), timeout=45)
-    plane.server.storage.store.on_write.remove(record)
+    plane.server.storage.store.unsubscribe(record)
     assert failed["reason"] == "FailedJobs"
     assert f"first failed job: {name}-node-0" in failed["message"]
     assert terminations, "node 0's container never terminated"

@@ -119,7 +119,7 @@ async def test_ten_gang_jobs_complete_on_simulated_gpu_nodes_without_overallocat
     plane: LocalPlane,
 ) -> None:
     watch = GpuWatch()
-    plane.server.storage.store.on_write.append(watch)
+    plane.server.storage.store.subscribe(watch)
     try:
         await plane.kube.create(one_second_runtime(plane), gvr=r.TRAINING_RUNTIMES)
         names = [f"sim-{i}" for i in range(10)]
@@ -137,7 +137,7 @@ async def test_ten_gang_jobs_complete_on_simulated_gpu_nodes_without_overallocat
             await plane.kube.create(job, gvr=r.TRAINJOBS)
         await until(plane, lambda: all(condition(plane, n, "Complete") for n in names), timeout=20)
     finally:
-        plane.server.storage.store.on_write.remove(watch)
+        plane.server.storage.store.unsubscribe(watch)
     nodes = {n["metadata"]["name"]: n for n in plane.server.storage.objects("v1", "nodes", "")}
     assert sorted(nodes) == [f"sim-gpu-{i}" for i in range(5)]
     zones = [

@@ -85,7 +85,8 @@ def failing_runtime(plane: LocalPlane) -> dict[str, Any]:
 
 async def test_gangs_queue_restart_and_complete_without_overallocation(plane: LocalPlane) -> None:
     gpus, gangs = GpuWatch(), GangWatch()
-    plane.server.storage.store.on_write.extend([gpus, gangs])
+    for hook in (gpus, gangs):
+        plane.server.storage.store.subscribe(hook)
     try:
         await plane.kube.create(failing_runtime(plane), gvr=r.TRAINING_RUNTIMES)
         names = [f"g-{i}" for i in range(JOBS)]
@@ -101,7 +102,7 @@ async def test_gangs_queue_restart_and_complete_without_overallocation(plane: Lo
         await until(plane, lambda: all(condition(plane, n, "Complete") for n in names), timeout=90)
     finally:
         for hook in (gpus, gangs):
-            plane.server.storage.store.on_write.remove(hook)
+            plane.server.storage.store.unsubscribe(hook)
     assert gpus.peak and max(gpus.peak.values()) <= 8, gpus.peak
     assert not gangs.partial, gangs.partial
     restarts = [

@@ -33,7 +33,7 @@ async def until_written(
     def wake(_ev: Event) -> None:
         changed.set()
 
-    server.storage.store.on_write.append(wake)
+    server.storage.store.subscribe(wake)
     try:
         async with asyncio.timeout(timeout):
             while not (result := check()):
@@ -43,7 +43,7 @@ async def until_written(
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None
     finally:
-        server.storage.store.on_write.remove(wake)
+        server.storage.store.unsubscribe(wake)
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Plane:
         def wake(_ev: Event) -> None:
             changed.set()
 
-        self.server.storage.store.on_write.append(wake)
+        self.server.storage.store.subscribe(wake)
         try:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
@@ -77,7 +77,7 @@ class Plane:
                 except TimeoutError:
                     continue
         finally:
-            self.server.storage.store.on_write.remove(wake)
+            self.server.storage.store.unsubscribe(wake)
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self.server.storage.get_object(api_version, kind, namespace, name)
@@ -157,11 +157,11 @@ async def jobsets_report_status(plane: Plane) -> AsyncIterator[None]:
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    plane.server.storage.store.on_write.append(on_write)
+    plane.server.storage.store.subscribe(on_write)
     try:
         yield
     finally:
-        plane.server.storage.store.on_write.remove(on_write)
+        plane.server.storage.store.unsubscribe(on_write)
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
@@ -170,10 +170,12 @@ async def local_plane(*, runtimes: bool = True) -> AsyncIterator[Plane]:
     server = APIServer()
     await server.start()
     for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
-        server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+        server.storage.create_unadmitted("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     if runtimes:
         for doc in builtin_runtime_documents():
-            server.storage.create_direct(f"{GROUP}/{VERSION}", "ClusterTrainingRuntime", dict(doc))
+            server.storage.create_unadmitted(
+                f"{GROUP}/{VERSION}", "ClusterTrainingRuntime", dict(doc)
+            )
     with tempfile.NamedTemporaryFile(suffix=".kubeconfig") as kubeconfig:
         server.write_kubeconfig(kubeconfig.name)
         api = await new_api_client(kubeconfig.name)

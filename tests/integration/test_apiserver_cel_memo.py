@@ -81,7 +81,7 @@ async def test_a_replaced_crd_is_validated_with_its_new_schema(
     kube: tuple[APIServer, Kube],
 ) -> None:
     srv, client = kube
-    srv.storage.create_direct(
+    srv.storage.create_unadmitted(
         "apiextensions.k8s.io/v1", "CustomResourceDefinition", crd("integer", "m1")
     )
     for name in ("a", "b"):  # the second is answered from the memo

@@ -58,7 +58,7 @@ def healthy(path: Path) -> None:
     async def fill() -> None:
         server = APIServer(state_file=str(path))
         for i in range(20):
-            server.storage.create_direct(
+            server.storage.create_unadmitted(
                 "v1", "ConfigMap", {"metadata": {"name": f"cm-{i}"}, "data": {"k": MARKER}}
             )
         await server.stop()

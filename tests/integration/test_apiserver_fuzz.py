@@ -166,7 +166,9 @@ def api() -> Iterator[Api]:
         server = APIServer()
         await server.start()
         for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
-            server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+            server.storage.create_unadmitted(
+                "apiextensions.k8s.io/v1", "CustomResourceDefinition", crd
+            )
         holder["server"] = server
 
     def run() -> None:

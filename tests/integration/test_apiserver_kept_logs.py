@@ -70,13 +70,13 @@ class Env:
 async def env() -> AsyncIterator[Env]:
     server = APIServer()
     await server.start()
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "apiextensions.k8s.io/v1", "CustomResourceDefinition", crds.jobset_crd()
     )
     for ns in ("default", "team-b"):
         if ns != "default":
-            server.storage.create_direct("v1", "Namespace", {"metadata": {"name": ns}})
-        server.storage.create_direct(
+            server.storage.create_unadmitted("v1", "Namespace", {"metadata": {"name": ns}})
+        server.storage.create_unadmitted(
             "jobset.x-k8s.io/v1alpha2",
             "JobSet",
             {"metadata": {"name": "train", "namespace": ns}, "spec": {"replicatedJobs": []}},

@@ -78,7 +78,7 @@ async def test_what_a_mutating_webhook_returns_is_checked_like_a_request() -> No
     server = APIServer()
     await server.start()
     try:
-        server.storage.create_direct(
+        server.storage.create_unadmitted(
             "admissionregistration.k8s.io/v1",
             "MutatingWebhookConfiguration",
             configuration(f"https://127.0.0.1:{port}/mutate", bundle.ca_cert),

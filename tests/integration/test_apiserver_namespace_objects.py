@@ -11,7 +11,7 @@ from tests.integration.harness import local_plane
 async def test_every_namespace_gets_the_default_service_account_and_the_root_ca() -> None:
     async with local_plane() as plane:
         plane.server.attach_pods()  # as the local plane does once its executor started
-        plane.server.storage.create_direct("v1", "Namespace", {"metadata": {"name": "team"}})
+        plane.server.storage.create_unadmitted("v1", "Namespace", {"metadata": {"name": "team"}})
         ca = plane.server.tls.ca_pem.decode()
         assert ca.startswith("-----BEGIN CERTIFICATE-----")
         for namespace in ("default", "team"):

@@ -22,7 +22,7 @@ NAMESPACES = r.GVR("", "v1", "namespaces", False, "Namespace")
 
 async def test_creating_in_a_terminating_namespace_is_refused_as_kube_apiserver_does() -> None:
     async with local_plane(runtimes=False) as plane:
-        plane.server.storage.create_direct(
+        plane.server.storage.create_unadmitted(
             "v1", "Namespace", {"metadata": {"name": "going", "finalizers": ["example.com/hold"]}}
         )
         await plane.kube.delete(NAMESPACES, None, "going")

@@ -140,18 +140,18 @@ async def test_collection_interrupted_by_a_stop_is_finished_at_the_next_start(
     server = await started(path)
     rt = server.storage.resource("v1", "configmaps")
     owners = {
-        policy: server.storage.create_direct(
+        policy: server.storage.create_unadmitted(
             "v1", "ConfigMap", configmap(f"owner-{policy.lower()}")
         )
         for policy in ("Background", "Foreground", "Orphan")
     }
     for policy, owner in owners.items():
         for i in range(3):
-            server.storage.create_direct(
+            server.storage.create_unadmitted(
                 "v1", "ConfigMap", owned_by(owner, f"dep-{policy.lower()}-{i}")
             )
-    server.storage.create_direct("v1", "Namespace", {"metadata": {"name": "doomed"}})
-    server.storage.create_direct("v1", "ConfigMap", configmap("inside", namespace="doomed"))
+    server.storage.create_unadmitted("v1", "Namespace", {"metadata": {"name": "doomed"}})
+    server.storage.create_unadmitted("v1", "ConfigMap", configmap("inside", namespace="doomed"))
     await server.storage.gc.stop()
     for policy in owners:
         await server.storage.delete(rt, "default", f"owner-{policy.lower()}", policy=policy)
@@ -178,11 +178,11 @@ async def test_a_dependent_keeps_its_remaining_owners_after_a_restart(tmp_path: 
     path = tmp_path / "state.db"
     server = await started(path)
     rt = server.storage.resource("v1", "configmaps")
-    gone = server.storage.create_direct("v1", "ConfigMap", configmap("gone"))
-    stays = server.storage.create_direct("v1", "ConfigMap", configmap("stays"))
+    gone = server.storage.create_unadmitted("v1", "ConfigMap", configmap("gone"))
+    stays = server.storage.create_unadmitted("v1", "ConfigMap", configmap("stays"))
     dep = owned_by(gone, "dep")
     dep["metadata"]["ownerReferences"] += owned_by(stays, "x")["metadata"]["ownerReferences"]
-    server.storage.create_direct("v1", "ConfigMap", dep)
+    server.storage.create_unadmitted("v1", "ConfigMap", dep)
     await server.storage.gc.stop()
     await server.storage.delete(rt, "default", "gone")
     await server.stop()
@@ -222,7 +222,7 @@ async def test_a_file_from_before_row_checksums_is_upgraded_in_place(tmp_path: P
     try:
         kept = server.storage.get_object("v1", "configmaps", "default", "old")
         assert kept is not None and kept["metadata"]["uid"] == "u1"
-        created = server.storage.create_direct("v1", "ConfigMap", configmap("new"))
+        created = server.storage.create_unadmitted("v1", "ConfigMap", configmap("new"))
         assert int(created["metadata"]["resourceVersion"]) > 9
     finally:
         await server.stop()
@@ -236,8 +236,8 @@ async def test_a_file_from_before_row_checksums_is_upgraded_in_place(tmp_path: P
 async def test_collection_whose_write_cannot_be_stored_is_retried(tmp_path: Path) -> None:
     server = await started(tmp_path / "state.db")
     try:
-        owner = server.storage.create_direct("v1", "ConfigMap", configmap("owner"))
-        server.storage.create_direct("v1", "ConfigMap", owned_by(owner, "dep"))
+        owner = server.storage.create_unadmitted("v1", "ConfigMap", configmap("owner"))
+        server.storage.create_unadmitted("v1", "ConfigMap", owned_by(owner, "dep"))
         persist = server.storage.store.backend
         assert persist is not None
         failures: list[int] = []

@@ -69,7 +69,7 @@ async def server() -> AsyncIterator[APIServer]:
     srv = APIServer()
     await srv.start()
     for crd in crds.trainer_crds():
-        srv.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+        srv.storage.create_unadmitted("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     api, kube = await client_of(srv)
     try:
         await kube.create(b.trainjob())
@@ -108,7 +108,7 @@ async def test_a_trainjobs_rule_is_not_called_for_status_writes(
     server: APIServer, kind: str
 ) -> None:
     config = configuration(kind, ["trainjobs"], closed_port())
-    server.storage.create_direct(config["apiVersion"], config["kind"], config)
+    server.storage.create_unadmitted(config["apiVersion"], config["kind"], config)
     api, kube = await client_of(server)
     try:
         patched = await kube.patch_status(r.TRAINJOBS, "default", "job", STATUS)
@@ -126,7 +126,7 @@ async def test_a_rule_naming_the_status_subresource_is_called_for_status_writes(
     server: APIServer, resource: str
 ) -> None:
     config = configuration("ValidatingWebhookConfiguration", [resource], closed_port())
-    server.storage.create_direct(config["apiVersion"], config["kind"], config)
+    server.storage.create_unadmitted(config["apiVersion"], config["kind"], config)
     api, kube = await client_of(server)
     try:
         with pytest.raises(APIError) as failed:

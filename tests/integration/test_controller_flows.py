@@ -80,11 +80,11 @@ class Running:
         """Wait until ``check()`` is truthy, re-checking after every API write, every finished
         reconcile and every change the controller's caches see (no sleeping)."""
         store = self.plane.server.storage.store
-        store.on_write.append(self.observer.poke)
+        store.subscribe(self.observer.poke)
         try:
             return await until(self.observer.changed, check, timeout, what)
         finally:
-            store.on_write.remove(self.observer.poke)
+            store.unsubscribe(self.observer.poke)
 
     def idle(self) -> bool:
         """Nothing queued, delayed or being reconciled."""

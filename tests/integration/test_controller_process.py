@@ -85,14 +85,16 @@ class Replica:
 @pytest.fixture
 async def plane() -> AsyncIterator[Plane]:
     async with local_plane() as p:
-        p.server.storage.create_direct("v1", "Namespace", {"metadata": {"name": "kubeflow-system"}})
+        p.server.storage.create_unadmitted(
+            "v1", "Namespace", {"metadata": {"name": "kubeflow-system"}}
+        )
         yield p
 
 
 async def test_controller_with_webhook_probes_and_metrics(plane: Plane) -> None:
     port = free_port()
     for cfg in configurations(port):
-        plane.server.storage.create_direct(cfg["apiVersion"], cfg["kind"], cfg)
+        plane.server.storage.create_unadmitted(cfg["apiVersion"], cfg["kind"], cfg)
     replica = Replica(
         plane, config(port), ProcessOptions(webhook=True, webhook_extra_hosts=("127.0.0.1",))
     )
@@ -192,7 +194,7 @@ async def test_tls_settings_reach_the_webhook_and_metrics_servers(plane: Plane) 
     webhook and the metrics server negotiate (our certificates use ECDSA keys)."""
     port = free_port()
     for cfg in configurations(port):
-        plane.server.storage.create_direct(cfg["apiVersion"], cfg["kind"], cfg)
+        plane.server.storage.create_unadmitted(cfg["apiVersion"], cfg["kind"], cfg)
     text = f"""
 apiVersion: config.trainer.kubeflow.org/v1alpha1
 kind: Configuration
@@ -259,7 +261,7 @@ async def test_metrics_auth_lets_only_authorized_service_accounts_scrape(plane: 
             gvr=accounts,
         )
     rbac = "rbac.authorization.k8s.io/v1"
-    plane.server.storage.create_direct(
+    plane.server.storage.create_unadmitted(
         rbac,
         "ClusterRole",
         {
@@ -267,7 +269,7 @@ async def test_metrics_auth_lets_only_authorized_service_accounts_scrape(plane: 
             "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
         },
     )
-    plane.server.storage.create_direct(
+    plane.server.storage.create_unadmitted(
         rbac,
         "ClusterRoleBinding",
         {

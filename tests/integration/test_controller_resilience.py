@@ -306,7 +306,7 @@ def cut_and_compact(plane: Plane) -> None:
     """Cut every watch stream and forget the watch history, so every informer comes back
     with a resourceVersion that is too old (410) and must list again. A write nobody watches
     first moves the store past any resourceVersion an informer has seen."""
-    plane.server.storage.create_direct(
+    plane.server.storage.create_unadmitted(
         "v1", "ConfigMap", {"metadata": {"name": f"bump-{plane.server.storage.store.rv}"}}
     )
     plane.server.storage.store.compact()

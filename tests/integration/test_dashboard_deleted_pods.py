@@ -30,7 +30,7 @@ async def plane(tmp_path: Path) -> AsyncIterator[tuple[APIServer, Kube]]:
     server = APIServer()
     await server.start()
     for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
-        server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+        server.storage.create_unadmitted("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     server.write_kubeconfig(str(tmp_path / "kubeconfig"))
     api = await new_api_client(str(tmp_path / "kubeconfig"))
     try:
@@ -54,7 +54,7 @@ async def test_a_deleted_pod_stays_listed_with_its_log_until_its_jobset_goes(
     plane: tuple[APIServer, Kube],
 ) -> None:
     server, kube = plane
-    job = server.storage.create_direct(
+    job = server.storage.create_unadmitted(
         "trainer.kubeflow.org/v1alpha1",
         "TrainJob",
         {"metadata": {"name": "demo"}, "spec": {"runtimeRef": {"name": "torch-distributed"}}},
@@ -66,7 +66,7 @@ async def test_a_deleted_pod_stays_listed_with_its_log_until_its_jobset_goes(
         "uid": job["metadata"]["uid"],
         "controller": True,
     }
-    jobset = server.storage.create_direct(
+    jobset = server.storage.create_unadmitted(
         "jobset.x-k8s.io/v1alpha2",
         "JobSet",
         {"metadata": {"name": "demo", "ownerReferences": [owner]}, "spec": {}},
@@ -81,7 +81,7 @@ async def test_a_deleted_pod_stays_listed_with_its_log_until_its_jobset_goes(
         ref = {"apiVersion": api_version, "kind": kind, "name": meta["name"], "uid": meta["uid"]}
         return [{**ref, "controller": True}]
 
-    batch = server.storage.create_direct(
+    batch = server.storage.create_unadmitted(
         "batch/v1",
         "Job",
         {

@@ -29,7 +29,7 @@ async def kube(tmp_path: Path) -> AsyncIterator[Kube]:
     server = APIServer()
     await server.start()
     for crd in crds.trainer_crds():
-        server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+        server.storage.create_unadmitted("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     server.write_kubeconfig(str(tmp_path / "kubeconfig"))
     api = await new_api_client(str(tmp_path / "kubeconfig"))
     try:

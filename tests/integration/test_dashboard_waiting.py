@@ -37,7 +37,7 @@ async def plane(tmp_path: Path) -> AsyncIterator[tuple[APIServer, Kube]]:
     """An API server serving JobSet's CRD only, as ``trainer up --without-controller``."""
     server = APIServer()
     await server.start()
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "apiextensions.k8s.io/v1", "CustomResourceDefinition", crds.jobset_crd()
     )
     server.write_kubeconfig(str(tmp_path / "kubeconfig"))
@@ -127,15 +127,15 @@ async def test_the_dashboard_waits_for_the_trainer_crds_then_shows_them(
                 assert waiting(event, first), first
 
                 for crd in crds.trainer_crds():
-                    server.storage.create_direct(
+                    server.storage.create_unadmitted(
                         "apiextensions.k8s.io/v1", "CustomResourceDefinition", crd
                     )
-                server.storage.create_direct(
+                server.storage.create_unadmitted(
                     "trainer.kubeflow.org/v1alpha1",
                     "ClusterTrainingRuntime",
                     {"metadata": {"name": "torch"}, "spec": {"mlPolicy": {"numNodes": 1}}},
                 )
-                server.storage.create_direct(
+                server.storage.create_unadmitted(
                     "trainer.kubeflow.org/v1alpha1",
                     "TrainJob",
                     {"metadata": {"name": "demo"}, "spec": {"runtimeRef": {"name": "torch"}}},

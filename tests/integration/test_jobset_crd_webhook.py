@@ -38,7 +38,7 @@ BASE: dict[str, Any] = {
 async def post() -> AsyncIterator[Any]:
     server = APIServer()
     await server.start()
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "apiextensions.k8s.io/v1", "CustomResourceDefinition", crds.jobset_crd()
     )
     connector = aiohttp.TCPConnector(ssl=server.client_ssl_context())

@@ -21,7 +21,7 @@ from trainer.local.apiserver import APIServer
 async def local_jobset_server() -> AsyncIterator[Endpoint]:
     """The local API server with JobSet's CRD installed, in this event loop."""
     server = APIServer()
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "apiextensions.k8s.io/v1", "CustomResourceDefinition", crds.jobset_crd()
     )
     await server.start()

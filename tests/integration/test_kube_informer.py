@@ -310,7 +310,7 @@ async def test_optional_resource_waits_until_it_is_served(env: Env) -> None:
     assert inf.has_synced and not inf.served and inf.list() == []
     assert await sleeps.next() == 7.0  # the discovery retry, not the error backoff
 
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "apiextensions.k8s.io/v1", "CustomResourceDefinition", POD_GROUP_CRD
     )
     group = {
@@ -353,7 +353,7 @@ async def test_optional_resource_listed_again_only_once_a_write_shows_it_served(
         log = server.storage.hooks.log
         return sum(1 for rec in log if rec.path == path and rec.verb in ("list", "get"))
 
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "apiextensions.k8s.io/v1", "CustomResourceDefinition", POD_GROUP_CRD
     )
     for _ in range(20):
@@ -374,7 +374,7 @@ async def test_optional_resource_listed_again_only_once_a_write_shows_it_served(
     assert [e[:2] for e in await take(events, 1)] == [("DELETED", "pg")]
     server.storage.store.close_watchers()  # the stream ends, as a real server's does
     assert await asyncio.wait_for(served.get(), WAIT) is False
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "apiextensions.k8s.io/v1", "CustomResourceDefinition", POD_GROUP_CRD
     )
     inf.recheck()
@@ -393,10 +393,10 @@ async def test_start_times_out_while_the_resource_is_not_served(env: Env) -> Non
 
 async def test_optional_resource_that_goes_away(env: Env) -> None:
     kube, server = env.kube, env.server
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "apiextensions.k8s.io/v1", "CustomResourceDefinition", POD_GROUP_CRD
     )
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "scheduling.x-k8s.io/v1alpha1",
         "PodGroup",
         {"metadata": {"name": "pg", "namespace": "default"}, "spec": {}},
@@ -452,7 +452,7 @@ async def test_optional_resource_backs_off_and_reports_when_it_is_served(env: En
     assert 1.5 <= await sleeps.next() <= 3.0  # capped
     assert served.empty() and not inf.served
 
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "apiextensions.k8s.io/v1", "CustomResourceDefinition", POD_GROUP_CRD
     )
     assert await asyncio.wait_for(served.get(), WAIT) is True

@@ -24,7 +24,7 @@ async def lookup() -> AsyncIterator[tuple[APIServer, KubeLookup]]:
     server = APIServer()
     await server.start()
     for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
-        server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+        server.storage.create_unadmitted("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     with tempfile.NamedTemporaryFile(suffix=".kubeconfig") as kubeconfig:
         server.write_kubeconfig(kubeconfig.name)
         api = await new_api_client(kubeconfig.name)
@@ -46,14 +46,14 @@ async def test_a_just_created_runtime_is_found_without_a_cache(
     lookup: tuple[APIServer, KubeLookup],
 ) -> None:
     server, kube = lookup
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "trainer.kubeflow.org/v1alpha1",
         "ClusterTrainingRuntime",
         runtime_doc("ClusterTrainingRuntime", "fresh"),
     )
     runtime, problem = await kube.runtime("ClusterTrainingRuntime", "default", "fresh")
     assert isinstance(runtime, ClusterTrainingRuntime) and problem is None
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "trainer.kubeflow.org/v1alpha1",
         "TrainingRuntime",
         runtime_doc("TrainingRuntime", "mine", "default"),
@@ -77,7 +77,7 @@ async def test_cache_is_consulted_first(lookup: tuple[APIServer, KubeLookup]) ->
     kube.cache = lambda kind, ns, name: cached if name == "cached-only" else None
     runtime, _ = await kube.runtime("ClusterTrainingRuntime", "", "cached-only")
     assert runtime is not None  # served from the cache, although the API has no such object
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "scheduling.k8s.io/v1", "PriorityClass", {"metadata": {"name": "high"}, "value": 1000}
     )
     assert await kube.priority_classes() == frozenset({"high"})

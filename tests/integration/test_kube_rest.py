@@ -36,7 +36,7 @@ async def env() -> AsyncIterator[Env]:
     server = APIServer()
     await server.start()
     for crd in crds.trainer_crds():
-        server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+        server.storage.create_unadmitted("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
     with tempfile.NamedTemporaryFile(suffix=".kubeconfig") as kubeconfig:
         server.write_kubeconfig(kubeconfig.name)
         api = await new_api_client(kubeconfig.name)

@@ -1,7 +1,7 @@
 """The local kubelet against the embedded API server: pods created through the API (with the
 labels and annotations a Job controller gives them) run as local processes; their status,
 logs, volumes, env, DNS / port rewrites and deletion are checked through the API and the
-processes themselves. Waits are on API writes (store.on_write), log lines or process exit
+processes themselves. Waits are on API writes (Store.subscribe), log lines or process exit
 (pidfd), never on sleeps."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class Env:
         def wake(_ev: Event) -> None:
             changed.set()
 
-        self.server.storage.store.on_write.append(wake)
+        self.server.storage.store.subscribe(wake)
         try:
             async with asyncio.timeout(timeout):
                 while not (result := check()):
@@ -62,7 +62,7 @@ class Env:
         except TimeoutError:
             raise AssertionError(f"timed out waiting for {what}: {self.pod_now()}") from None
         finally:
-            self.server.storage.store.on_write.remove(wake)
+            self.server.storage.store.unsubscribe(wake)
 
     def pod_now(self, name: str = "") -> Any:
         if not name:

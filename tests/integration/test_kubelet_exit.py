@@ -52,7 +52,7 @@ class Env:
         def wake(_ev: Event) -> None:
             changed.set()
 
-        self.server.storage.store.on_write.append(wake)
+        self.server.storage.store.subscribe(wake)
         try:
             async with asyncio.timeout(timeout):
                 while not (result := check()):
@@ -62,7 +62,7 @@ class Env:
         except TimeoutError:
             raise AssertionError(f"timed out waiting for {what}: {self.pods()}") from None
         finally:
-            self.server.storage.store.on_write.remove(wake)
+            self.server.storage.store.unsubscribe(wake)
 
     async def line(self, prefix: str, timeout: float = 15.0) -> str:
         async with asyncio.timeout(timeout):

@@ -1,7 +1,7 @@
 """Liveness probes in the local kubelet, against the embedded API server (the fixture of
 tests/integration/test_kubelet.py): a container whose liveness probe fails is killed as the
 kubelet kills it and restarted as its pod's restartPolicy says, with the kubelet's Events.
-Waits are on API writes (store.on_write), never on sleeps."""
+Waits are on API writes (Store.subscribe), never on sleeps."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ def record(env: Env, name: str) -> list[dict[str, Any]]:
         if ev.obj.get("kind") == "Pod" and ev.obj["metadata"]["name"] == name:
             written.append(dict(ev.obj.get("status") or {}))
 
-    env.server.storage.store.on_write.append(keep)
+    env.server.storage.store.subscribe(keep)
     return written
 
 

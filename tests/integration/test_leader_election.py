@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.api_client import ApiClient
 
-from trainer.controller.leader import LeaderElector, new_identity
 from trainer.kube.client import new_api_client
 from trainer.kube.leases import KubeLeaseClient, LeaseConflict
 from trainer.local.apiserver import APIServer
 from trainer.machinery.times import format_micro_time
+from trainer.manager.leader import LeaderElector, new_identity
 from trainer.observability.metrics import Metrics
 
 NAMESPACE = "kube-system"
@@ -234,7 +234,7 @@ async def test_a_conflicting_write_loses_the_race(
 ) -> None:
     """Two candidates both find no Lease and both create it: the API accepts one create and
     answers 409 to the other, which keeps following."""
-    caplog.set_level(logging.INFO, logger="trainer.controller.leader")
+    caplog.set_level(logging.INFO, logger="trainer.manager.leader")
     a = await cluster.new_replica("replica-a")
     b = await cluster.new_replica("replica-b")
     both_read = asyncio.Barrier(2)  # neither creates before both have seen no Lease

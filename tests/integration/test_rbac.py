@@ -167,8 +167,8 @@ def trainjob(name: str, runtime: str, kind: str = "ClusterTrainingRuntime", **sp
 @pytest.fixture
 async def plane() -> AsyncIterator[Plane]:
     async with local_plane() as p:
-        p.server.storage.create_direct("v1", "Namespace", {"metadata": {"name": NAMESPACE}})
-        p.server.storage.create_direct(
+        p.server.storage.create_unadmitted("v1", "Namespace", {"metadata": {"name": NAMESPACE}})
+        p.server.storage.create_unadmitted(
             "scheduling.k8s.io/v1", "PriorityClass", {"metadata": {"name": "high"}, "value": 1000}
         )
         yield p
@@ -222,7 +222,7 @@ async def test_rbac_is_exactly_what_the_controller_requests(
     await install_podgroup_crds(plane)  # before the start: the PodGroup caches watch at once
     port = free_port()
     for cfg in configurations(port):
-        plane.server.storage.create_direct(cfg["apiVersion"], cfg["kind"], cfg)
+        plane.server.storage.create_unadmitted(cfg["apiVersion"], cfg["kind"], cfg)
     with tempfile.NamedTemporaryFile(suffix=".kubeconfig") as kubeconfig:
         plane.server.write_kubeconfig(kubeconfig.name)
         api = await new_api_client(kubeconfig.name, qps_user_agent=AGENT)

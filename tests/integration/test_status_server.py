@@ -38,7 +38,7 @@ async def plane(tmp_path: Path) -> AsyncIterator[LocalPlane]:
 async def until(plane: LocalPlane, check: Any, timeout: float = 60.0) -> Any:
     changed = asyncio.Event()
     hook = lambda _ev: changed.set()  # noqa: E731
-    plane.server.storage.store.on_write.append(hook)
+    plane.server.storage.store.subscribe(hook)
     try:
         async with asyncio.timeout(timeout):
             while not (result := check()):
@@ -46,7 +46,7 @@ async def until(plane: LocalPlane, check: Any, timeout: float = 60.0) -> Any:
                 await changed.wait()
             return result
     finally:
-        plane.server.storage.store.on_write.remove(hook)
+        plane.server.storage.store.unsubscribe(hook)
 
 
 def trainjob(plane: LocalPlane) -> dict[str, Any]:

@@ -113,13 +113,13 @@ async def env() -> AsyncIterator[Env]:
     server = APIServer()
     await server.start()
     for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
-        server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
-    server.storage.create_direct("v1", "Namespace", {"metadata": {"name": "kubeflow-system"}})
+        server.storage.create_unadmitted("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+    server.storage.create_unadmitted("v1", "Namespace", {"metadata": {"name": "kubeflow-system"}})
     runtime = yaml.safe_load((ROOT / "runtimes/torch-distributed.yaml").read_text())
-    server.storage.create_direct(f"{GROUP}/{VERSION}", "ClusterTrainingRuntime", runtime)
+    server.storage.create_unadmitted(f"{GROUP}/{VERSION}", "ClusterTrainingRuntime", runtime)
     port = free_port()
     for config in configurations(port):
-        server.storage.create_direct(config["apiVersion"], config["kind"], config)
+        server.storage.create_unadmitted(config["apiVersion"], config["kind"], config)
     with tempfile.NamedTemporaryFile(suffix=".kubeconfig") as kubeconfig:
         server.write_kubeconfig(kubeconfig.name)
         api = await new_api_client(kubeconfig.name)

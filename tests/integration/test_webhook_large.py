@@ -142,8 +142,8 @@ async def start(max_body_bytes: int | None = None, offload: Offload | None = Non
     server = APIServer()
     await server.start()
     for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
-        server.storage.create_direct("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
-    server.storage.create_direct(f"{GROUP}/{VERSION}", "ClusterTrainingRuntime", runtime())
+        server.storage.create_unadmitted("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
+    server.storage.create_unadmitted(f"{GROUP}/{VERSION}", "ClusterTrainingRuntime", runtime())
     parsed = parse_object(runtime())
     assert isinstance(parsed, ClusterTrainingRuntime)
     bundle = generate_bundle(["localhost", "127.0.0.1"], datetime.now(UTC))
@@ -157,7 +157,7 @@ async def start(max_body_bytes: int | None = None, offload: Offload | None = Non
     )
     base = f"https://127.0.0.1:{webhook.port}"
     for config in configurations(base, bundle.ca_cert):
-        server.storage.create_direct(config["apiVersion"], config["kind"], config)
+        server.storage.create_unadmitted(config["apiVersion"], config["kind"], config)
     with tempfile.NamedTemporaryFile(suffix=".kubeconfig") as kubeconfig:
         server.write_kubeconfig(kubeconfig.name)
         api = await new_api_client(kubeconfig.name)

@@ -526,7 +526,7 @@ async def test_a_deletion_policy_replaces_the_other_policys_finalizer(
 
     server = APIServer()
     cms = server.storage.resource("v1", "configmaps")
-    server.storage.create_direct(
+    server.storage.create_unadmitted(
         "v1", "ConfigMap", {"metadata": {"name": "f", "finalizers": before}}
     )
     deleted = await server.storage.delete(cms, "default", "f", policy=policy)

@@ -245,7 +245,7 @@ async def test_the_api_server_drops_idle_sockets_and_strangers_but_not_a_watch(
         assert b" 200 " in await watch.readuntil(b"\r\n\r\n")
         with pytest.raises(TimeoutError):  # neither data nor a close for 3 deadlines
             await asyncio.wait_for(watch.read(1), TIMEOUT * 3)
-        server.storage.create_direct("v1", "ConfigMap", {"metadata": {"name": "late"}})
+        server.storage.create_unadmitted("v1", "ConfigMap", {"metadata": {"name": "late"}})
         seen = b""
         while b'"late"' not in seen:
             chunk = await asyncio.wait_for(watch.read(4096), 5)

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from trainer.api import crds
+from trainer.cli import seed
 from trainer.cli.signals import stop_on_signals
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
+from trainer.kube.client import new_api_client
+from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.statefile import StateFileError
 
@@ -23,7 +27,7 @@ async def _serve(
     kubeconfig: Path,
     state_file: str | None,
     token: str | None,
-    install_crds: bool,
+    with_crds: bool,
     reset_damaged_state: bool = False,
 ) -> None:
     try:
@@ -34,18 +38,8 @@ async def _serve(
         typer.echo(f"error: --token: {exc}", err=True)
         raise typer.Exit(2) from None
     await server.start()
-    if install_crds:
-        for crd in [*crds.trainer_crds(), crds.jobset_crd()]:
-            name = crd["metadata"]["name"]
-            if (
-                server.storage.get_object(
-                    "apiextensions.k8s.io/v1", "customresourcedefinitions", "", name
-                )
-                is None
-            ):
-                server.storage.create_direct(
-                    "apiextensions.k8s.io/v1", "CustomResourceDefinition", crd
-                )
+    if with_crds:
+        await _install_crds(server)
     server.write_kubeconfig(str(kubeconfig))
     typer.echo(f"API server listening on {server.url}")
     typer.echo(
@@ -57,6 +51,20 @@ async def _serve(
     await stop.wait()
     typer.echo("stopping")
     await server.stop()
+
+
+async def _install_crds(server: APIServer) -> None:
+    """The Trainer and JobSet CRDs, created through the API as the administrator (unless a
+    state file holds them), before the kubeconfig is written: a client that finds the
+    kubeconfig finds them served."""
+    with tempfile.TemporaryDirectory(prefix="trainer-apiserver-") as private:
+        path = os.path.join(private, "kubeconfig")
+        server.write_kubeconfig(path)
+        api = await new_api_client(path)
+    try:
+        await seed.install_crds(Kube(api))
+    finally:
+        await api.close()
 
 
 def apiserver(

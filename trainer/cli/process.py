@@ -1,6 +1,7 @@
-"""The controller process (``trainer controller``): watch caches on every replica, the
-reconcilers only on the leader, the admission webhook and the probes on every replica,
-metrics, and a graceful stop on SIGTERM."""
+"""The controller process (``trainer controller``) as runnables of a manager
+(:mod:`trainer.manager`; docs/design.md, "The manager"): health probes and metrics, the
+admission webhook and the status server, the watch caches and the TrainJob counts on every
+replica; the reconcilers' workers only on the leader; a graceful stop on SIGTERM."""
 
 from __future__ import annotations
 
@@ -12,24 +13,22 @@ import ssl
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainer.api import constants as c
 from trainer.controller.config import Configuration
-from trainer.controller.leader import LeaderElector
 from trainer.controller.manager import Controller
 from trainer.kube.authn import RequestAuthorizer
 from trainer.kube.client import ApiClient
 from trainer.kube.leases import KubeLeaseClient
 from trainer.kube.ratelimit import RateLimiter
 from trainer.kube.rest import Kube
-from trainer.observability.metrics import (
-    Authorize,
-    HealthChecks,
-    Metrics,
-    ObservabilityServer,
-    ping,
-)
+from trainer.manager.election import LeaderElection
+from trainer.manager.leader import LeaderElector
+from trainer.manager.manager import Manager
+from trainer.manager.runnable import RunnableFunc, Stage
+from trainer.manager.servers import serve, server_runnable
+from trainer.observability.metrics import Authorize, Metrics, ObservabilityServer, ping
 
 if TYPE_CHECKING:
     from webhooks.run import RunningWebhook
@@ -103,23 +102,32 @@ async def run_controller(
 ) -> None:
     """Run until ``stop`` is set; ``ready`` is set (and ``state`` filled in) once the caches
     have synced and the probe and metrics servers listen."""
-    options = options or ProcessOptions()
-    state = state if state is not None else ProcessState()
+    manager = controller_manager(
+        api, config, options or ProcessOptions(), state if state is not None else ProcessState()
+    )
+    await manager.start(stop, ready=ready)
+
+
+def controller_manager(
+    api: ApiClient, config: Configuration, options: ProcessOptions, state: ProcessState
+) -> Manager:
+    """A manager holding the controller process's runnables (built on the running loop):
+    health probes and metrics, the webhook and the status server, the watch caches, the
+    TrainJob counts, and the reconcilers' workers as its leader runnable."""
     metrics = Metrics()
     kube = Kube(
         api,
         on_request=metrics.observe_api_request,
         limiter=RateLimiter(config.client_connection.qps, config.client_connection.burst),
     )
-    concurrency = config.controller.group_kind_concurrency.get(
-        TRAINJOB_GROUP_KIND, DEFAULT_CONCURRENCY
-    )
     namespace = own_namespace()
     status_gate = config.feature_enabled(c.FEATURE_TRAINJOB_STATUS)
     certs = config.cert_management
     controller = Controller(
         kube,
-        concurrency=concurrency,
+        concurrency=config.controller.group_kind_concurrency.get(
+            TRAINJOB_GROUP_KIND, DEFAULT_CONCURRENCY
+        ),
         queue_metrics=metrics.queue("trainjob"),
         reconcile_metrics=metrics.reconciler("trainjob"),
         on_ttl_deletion=metrics.observe_ttl_deletion,
@@ -128,188 +136,161 @@ async def run_controller(
         or f"https://{certs.webhook_service_name}.{namespace}.svc:{config.status_server.port}",
         status_server_secret=(namespace, certs.webhook_secret_name),
     )
-    liveness = HealthChecks()
-    liveness.add("ping", ping)
-    readiness = HealthChecks()
-    readiness.add("ping", ping)
+    manager = Manager(
+        leader_election=_leader_election(config, kube, namespace),
+        on_leader_change=metrics.set_leader,
+    )
+    state.controller, state.metrics, state.elector = controller, metrics, manager.elector
+    manager.liveness.add("ping", ping)
+    manager.readiness.add("ping", ping)
 
     def caches_synced() -> None:
         if not all(inf.has_synced for inf in controller.informers() if not inf.optional):
             raise RuntimeError("watch caches are not synced")
 
-    readiness.add("caches", caches_synced)
-    tasks: list[asyncio.Task[None]] = []
-    servers: list[ObservabilityServer] = []
+    manager.readiness.add("caches", caches_synced)
     webhook_started: asyncio.Future[RunningWebhook] = asyncio.get_running_loop().create_future()
-    try:
-        if options.webhook:
-            tasks.append(
-                asyncio.create_task(
-                    _webhook(
-                        api,
-                        config,
-                        namespace,
-                        stop,
-                        readiness,
-                        options,
-                        controller,
-                        state,
-                        webhook_started,
-                    ),
-                    name="webhook",
-                )
-            )
-        if status_gate:
-            tasks.append(
-                asyncio.create_task(
-                    _status_server(
-                        api, config, stop, options, state, webhook_started, liveness, readiness
-                    ),
-                    name="status-server",
-                )
-            )
-        health = ObservabilityServer(
-            config.health.health_probe_bind_address,
-            liveness=liveness,
-            readiness=readiness,
-            liveness_endpoint=config.health.liveness_endpoint_name,
-            readiness_endpoint=config.health.readiness_endpoint_name,
+    if options.webhook:
+        manager.add(_webhook(api, config, namespace, options, controller, state, webhook_started))
+        manager.readiness.add("webhook", lambda: _certificates_ready(webhook_started))
+    if status_gate:
+        manager.add(_status_server(api, config, options, state, webhook_started, manager))
+
+    def health_served(url: str | None) -> None:
+        state.health_url = url
+
+    health = ObservabilityServer(
+        config.health.health_probe_bind_address,
+        liveness=manager.liveness,
+        readiness=manager.readiness,
+        liveness_endpoint=config.health.liveness_endpoint_name,
+        readiness_endpoint=config.health.readiness_endpoint_name,
+    )
+    manager.add(server_runnable("health-probes", health, health_served))
+    if config.metrics.bind_address not in ("0", ""):
+        manager.add(_metrics(config, options, state, webhook_started, metrics, kube))
+    caches, workers = controller.runnables()
+    manager.add(caches)
+    manager.add(
+        RunnableFunc(
+            "trainjob-states", Stage.OTHERS, lambda stop: _count_states(controller, metrics, stop)
         )
-        servers.append(health)
-        insecure_metrics: ObservabilityServer | None = None
-        metrics_authorize: Authorize | None = None
-        if config.metrics.auth.enabled:
-            authorizer = RequestAuthorizer(kube)
-
-            async def metrics_authorize(headers: list[str], path: str) -> tuple[int, str]:
-                decision = await authorizer.check(headers, path)
-                return decision.status, decision.message
-
-        if config.metrics.bind_address not in ("0", ""):
-            if config.metrics.secure_serving:
-                tasks.append(
-                    asyncio.create_task(
-                        _secure_metrics(
-                            config,
-                            options,
-                            state,
-                            webhook_started,
-                            metrics,
-                            servers,
-                            metrics_authorize,
-                        ),
-                        name="metrics",
-                    )
-                )
-            else:
-                insecure_metrics = ObservabilityServer(
-                    config.metrics.bind_address, metrics=metrics, authorize=metrics_authorize
-                )
-                servers.append(insecure_metrics)
-        state.health_url = await health.start()
-        if insecure_metrics is not None:
-            state.metrics_url = await insecure_metrics.start()
-        state.controller, state.metrics = controller, metrics
-        await controller.start_caches()
-        tasks.append(asyncio.create_task(_count_states(controller, metrics), name="states"))
-        if ready is not None:
-            ready.set()
-        if config.leader_elect:
-            le = config.leader_election
-            assert le is not None
-            elector = LeaderElector(
-                KubeLeaseClient(kube),
-                namespace=le.resource_namespace or namespace,
-                name=le.resource_name,
-                lease_duration=le.lease_duration,
-                renew_deadline=le.renew_deadline,
-                retry_period=le.retry_period,
-                on_leader_change=metrics.set_leader,
-            )
-            state.elector = elector
-
-            async def lead() -> None:
-                controller.start_workers()
-                await asyncio.Event().wait()  # until leadership ends (cancelled)
-
-            async def campaign() -> None:
-                await elector.run(lead)
-                if not stop.is_set():
-                    # Like controller-runtime: a replica that lost the Lease exits, and its
-                    # Deployment restarts it as a follower.
-                    log.error("leader election lost; stopping")
-                    stop.set()
-
-            election = asyncio.create_task(campaign(), name="leader-election")
-            await stop.wait()
-            elector.stop()
-            await election
-        else:
-            metrics.set_leader(True)
-            controller.start_workers()
-            await stop.wait()
-    finally:
-        await controller.stop()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for server in servers:
-            await server.stop()
+    )
+    manager.add(workers)
+    return manager
 
 
-async def _count_states(controller: Controller, metrics: Metrics) -> None:
-    while True:
+def _leader_election(config: Configuration, kube: Kube, namespace: str) -> LeaderElection | None:
+    if not config.leader_elect:
+        return None
+    le = config.leader_election
+    assert le is not None
+    return LeaderElection(
+        KubeLeaseClient(kube),
+        namespace=le.resource_namespace or namespace,
+        name=le.resource_name,
+        lease_duration=le.lease_duration,
+        renew_deadline=le.renew_deadline,
+        retry_period=le.retry_period,
+    )
+
+
+async def _count_states(controller: Controller, metrics: Metrics, stop: asyncio.Event) -> None:
+    while not stop.is_set():
         counts = Counter(trainjob_state(o) for o in controller.caches.trainjobs.list())
         counts.setdefault("Running", 0)
         metrics.set_trainjob_states(counts)
-        await asyncio.sleep(STATE_INTERVAL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), STATE_INTERVAL)
 
 
-async def _webhook(
+def _metrics(
+    config: Configuration,
+    options: ProcessOptions,
+    state: ProcessState,
+    webhook_started: asyncio.Future[RunningWebhook],
+    metrics: Metrics,
+    kube: Kube,
+) -> RunnableFunc:
+    """The metrics server. ``metrics.secureServing``: over HTTPS on the webhook's certificate,
+    started once it exists (as upstream starts its metrics server after the certificates),
+    so the next stage does not wait for it."""
+    authorize: Authorize | None = None
+    if config.metrics.auth.enabled:
+        authorizer = RequestAuthorizer(kube)
+
+        async def authorize(headers: list[str], path: str) -> tuple[int, str]:
+            decision = await authorizer.check(headers, path)
+            return decision.status, decision.message
+
+    def served(url: str | None) -> None:
+        state.metrics_url = url
+
+    if not config.metrics.secure_serving:
+        server = ObservabilityServer(
+            config.metrics.bind_address, metrics=metrics, authorize=authorize
+        )
+        return server_runnable("metrics", server, served)
+
+    async def run(stop: asyncio.Event) -> None:
+        context = await _server_tls(config, options, webhook_started, "metrics", stop)
+        if context is None:
+            return
+        server = ObservabilityServer(
+            config.metrics.bind_address, metrics=metrics, ssl_context=context, authorize=authorize
+        )
+        await serve(server, stop, served)  # a port it cannot bind stops the process
+
+    return RunnableFunc("metrics", Stage.SERVERS, run)
+
+
+def _certificates_ready(started: asyncio.Future[RunningWebhook]) -> None:
+    if not started.done():
+        raise RuntimeError("certificates are not ready")
+
+
+def _webhook(
     api: ApiClient,
     config: Configuration,
     namespace: str,
-    stop: asyncio.Event,
-    readiness: HealthChecks,
     options: ProcessOptions,
     controller: Controller,
     state: ProcessState,
     started: asyncio.Future[RunningWebhook],
-) -> None:
-    # Imported here: FastAPI and uvicorn cost ~14 MB, not paid when the webhook is off.
-    from webhooks.run import WebhookOptions, run_webhook  # noqa: PLC0415
+) -> RunnableFunc:
+    """The admission webhook, reading runtimes from the controller's caches."""
+    started.add_done_callback(lambda _f: state.webhook_serving.set())
 
     def cached_runtime(kind: str, ns: str, name: str) -> dict[str, object] | None:
         if kind == c.KIND_CLUSTER_TRAINING_RUNTIME:
             return controller.caches.cluster_runtimes.get(None, name)
         return controller.caches.runtimes.get(ns, name)
 
-    started.add_done_callback(lambda _f: state.webhook_serving.set())
+    async def run(stop: asyncio.Event) -> None:
+        # Imported here: FastAPI and uvicorn cost ~14 MB, not paid when the webhook is off.
+        from webhooks.run import WebhookOptions, run_webhook  # noqa: PLC0415
 
-    def certs_ready() -> None:
-        if not started.done():
-            raise RuntimeError("certificates are not ready")
+        await run_webhook(
+            api,
+            WebhookOptions(
+                namespace=namespace,
+                service=config.cert_management.webhook_service_name,
+                secret=config.cert_management.webhook_secret_name,
+                host=config.webhook.host,
+                port=config.webhook.port,
+                manage_certs=config.cert_management.enable,
+                extra_hosts=options.webhook_extra_hosts,
+                tls_min_version=config.tls.min_version or "1.2",
+                tls_ciphers=config.tls.openssl_ciphers(),
+                alpn_protocols=config.tls.served_protocols(),
+                runtime_cache=cached_runtime,
+                cert_dir=_cert_dir(options),
+            ),
+            stop,
+            started,
+        )
 
-    readiness.add("webhook", certs_ready)
-    await run_webhook(
-        api,
-        WebhookOptions(
-            namespace=namespace,
-            service=config.cert_management.webhook_service_name,
-            secret=config.cert_management.webhook_secret_name,
-            host=config.webhook.host,
-            port=config.webhook.port,
-            manage_certs=config.cert_management.enable,
-            extra_hosts=options.webhook_extra_hosts,
-            tls_min_version=config.tls.min_version or "1.2",
-            tls_ciphers=config.tls.openssl_ciphers(),
-            alpn_protocols=config.tls.served_protocols(),
-            runtime_cache=cached_runtime,
-            cert_dir=_cert_dir(options),
-        ),
-        stop,
-        started,
-    )
+    return RunnableFunc("webhook", Stage.WEBHOOKS, run)
 
 
 def _cert_dir(options: ProcessOptions) -> str:
@@ -324,14 +305,23 @@ async def _server_tls(
     options: ProcessOptions,
     webhook_started: asyncio.Future[RunningWebhook],
     what: str,
+    stop: asyncio.Event,
 ) -> ssl.SSLContext | None:
     """The TLS context the webhook serves with (same certificate, same reloads), once its
-    certificates are ready; without the webhook in this process, one made from the cert dir's
-    files (None, logged, when there are none)."""
+    certificates are ready (None if ``stop`` comes first); without the webhook in this
+    process, one made from the cert dir's files (None, logged, when there are none)."""
     from webhooks.certs import ServerTLS, read_cert_dir, tls_version  # noqa: PLC0415
 
     if options.webhook:
-        context: ssl.SSLContext = (await webhook_started).tls.context
+        halt = asyncio.ensure_future(stop.wait())
+        waiting: set[asyncio.Future[Any]] = {webhook_started, halt}
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            halt.cancel()
+        if not webhook_started.done():
+            return None
+        context: ssl.SSLContext = webhook_started.result().tls.context
         return context
     cert_dir = _cert_dir(options)
     files = read_cert_dir(cert_dir)
@@ -347,40 +337,14 @@ async def _server_tls(
     return tls.context
 
 
-async def _secure_metrics(
-    config: Configuration,
-    options: ProcessOptions,
-    state: ProcessState,
-    webhook_started: asyncio.Future[RunningWebhook],
-    metrics: Metrics,
-    servers: list[ObservabilityServer],
-    authorize: Authorize | None,
-) -> None:
-    """``metrics.secureServing``: metrics over HTTPS on the webhook's certificate, started
-    once it exists (as upstream starts its metrics server after the certificates)."""
-    context = await _server_tls(config, options, webhook_started, "metrics")
-    if context is None:
-        return
-    server = ObservabilityServer(
-        config.metrics.bind_address,
-        metrics=metrics,
-        ssl_context=context,
-        authorize=authorize,
-    )
-    servers.append(server)
-    state.metrics_url = await server.start()
-
-
-async def _status_server(
+def _status_server(
     api: ApiClient,
     config: Configuration,
-    stop: asyncio.Event,
     options: ProcessOptions,
     state: ProcessState,
     webhook_started: asyncio.Future[RunningWebhook],
-    liveness: HealthChecks,
-    readiness: HealthChecks,
-) -> None:
+    manager: Manager,
+) -> RunnableFunc:
     """The TrainJob status server (every replica, not leader-gated), on the webhook's TLS
     context (same certificate and reloads); without the webhook, on the cert dir's files.
     Both probes gain a TLS dial of it."""
@@ -396,29 +360,32 @@ async def _status_server(
             raise RuntimeError("the status server is not serving yet")
         await tls_dial(options.status_server_host, state.status_server_port)
 
-    liveness.add("status-server", dial)
-    readiness.add("status-server", dial)
-    context = await _server_tls(config, options, webhook_started, "status server")
-    if context is None:
-        return
-    started: asyncio.Future[RunningStatusServer] = asyncio.get_running_loop().create_future()
+    manager.liveness.add("status-server", dial)
+    manager.readiness.add("status-server", dial)
 
-    def serving(f: asyncio.Future[RunningStatusServer]) -> None:
-        if not f.cancelled() and f.exception() is None:
-            state.status_server_port = f.result().port
-            state.status_server_serving.set()
+    async def run(stop: asyncio.Event) -> None:
+        context = await _server_tls(config, options, webhook_started, "status server", stop)
+        if context is None:
+            return
+        started: asyncio.Future[RunningStatusServer] = asyncio.get_running_loop().create_future()
 
-    started.add_done_callback(serving)
-    status_kube = Kube(api)
-    await run_status_server(
-        status_kube,
-        StatusServerOptions(
-            host=options.status_server_host,
-            port=config.status_server.port,
-            qps=config.status_server.qps,
-            burst=config.status_server.burst,
-        ),
-        context,
-        stop,
-        started,
-    )
+        def serving(f: asyncio.Future[RunningStatusServer]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                state.status_server_port = f.result().port
+                state.status_server_serving.set()
+
+        started.add_done_callback(serving)
+        await run_status_server(
+            Kube(api),
+            StatusServerOptions(
+                host=options.status_server_host,
+                port=config.status_server.port,
+                qps=config.status_server.qps,
+                burst=config.status_server.burst,
+            ),
+            context,
+            stop,
+            started,
+        )
+
+    return RunnableFunc("status-server", Stage.WEBHOOKS, run)

@@ -466,7 +466,12 @@ async def _up(
         plane.tasks.append(board)
     stop = stop_on_signals()
     try:
-        await stop.wait()
+        # Until SIGINT or SIGTERM, or until the plane's manager stops on its own (a runnable
+        # failed: closing the plane raises why).
+        waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(plane.stop.wait())}
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
         printer.line("stopping")
     finally:
         await plane.close()

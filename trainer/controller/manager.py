@@ -35,6 +35,7 @@ from trainer.kube import resources as r
 from trainer.kube.informer import Informer
 from trainer.kube.rest import Kube
 from trainer.machinery.workqueue import QueueMetrics, ReconcileMetrics, WorkQueue, run_workers
+from trainer.manager.runnable import RunnableFunc, Stage
 from trainer.plugins.registry import framework_for
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import SSHKeyPair
@@ -193,10 +194,43 @@ class Controller:
             for job in self.caches.trainjobs.list():
                 self.queue.add(trainjob_key(job))
 
-    async def stop(self) -> None:
+    def runnables(self) -> tuple[RunnableFunc, RunnableFunc]:
+        """The controller as runnables of a manager (docs/design.md, "The manager"): its
+        watch caches (synced before the next stage starts) and its workers, which only the
+        leader runs."""
+        synced = asyncio.Event()
+
+        async def caches(stop: asyncio.Event) -> None:
+            try:
+                await self.start_caches()
+                synced.set()
+                await stop.wait()
+            finally:
+                await self.stop_caches()
+
+        async def workers(stop: asyncio.Event) -> None:
+            self.start_workers()
+            try:
+                await stop.wait()
+            finally:
+                await self.stop_workers()
+
+        return (
+            RunnableFunc("caches", Stage.CACHES, caches, started=synced),
+            RunnableFunc("trainjob-controller", Stage.LEADER, workers),
+        )
+
+    async def stop_workers(self) -> None:
+        """Shut the queue down and wait for the workers to finish what they hold."""
         self.queue.shutdown()
         if self._workers is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._workers
             self._workers = None
+
+    async def stop_caches(self) -> None:
         await asyncio.gather(*(inf.stop() for inf in self.informers()), return_exceptions=True)
+
+    async def stop(self) -> None:
+        await self.stop_workers()
+        await self.stop_caches()

@@ -1,4 +1,4 @@
-"""Leases through the Kubernetes API: the ``LeaseClient`` of trainer.controller.leader.
+"""Leases through the Kubernetes API: the ``LeaseClient`` of trainer.manager.leader.
 
 A thin adapter over :class:`trainer.kube.rest.Kube` (JSON dicts in and out, API errors mapped
 to :class:`trainer.kube.rest.APIError`, each request reported to ``on_request``): a missing

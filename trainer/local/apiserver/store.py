@@ -9,10 +9,12 @@ changing it. Every write gets the next resourceVersion and becomes an event in t
 With a :attr:`Store.backend` (the state file, :mod:`trainer.local.apiserver.core.persistence`) a
 write is persisted first: the new object and its resourceVersion are computed, handed to the
 backend as one batch, and only once it returns are the objects, the clock, the history, the
-watchers and the ``on_write`` hooks changed. A backend that raises leaves all of them as they
+watchers and the subscribers changed. A backend that raises leaves all of them as they
 were, so no client ever sees a write the file does not hold, and the clock has no gap.
-``on_write`` hooks run as each event is emitted and must not write to the store themselves
-(a batch's versions are fixed before its first event); they may schedule writes.
+Subscribers (:meth:`Store.subscribe`, removed again with :meth:`Store.unsubscribe`: the pod-log
+keeper, the garbage collector's ownership index) are called as each event is emitted and must
+not write to the store themselves (a batch's versions are fixed before its first event); they
+may schedule writes.
 """
 
 from __future__ import annotations
@@ -132,8 +134,22 @@ class Store:
         self._compacted = 0
         self._watchers: set[Watcher] = set()
         self._watch_queue = watch_queue
-        self.on_write: list[Callable[[Event], None]] = []
+        # A tuple, replaced on each change: a subscriber may unsubscribe while being called.
+        self._subscribers: tuple[Callable[[Event], None], ...] = ()
         self.backend: Backend | None = None
+
+    # --- subscribers ------------------------------------------------------------------------
+    def subscribe(self, hook: Callable[[Event], None]) -> None:
+        """Call ``hook`` with every event from now on, in the order they are emitted, until
+        :meth:`unsubscribe`. Whoever subscribes unsubscribes when it stops."""
+        self._subscribers = (*self._subscribers, hook)
+
+    def unsubscribe(self, hook: Callable[[Event], None]) -> None:
+        """Stop calling ``hook`` (subscribed before; a second call is a no-op)."""
+        kept = list(self._subscribers)
+        if hook in kept:
+            kept.remove(hook)
+            self._subscribers = tuple(kept)
 
     # --- reads ------------------------------------------------------------------------------
     def get(self, key: GroupPlural, namespace: str, name: str) -> dict[str, Any] | None:
@@ -274,7 +290,7 @@ class Store:
                     w.queue.put_nowait(None)
                 else:
                     w.queue.put_nowait(ev)
-        for hook in self.on_write:
+        for hook in self._subscribers:
             hook(ev)
         return ev
 

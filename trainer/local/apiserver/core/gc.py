@@ -96,7 +96,9 @@ class GarbageCollector:
         self._busy = 0
         self._idle_event: asyncio.Event | None = None
         self._failures: dict[tuple[str, Any], int] = {}
-        server.store.on_write.append(self._index)
+        # The ownership index follows every write from the storage's first (its bootstrap
+        # objects included) until :meth:`stop`.
+        server.store.subscribe(self._index)
 
     # --- ownership index --------------------------------------------------------------------
     def _index(self, ev: Event) -> None:
@@ -132,6 +134,8 @@ class GarbageCollector:
         self._enqueue("resync", None)
 
     async def stop(self) -> None:
+        """Stop collecting, for good: the ownership index no longer follows writes."""
+        self.server.store.unsubscribe(self._index)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

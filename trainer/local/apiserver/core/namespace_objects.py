@@ -12,16 +12,16 @@ from typing import Any
 from trainer.local.apiserver.store import Store
 
 ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
-CreateDirect = Callable[[str, str, dict[str, Any]], dict[str, Any]]
+CreateUnadmitted = Callable[[str, str, dict[str, Any]], dict[str, Any]]
 
 
-def ensure_default_service_account(store: Store, create: CreateDirect, namespace: str) -> None:
+def ensure_default_service_account(store: Store, create: CreateUnadmitted, namespace: str) -> None:
     """The namespace's ``default`` ServiceAccount (pods run as it unless they name another)."""
     if store.get(("", "serviceaccounts"), namespace, "default") is None:
         create("v1", "ServiceAccount", {"metadata": {"name": "default", "namespace": namespace}})
 
 
-def ensure_root_ca(store: Store, create: CreateDirect, namespace: str, ca_pem: str) -> None:
+def ensure_root_ca(store: Store, create: CreateUnadmitted, namespace: str, ca_pem: str) -> None:
     """The namespace's ``kube-root-ca.crt`` (key ``ca.crt``) holding ``ca_pem``; nothing
     before the server has a CA (``ca_pem`` empty)."""
     if not ca_pem:

@@ -97,10 +97,10 @@ class Storage:
     def _bootstrap_objects(self) -> None:
         for ns in SYSTEM_NAMESPACES:
             if self.store.get(("", "namespaces"), "", ns) is None:
-                self.create_direct("v1", "Namespace", {"metadata": {"name": ns}})
+                self.create_unadmitted("v1", "Namespace", {"metadata": {"name": ns}})
         for namespace in self.store.items(("", "namespaces"), None):
             ensure_default_service_account(
-                self.store, self.create_direct, namespace["metadata"]["name"]
+                self.store, self.create_unadmitted, namespace["metadata"]["name"]
             )
 
     def start_background(self) -> None:
@@ -261,8 +261,12 @@ class Storage:
         self._after_write(rt, obj, None)
         return obj, True
 
-    def create_direct(self, api_version: str, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create without HTTP or admission (bootstrapping, tests)."""
+    def create_unadmitted(self, api_version: str, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store a new object with no request and no admission (manager ``bootstrap``): what
+        the server's own built-in controllers write, as kube-apiserver creates the system
+        namespaces and kube-controller-manager a namespace's default ServiceAccount and
+        ``kube-root-ca.crt``; tests use it to set up state. Every client, the local plane's
+        own seeding included, writes through the API instead."""
         rt = self.resource(api_version, kind)
         body = {"apiVersion": api_version, "kind": rt.kind, **copy.deepcopy(obj)}
         ns = (body.get("metadata") or {}).get("namespace", "default" if rt.namespaced else "")
@@ -582,8 +586,8 @@ class Storage:
             crd.on_crd_write(self.registry, self.store, self.now(), obj)
         if rt.key == ("", "namespaces") and old is None:
             namespace = obj["metadata"]["name"]
-            ensure_default_service_account(self.store, self.create_direct, namespace)
-            ensure_root_ca(self.store, self.create_direct, namespace, self.root_ca_pem)
+            ensure_default_service_account(self.store, self.create_unadmitted, namespace)
+            ensure_root_ca(self.store, self.create_unadmitted, namespace, self.root_ca_pem)
         self.gc.notice(rt, obj)
 
     def publish_root_ca(self, ca_pem: str) -> None:
@@ -592,7 +596,7 @@ class Storage:
         new each time)."""
         self.root_ca_pem = ca_pem
         for ns in list(self.store.items(("", "namespaces"))):
-            ensure_root_ca(self.store, self.create_direct, ns["metadata"]["name"], ca_pem)
+            ensure_root_ca(self.store, self.create_unadmitted, ns["metadata"]["name"], ca_pem)
 
     def _after_delete(self, rt: ResourceType, ev: Event) -> None:
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":

@@ -68,10 +68,16 @@ class PodLogs:
         self.stopping = asyncio.Event()
         self.store = store
         if store is not None:
-            store.on_write.append(self.on_write)
+            store.subscribe(self.on_write)
+
+    def close(self) -> None:
+        """The server stops: followers end, and the store's events are no longer followed."""
+        self.stopping.set()
+        if self.store is not None:
+            self.store.unsubscribe(self.on_write)
 
     def on_write(self, ev: Event) -> None:
-        """Follow pod and JobSet deletions (a hook of the store): keep or drop the logs."""
+        """Follow pod and JobSet deletions (a subscriber of the store): keep or drop the logs."""
         if ev.key == PODS and ev.type in ("ADDED", "DELETED"):
             name = str(ev.obj["metadata"]["name"])
             self.kept.pop((ev.namespace, name), None)  # a new pod of that name: its own logs

@@ -124,7 +124,7 @@ class APIServer:
         self.storage.publish_root_ca(self.tls.ca_pem.decode())
 
     async def stop(self) -> None:
-        self.logs.stopping.set()
+        self.logs.close()
         await self.storage.stop_background()
         if self._runner is not None:
             await self._runner.cleanup()

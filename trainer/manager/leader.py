@@ -1,7 +1,8 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease, as client-go's ``leaderelection``.
 
-Only the replica holding the Lease (``trainer.kubeflow.org`` by default) runs the controllers;
-the webhook, the cert rotator and the status server run everywhere (docs/high-availability.md).
+The manager campaigns with it (:mod:`trainer.manager.election`): only the replica holding the
+Lease (``trainer.kubeflow.org`` by default) runs the leader runnables, the controllers; the
+webhook, the cert rotator and the status server run everywhere (docs/high-availability.md).
 
 The algorithm is client-go's ``tryAcquireOrRenew``:
 
@@ -65,7 +66,7 @@ from typing import Any, Protocol
 from trainer.kube.leases import LeaseConflict
 from trainer.machinery.times import format_micro_time
 
-log = logging.getLogger("trainer.controller.leader")
+log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_NAME = "trainer.kubeflow.org"
 DEFAULT_LEASE_DURATION = 15.0
