@@ -7,7 +7,6 @@ retries every 0.15-0.33 s with jitter).
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import socket
 import time
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.api_client import ApiClient
 
+from tests.leases import MemoryLeases
 from trainer.kube.client import new_api_client
 from trainer.kube.leases import KubeLeaseClient, LeaseConflict
 from trainer.local.apiserver import APIServer
@@ -257,34 +257,6 @@ async def test_a_conflicting_write_loses_the_race(
 
 
 # --- deterministic checks with an in-memory Lease and a fake clock -----------------------------
-class MemoryLeases:
-    """A LeaseClient over one in-memory Lease with resourceVersion checks (409 when stale)."""
-
-    def __init__(self, lease: dict[str, Any] | None = None) -> None:
-        self.lease = lease
-        self.version = 1
-
-    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return None if self.lease is None else copy.deepcopy(self.lease)
-
-    async def create_lease(self, obj: dict[str, Any]) -> dict[str, Any]:
-        if self.lease is not None:
-            raise LeaseConflict("already exists")
-        return self._store(obj)
-
-    async def update_lease(self, obj: dict[str, Any]) -> dict[str, Any]:
-        assert self.lease is not None
-        if obj["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
-            raise LeaseConflict("stale resourceVersion")
-        return self._store(obj)
-
-    def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.version += 1
-        self.lease = copy.deepcopy(obj)
-        self.lease["metadata"]["resourceVersion"] = str(self.version)
-        return copy.deepcopy(self.lease)
-
-
 class AutoClock:
     """Wall time that passes only when the elector sleeps (so a test takes no real time)."""
 

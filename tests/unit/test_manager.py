@@ -5,13 +5,11 @@ leader runnables run only while the Lease is held, and a lost Lease stops the pr
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
-from typing import Any
 
 import pytest
 
-from trainer.kube.leases import LeaseConflict
+from tests.leases import MemoryLeases
 from trainer.manager.election import LeaderElection
 from trainer.manager.manager import Manager
 from trainer.manager.runnable import RunnableFunc, Stage
@@ -180,43 +178,7 @@ async def test_runnables_are_added_before_the_start() -> None:
         await manager.start(stop)
 
 
-class Leases:
-    """An in-memory Lease store; ``failing`` makes every request fail (an API outage)."""
-
-    def __init__(self) -> None:
-        self.lease: dict[str, Any] | None = None
-        self.version = 0
-        self.failing = False
-
-    def _check(self) -> None:
-        if self.failing:
-            raise ConnectionError("the API server is unreachable")
-
-    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self._check()
-        return copy.deepcopy(self.lease)
-
-    async def create_lease(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self._check()
-        if self.lease is not None:
-            raise LeaseConflict("exists")
-        return self._store(obj)
-
-    async def update_lease(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self._check()
-        assert self.lease is not None
-        if obj["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
-            raise LeaseConflict("stale")
-        return self._store(obj)
-
-    def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.version += 1
-        self.lease = copy.deepcopy(obj)
-        self.lease["metadata"]["resourceVersion"] = str(self.version)
-        return copy.deepcopy(self.lease)
-
-
-def election(leases: Leases) -> LeaderElection:
+def election(leases: MemoryLeases) -> LeaderElection:
     return LeaderElection(
         leases,
         namespace="kubeflow-system",
@@ -228,7 +190,7 @@ def election(leases: Leases) -> LeaderElection:
 
 async def test_the_leader_stage_runs_while_the_lease_is_held_and_stops_before_release() -> None:
     rec = Recorder()
-    leases = Leases()
+    leases = MemoryLeases()
     leading: list[bool] = []
     manager = Manager(leader_election=election(leases), on_leader_change=leading.append)
     manager.add(rec.runnable("states", Stage.OTHERS))
@@ -250,7 +212,7 @@ async def test_the_leader_stage_runs_while_the_lease_is_held_and_stops_before_re
 async def test_a_lost_lease_stops_the_process(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="trainer.manager.election")
     rec = Recorder()
-    leases = Leases()
+    leases = MemoryLeases()
     manager = Manager(leader_election=election(leases))
     manager.add(rec.runnable("workers", Stage.LEADER))
     assert manager.elector is not None
