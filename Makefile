@@ -147,6 +147,8 @@ test: install
 cluster-bins:
 	$(PYTHON) hack/testbed/bins.py
 
+# A test that runs past its deadline (tests/conftest.py, TEST_DEADLINE) ends its process; in one
+# process (this tier) no summary is printed, so its stacks are printed from build/test-deadline.
 # The cluster tier: tests/cluster against etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, KWOK, JobSet and our install, in a network namespace of its own. Without Go
 # it is skipped (the tests say why); with Go, a bed that fails to build or start fails it.
@@ -155,7 +157,8 @@ cluster-test: install
 	@if command -v go >/dev/null || test -x /usr/local/go/bin/go; then $(PYTHON) hack/testbed/bins.py; \
 		else echo "cluster-test: Go not found: the cluster tier is skipped"; fi
 	$(BIN)/python hack/testbed/netns.py -- $(BIN)/python -m pytest -q tests/cluster \
-		--durations=10 $(CLUSTER_PYTEST_ARGS)
+		--durations=10 $(CLUSTER_PYTEST_ARGS) || { status=$$?; \
+		cat build/test-deadline/*.txt 2>/dev/null; exit $$status; }
 
 # Upstream's v2.3.0 controller and ours given the full generated corpus on one bed
 # (docs/side-by-side.md); exit 1 on a difference hack/sidebyside/differences.yaml does not list.
