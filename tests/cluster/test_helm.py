@@ -267,13 +267,14 @@ def test_install_upgrade_and_uninstall_with_helm(
     assert all(applied_by_the_installer(bed, name) for name in every)
 
     # 2. The kustomize install's controller still serves (taking the objects over kept the
-    # caBundle it injected) and admits upstream's example and a TrainJob whose pods run 8 s;
+    # caBundle it injected) and admits upstream's example and a TrainJob whose pods run 20 s
+    # (the switch, helm upgrade's hook Job and the new replica outlasted 8 s in CI);
     # both are still running as the controller is switched, then rolled by the upgrade.
     replicas = bed_replicas(bed)
     assert replicas, "the bed's controller is not running"
     trainer_install.wait_webhook(bed, bed.procs[replicas[0]], timeout=10)
     bed.apply([example(namespace)])
-    running = trainjob("across-upgrade", annotations=pod_annotations(run_for="8s"))
+    running = trainjob("across-upgrade", annotations=pod_annotations(run_for="20s"))
     running["metadata"]["namespace"] = namespace
     bed.apply([running])
     uids = {name: jobset_uid(bed, namespace, name) for name in TRAINJOBS}
