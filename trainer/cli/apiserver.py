@@ -11,11 +11,8 @@ from typing import Annotated
 
 import typer
 
-from trainer.cli import seed
 from trainer.cli.signals import stop_on_signals
 from trainer.cli.statefile import ResetDamagedOption, StateFileOption, refuse
-from trainer.kube.client import new_api_client
-from trainer.kube.rest import Kube
 from trainer.local.apiserver import APIServer
 from trainer.local.apiserver.statefile import StateFileError
 
@@ -56,7 +53,18 @@ async def _serve(
 async def _install_crds(server: APIServer) -> None:
     """The Trainer and JobSet CRDs, created through the API as the administrator (unless a
     state file holds them), before the kubeconfig is written: a client that finds the
-    kubeconfig finds them served."""
+    kubeconfig finds them served.
+
+    The client is the REST one alone: kubernetes_asyncio is imported lean (trainer/kube/lean.py),
+    so the server process does not carry its ~1,700 typed API and model classes (about 35 MB;
+    hack/bench/apiserver.py measures this process's memory)."""
+    from trainer.kube.lean import import_lean  # noqa: PLC0415
+
+    import_lean()
+    from trainer.cli import seed  # noqa: PLC0415
+    from trainer.kube.client import new_api_client  # noqa: PLC0415
+    from trainer.kube.rest import Kube  # noqa: PLC0415
+
     with tempfile.TemporaryDirectory(prefix="trainer-apiserver-") as private:
         path = os.path.join(private, "kubeconfig")
         server.write_kubeconfig(path)
