@@ -125,26 +125,44 @@ async def _run(
             printer.line(f"rejected: {exc.message}")
             return 1
         return await _follow_or_interrupt(
-            follow(plane.kube, jobs, printer, timeout), stop, printer, "interrupted; stopping"
+            follow(plane.kube, jobs, printer, timeout),
+            stop,
+            printer,
+            "interrupted; stopping",
+            plane_stopped=plane.stop,
         )
     finally:
         await plane.close()
 
 
 async def _follow_or_interrupt(
-    following: Coroutine[Any, Any, int], stop: asyncio.Event, printer: Printer, interrupted: str
+    following: Coroutine[Any, Any, int],
+    stop: asyncio.Event,
+    printer: Printer,
+    interrupted: str,
+    *,
+    plane_stopped: asyncio.Event | None = None,
 ) -> int:
     """The exit code ``following`` ends with, or 130 (saying ``interrupted``) once ``stop`` is
-    set by SIGINT/SIGTERM first."""
+    set by SIGINT/SIGTERM first, or 1 once ``plane_stopped`` is set first: the local plane's
+    manager stopped on its own (a runnable failed), so nothing would move the TrainJob on;
+    closing the plane then raises why."""
     task = asyncio.create_task(following)
     stopper = asyncio.create_task(stop.wait())
-    done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    ended = asyncio.create_task(plane_stopped.wait()) if plane_stopped is not None else None
+    waits = {task, stopper} if ended is None else {task, stopper, ended}
+    done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for waiting in (stopper, ended):
+        if waiting is not None and waiting not in done:
+            waiting.cancel()
     if task in done:
-        stopper.cancel()
         return task.result()
     task.cancel()
-    printer.line(interrupted)
-    return 130
+    if stopper in done:
+        printer.line(interrupted)
+        return 130
+    printer.line("the local control plane stopped on its own; stopping")
+    return 1
 
 
 def _cluster_run(
