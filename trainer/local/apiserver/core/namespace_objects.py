@@ -1,7 +1,8 @@
-"""What a cluster's controllers put into every namespace, which the local API server writes
-itself: the ``default`` ServiceAccount (the service-account controller's) and ConfigMap
-``kube-root-ca.crt`` (kube-controller-manager's root CA publisher: how in-cluster clients
-verify the API server; docs/local-plane.md, "In-cluster configuration")."""
+"""What a cluster's control plane creates on its own, which the local API server writes itself: the
+system namespaces (kube-apiserver's), and in every namespace the ``default`` ServiceAccount (the
+service-account controller's) and ConfigMap ``kube-root-ca.crt`` (kube-controller-manager's root
+CA publisher: how in-cluster clients verify the API server; docs/local-plane.md, "In-cluster
+configuration")."""
 
 from __future__ import annotations
 
@@ -12,7 +13,18 @@ from typing import Any
 from trainer.local.apiserver.store import Store
 
 ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 CreateUnadmitted = Callable[[str, str, dict[str, Any]], dict[str, Any]]
+
+
+def ensure_system_namespaces(store: Store, create: CreateUnadmitted) -> None:
+    """The system namespaces, and every namespace's ``default`` ServiceAccount (a state file
+    may hold namespaces written before the server wrote ServiceAccounts)."""
+    for name in SYSTEM_NAMESPACES:
+        if store.get(("", "namespaces"), "", name) is None:
+            create("v1", "Namespace", {"metadata": {"name": name}})
+    for namespace in store.items(("", "namespaces"), None):
+        ensure_default_service_account(store, create, namespace["metadata"]["name"])
 
 
 def ensure_default_service_account(store: Store, create: CreateUnadmitted, namespace: str) -> None:
@@ -36,3 +48,9 @@ def ensure_root_ca(store: Store, create: CreateUnadmitted, namespace: str, ca_pe
     updated = copy.deepcopy(current)
     updated["data"] = {"ca.crt": ca_pem}
     store.put(("", "configmaps"), updated, current)
+
+
+def publish_root_ca(store: Store, create: CreateUnadmitted, ca_pem: str) -> None:
+    """``kube-root-ca.crt`` holding ``ca_pem`` in every namespace."""
+    for namespace in list(store.items(("", "namespaces"))):
+        ensure_root_ca(store, create, namespace["metadata"]["name"], ca_pem)

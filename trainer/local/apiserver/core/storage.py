@@ -22,7 +22,7 @@ from typing import Any
 
 from trainer.local.apiserver import apply as ssa
 from trainer.local.apiserver import builtin, metadata
-from trainer.local.apiserver.core import crd, gc, rules
+from trainer.local.apiserver.core import crd, gc, namespace_objects, rules
 from trainer.local.apiserver.core.admission import Admission, WebhookTransport
 from trainer.local.apiserver.core.namespace_objects import (
     ensure_default_service_account,
@@ -50,7 +50,6 @@ from trainer.machinery.times import format_time
 PATCH_RETRIES = 5
 STATUS_ON_CREATE = frozenset({"Namespace", "Node"})
 """Kinds with a status subresource whose status a create keeps."""
-SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
 class Storage:
@@ -79,29 +78,20 @@ class Storage:
     # --- lifecycle --------------------------------------------------------------------------
     def _bootstrap(self, reset_damaged_state: bool) -> None:
         if not self.state_file:
-            self._bootstrap_objects()
+            namespace_objects.ensure_system_namespaces(self.store, self.create_unadmitted)
             return
         self.persistence = Persistence(
             self.registry, self.store, self.state_file, reset_damaged=reset_damaged_state
         )
         try:
             self.persistence.load()
-            self._bootstrap_objects()
+            namespace_objects.ensure_system_namespaces(self.store, self.create_unadmitted)
         except APIError as err:  # the first writes could not be stored
             self.persistence.close()
             raise StateFileError(self.state_file, f"cannot be written ({err.message})") from None
         except BaseException:
             self.persistence.close()
             raise
-
-    def _bootstrap_objects(self) -> None:
-        for ns in SYSTEM_NAMESPACES:
-            if self.store.get(("", "namespaces"), "", ns) is None:
-                self.create_unadmitted("v1", "Namespace", {"metadata": {"name": ns}})
-        for namespace in self.store.items(("", "namespaces"), None):
-            ensure_default_service_account(
-                self.store, self.create_unadmitted, namespace["metadata"]["name"]
-            )
 
     def start_background(self) -> None:
         """Start the garbage collector (it resyncs from the stored objects first)."""
@@ -595,8 +585,7 @@ class Storage:
         server's certificate (:mod:`.namespace_objects`). Rewritten at every start (the CA is
         new each time)."""
         self.root_ca_pem = ca_pem
-        for ns in list(self.store.items(("", "namespaces"))):
-            ensure_root_ca(self.store, self.create_unadmitted, ns["metadata"]["name"], ca_pem)
+        namespace_objects.publish_root_ca(self.store, self.create_unadmitted, ca_pem)
 
     def _after_delete(self, rt: ResourceType, ev: Event) -> None:
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
