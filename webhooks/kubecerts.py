@@ -12,13 +12,6 @@ from typing import Any
 from trainer.kube import resources as r
 from trainer.kube.client import ApiClient
 from trainer.kube.rest import STRATEGIC_MERGE_PATCH, APIError, Kube
-from trainer.machinery.gvr import GVR
-
-VALIDATING = "validatingwebhookconfigurations"
-MUTATING = "mutatingwebhookconfigurations"
-_ADMISSION = "admissionregistration.k8s.io"
-VALIDATING_CONFIGS = GVR(_ADMISSION, "v1", VALIDATING, False, "ValidatingWebhookConfiguration")
-MUTATING_CONFIGS = GVR(_ADMISSION, "v1", MUTATING, False, "MutatingWebhookConfiguration")
 
 
 class SecretStore:
@@ -67,7 +60,10 @@ async def inject_ca_bundle(
     do not exist yet are skipped: they get it on the next check)."""
     kube = Kube(api)
     encoded = base64.b64encode(ca_bundle).decode()
-    for gvr, names in ((VALIDATING_CONFIGS, validating), (MUTATING_CONFIGS, mutating)):
+    for gvr, names in (
+        (r.VALIDATING_WEBHOOK_CONFIGURATIONS, validating),
+        (r.MUTATING_WEBHOOK_CONFIGURATIONS, mutating),
+    ):
         for name in names:
             config = await kube.get(gvr, None, name)
             if config is None:

@@ -72,13 +72,6 @@ PODSET_LABEL = c.LABEL_KUEUE_PODSET
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 WEBHOOK_NAME = "kueue-mutating-webhook-configuration"
 WEBHOOK_PATH = "/mutate-trainer-kubeflow-org-v1alpha1-trainjob"
-MUTATING_CONFIGS = r.GVR(
-    "admissionregistration.k8s.io",
-    "v1",
-    "mutatingwebhookconfigurations",
-    False,
-    "MutatingWebhookConfiguration",
-)
 
 
 def queued_template(queue: str) -> dict[str, Any]:
@@ -279,7 +272,7 @@ class KueueEmulator:
                 ],
             },
             "kueue",
-            gvr=MUTATING_CONFIGS,
+            gvr=r.MUTATING_WEBHOOK_CONFIGURATIONS,
         )
 
     async def _mutate(self, request: web.Request) -> web.Response:

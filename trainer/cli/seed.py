@@ -23,15 +23,6 @@ MUTATING = "defaulter.trainer.kubeflow.org"
 FIELD_MANAGER = "bootstrap"
 """The field manager of what the plane creates (what its managedFields have always named)."""
 
-NAMESPACES = GVR("", "v1", "namespaces", False, "Namespace")
-_ADMISSION = "admissionregistration.k8s.io"
-VALIDATING_CONFIGS = GVR(
-    _ADMISSION, "v1", "validatingwebhookconfigurations", False, "ValidatingWebhookConfiguration"
-)
-MUTATING_CONFIGS = GVR(
-    _ADMISSION, "v1", "mutatingwebhookconfigurations", False, "MutatingWebhookConfiguration"
-)
-
 
 def webhook_configurations(port: int) -> list[dict[str, Any]]:
     """upstream's two webhook configurations, pointing at ``https://127.0.0.1:<port>``
@@ -118,7 +109,7 @@ async def install_basics(kube: Kube, *, trainer: bool = True) -> None:
     await create_missing(
         kube,
         [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}}],
-        NAMESPACES,
+        r.NAMESPACES,
     )
     # What the Kubeflow SDK reads to learn the Trainer version (upstream's overlay ships it).
     version = {
@@ -146,7 +137,10 @@ async def register_webhook(kube: Kube, port: int) -> None:
     file holds older ones (the webhook's port is new at every start)."""
 
     async def register(config: dict[str, Any]) -> None:
-        gvr = VALIDATING_CONFIGS if config["kind"] == VALIDATING_CONFIGS.kind else MUTATING_CONFIGS
+        validating = config["kind"] == r.VALIDATING_WEBHOOK_CONFIGURATIONS.kind
+        gvr = (
+            r.VALIDATING_WEBHOOK_CONFIGURATIONS if validating else r.MUTATING_WEBHOOK_CONFIGURATIONS
+        )
         try:
             await kube.create(config, gvr=gvr, field_manager=FIELD_MANAGER)
             return
@@ -167,8 +161,8 @@ async def wait_webhook_ready(kube: Kube, timeout: float = 30.0) -> None:
     both configurations: before that the API server cannot call the webhook. Watched
     through the API."""
     informers = {
-        VALIDATING: Informer(kube, VALIDATING_CONFIGS),
-        MUTATING: Informer(kube, MUTATING_CONFIGS),
+        VALIDATING: Informer(kube, r.VALIDATING_WEBHOOK_CONFIGURATIONS),
+        MUTATING: Informer(kube, r.MUTATING_WEBHOOK_CONFIGURATIONS),
     }
     changed = asyncio.Event()
 

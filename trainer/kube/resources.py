@@ -39,6 +39,23 @@ JOBS = GVR("batch", "v1", "jobs", True, "Job")
 SERVICES = GVR("", "v1", "services", True, "Service")
 NODES = GVR("", "v1", "nodes", False, "Node")
 SERVICE_ACCOUNTS = GVR("", "v1", "serviceaccounts", True, "ServiceAccount")
+NAMESPACES = GVR("", "v1", "namespaces", False, "Namespace")
+# The admission webhooks' configurations: the webhook injects its caBundle into them, the local
+# plane creates its own.
+VALIDATING_WEBHOOK_CONFIGURATIONS = GVR(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    False,
+    "ValidatingWebhookConfiguration",
+)
+MUTATING_WEBHOOK_CONFIGURATIONS = GVR(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    False,
+    "MutatingWebhookConfiguration",
+)
 CRDS = GVR(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
 )
